@@ -36,6 +36,12 @@ finished one's ``job_name`` reads ``<name> (percent)``, since its time per unit 
 comparable with the same job's runs counted in steps. A running one is converted to
 steps, losslessly, at its first update (which carries the steps planned).
 
+Finished runs do not stay for ever: ``retain`` deletes those older than the retention
+(``--history.retention``), never the most recent ones the model reads, and younger
+ones beyond those too while the volume runs short of room, so that the file stops
+growing before the volume is full (``history_space``; docs/forecaster.md,
+"Retention"). ``record`` runs a pass first.
+
 This module is the store (``HistoryStore``: its queries, caches and rules). The file's
 own handling (schema, opening and checking, migrations, setting a damaged file aside,
 transactions, what an SQLite error means) is in ``history_file``; the conversions
@@ -58,6 +64,7 @@ from gpu_eta.forecaster.history_file import (
     DamagedHistory,
     IndexNotBuilt,
     Transaction,
+    VolumeFull,
     connect,
     corrupt,
     memory_copy,
@@ -86,6 +93,7 @@ from gpu_eta.forecaster.history_rows import (
     unencodable,
     unpack_epoch_times,
 )
+from gpu_eta.forecaster.history_space import HistorySpace, Retention, low_room_bytes, space_of
 from gpu_eta.forecaster.runs import (
     SAME_START_SECONDS,
     Feature,
@@ -219,6 +227,21 @@ class HistoryStore:
         self._cache_points = 0  # progress points held by the cache
         self.version = 0  # bumps whenever the finished history changes
         self.persistent = True  # False: a read-only file, used through a memory copy
+        # what ``retain`` deletes (None: nothing; the CLI sets --history.retention)
+        self.retention: Retention | None = None
+        # Finished runs stored (None: not counted yet). Counted once, then kept in step
+        # by this store's writes: the cycle asks every time, and a count is a scan of
+        # the ``runs_state`` index (22 ms for 450,000 runs).
+        self._n_finished: int | None = None
+        # (finished_timestamp, id) of the last run ``retain`` deleted: every finished
+        # row before it is one retention keeps (seeded), so a pass starts after it
+        self._retained_after: tuple[float, int] | None = None
+        self._room_low = False  # the room was low at the last pass (logged on change)
+        self._retain_error = ""  # the last pass's failure, logged when it changes
+        # runs a pass deletes at most: halved when a delete does not fit the volume,
+        # doubled back (up to ``Retention.batch_runs``) after one that does
+        self._retain_batch: int | None = None
+        self._retained_runs = 0  # finished runs ``retain`` deleted since the start
         # damaged rows the last read of each kind ("running", "finished") left out
         self._skipped_by: dict[str, int] = {}
         # run updates the last ``record`` left out: text SQLite cannot store (not valid
@@ -250,8 +273,9 @@ class HistoryStore:
         }
 
     @classmethod
-    def open(cls, path: str | Path) -> HistoryStore:
-        """Open or create the store; refuse anything that is not ours.
+    def open(cls, path: str | Path, retention: Retention | None = None) -> HistoryStore:
+        """Open or create the store; refuse anything that is not ours. ``retention``:
+        what ``retain`` deletes (None: nothing).
 
         A damaged file (not SQLite, failing ``quick_check``, tables missing, an error
         SQLite reports as corruption) is moved aside to ``<name>.corrupt-<unix time>[-<n>]``
@@ -284,7 +308,7 @@ class HistoryStore:
             if not p.parent.exists():
                 raise HistoryError(f"history directory {p.parent} does not exist")
         try:
-            return cls._open(spath)
+            store = cls._open(spath)
         except DamagedHistory as err:
             aside = set_aside(spath)
             log.error(
@@ -292,7 +316,9 @@ class HistoryStore:
                 err,
                 aside,
             )
-            return cls._open(spath)
+            store = cls._open(spath)
+        store.retention = retention
+        return store
 
     @classmethod
     def _open(cls, spath: str) -> HistoryStore:
@@ -437,6 +463,8 @@ class HistoryStore:
         IMMEDIATE``, under the write lock, so no writer can come between it and the
         write.
         """
+        if now is not None:
+            self._retain_before_write(now)
         updates = self._storable(updates)
         rows = []
         ends = []
@@ -1147,13 +1175,204 @@ class HistoryStore:
         return out
 
     def count_finished(self) -> int:
-        """Number of finished runs stored."""
+        """Number of finished runs stored: counted at the first call, then kept in step
+        by this store's writes (``finish``, ``import_finished``, a revival in
+        ``record``, ``retain``), so that the cycle's count is no scan. A second process
+        writing the same file (refused by ``record``'s check) shows after a restart."""
         with self._lock, self._reading():
-            return int(
+            return self._finished_count()
+
+    def _finished_count(self) -> int:
+        """``count_finished`` under the caller's lock."""
+        if self._n_finished is None:
+            self._n_finished = int(
                 self._conn.execute("SELECT COUNT(*) FROM runs WHERE state != 'running'").fetchone()[
                     0
                 ]
             )
+        return self._n_finished
+
+    def _count_finished_by(self, change: int) -> None:
+        """A committed write added (or removed, ``change`` < 0) finished runs."""
+        if self._n_finished is not None:
+            self._n_finished += change
+
+    # -- retention ------------------------------------------------------------------
+
+    def space(self) -> HistorySpace | None:
+        """The file's size and free pages and its volume's room (``history_space``);
+        None for a store without a file. The free pages are those of the file the
+        store writes: none for the in-memory copy of a read-only file."""
+        with self._lock:
+            return self._space()
+
+    def _space(self) -> HistorySpace | None:
+        """``space`` under the caller's lock."""
+        free = 0
+        if self.persistent:
+            try:
+                pages = self._conn.execute("PRAGMA freelist_count").fetchone()[0]
+                free = int(pages) * int(self._conn.execute("PRAGMA page_size").fetchone()[0])
+            except sqlite3.Error:
+                free = 0  # a read that fails here fails the cycle's own reads too
+        return space_of(self.path, free)
+
+    def retain(self, now: float) -> int:
+        """One pass of ``retention``; the finished runs deleted (0 without retention or
+        on the in-memory copy of a read-only file).
+
+        Deletes, in one transaction, at most ``batch_runs`` of the oldest finished
+        runs that finished before ``now`` less ``max_age_seconds`` and are not among
+        the most recent ``keep_runs`` finished runs (by finish time, then id: the
+        order the model reads them in), nor seeded from a CSV (no pod, no container).
+        While the room is low (``HistorySpace.low``: the volume's available bytes and
+        the file's free pages below ``history_space.low_room_bytes``) the age does not
+        protect a run: the oldest beyond the floor go, a batch a pass, until the file
+        holds that room free. Why: deleting frees pages SQLite reuses before it grows
+        the file, and a volume that fills fails every write, deletes included (their
+        rollback journal needs room too), so the file must stop growing while the
+        volume still has room. A WARNING line when the room turns low, INFO when it
+        is back.
+
+        Runs the model reads are kept when ``keep_runs`` is at least the number it
+        reads (the CLI's floor is ``--model.fit-runs``): the finished runs held in
+        memory stay as they are and the version does not change. Otherwise the memory
+        is dropped and the version bumps, so that the next fit reads what is left.
+        """
+        rule = self.retention
+        if rule is None or not self.persistent:
+            return 0
+        with self._lock:
+            space = self._space()
+            low = space is not None and space.low
+            self._note_room(low, space, rule)
+            cutoff = math.inf if low else now - rule.max_age_seconds
+            with self._reading():
+                if self._finished_count() <= rule.keep_runs:
+                    return 0
+            gone = self._delete_fitting(cutoff, rule)
+            if not gone:
+                return 0
+            # committed: the memory follows
+            self._retained_after = gone[-1]
+            self._count_finished_by(-len(gone))
+            if self._retained_runs == 0:
+                log.info(
+                    "history file %s: deleting finished runs older than %.4g days beyond "
+                    "the most recent %d (--history.retention), %d at most a cycle; the "
+                    "first pass deleted %d",
+                    self.path,
+                    rule.max_age_seconds / 86400.0,
+                    rule.keep_runs,
+                    rule.batch_runs,
+                    len(gone),
+                )
+            self._retained_runs += len(gone)
+            limit = self._cache_limit[0]
+            if limit is None or rule.keep_runs < limit:  # runs the model read may be gone
+                self._finished_cache = None
+                self.version += 1
+            return len(gone)
+
+    def _delete_fitting(self, cutoff: float, rule: Retention) -> list[tuple[float, int]]:
+        """``_delete_old`` in a transaction of its own (the caller's lock), its batch
+        halved while the delete does not fit the volume (``VolumeFull``), down to one
+        run. Why: a delete's rollback journal holds the first image of every page it
+        changes (two index pages a run, ~8 KiB), so on a volume nearly full a smaller
+        batch still frees pages where a full one fails. A batch that fits lets the next
+        pass double it back."""
+        batch = min(self._retain_batch or rule.batch_runs, rule.batch_runs)
+        while True:
+            try:
+                with self._tx():
+                    gone = self._delete_old(cutoff, rule, batch)
+            except VolumeFull:
+                if batch == 1:
+                    raise
+                batch //= 2
+                continue
+            self._retain_batch = min(batch * 2, rule.batch_runs)
+            return gone
+
+    def _delete_old(self, cutoff: float, rule: Retention, batch: int) -> list[tuple[float, int]]:
+        """``retain``'s deletes of at most ``batch`` runs, in the caller's transaction:
+        the (finish time, id) of the runs deleted, oldest first.
+
+        The candidates come first, along the index ``runs_finished`` from the oldest
+        (after ``_retained_after``); only when there are some is the floor's boundary
+        read, the ``keep_runs``-th most recent finish (a walk of that many entries of
+        the index)."""
+        where = [
+            "finished_timestamp IS NOT NULL",
+            "finished_timestamp < :cutoff",
+            "state != 'running'",
+            "(pod != '' OR container != '')",
+        ]
+        params: dict[str, object] = {"cutoff": cutoff, "batch": batch}
+        if self._retained_after is not None:
+            where.append("(finished_timestamp, id) > (:after_ts, :after_id)")
+            params["after_ts"], params["after_id"] = self._retained_after
+        found = self._conn.execute(
+            f"SELECT finished_timestamp, id FROM runs WHERE {' AND '.join(where)} "
+            "ORDER BY finished_timestamp, id LIMIT :batch",
+            params,
+        ).fetchall()
+        if found and rule.keep_runs:
+            bound = self._conn.execute(
+                "SELECT finished_timestamp, id FROM runs WHERE finished_timestamp IS NOT NULL "
+                "ORDER BY finished_timestamp DESC, id DESC LIMIT 1 OFFSET ?",
+                (rule.keep_runs - 1,),
+            ).fetchone()
+            found = [] if bound is None else [row for row in found if tuple(row) < tuple(bound)]
+        gone = [(float(ts), int(row_id)) for ts, row_id in found]
+        self._conn.executemany("DELETE FROM runs WHERE id = ?", [(row_id,) for _, row_id in gone])
+        return gone
+
+    def _note_room(self, low: bool, space: HistorySpace | None, rule: Retention) -> None:
+        """One WARNING line when the room turns low, one INFO line when the volume has
+        that room again by itself (not counting the file's free pages: while they are
+        what keeps it going, the volume is still tight)."""
+        if space is None:
+            return
+        mib = 1024 * 1024
+        if low and not self._room_low:
+            self._room_low = True
+            log.warning(
+                "history file %s: little room left on its volume (%.1f MiB available, "
+                "%.1f MiB free in the file, of %.1f MiB): deleting the oldest finished runs "
+                "beyond the most recent %d whatever their age (--history.retention), so "
+                "that the file stops growing; grow the volume or shorten the retention",
+                self.path,
+                (space.available_bytes or 0) / mib,
+                space.free_bytes / mib,
+                (space.capacity_bytes or 0) / mib,
+                rule.keep_runs,
+            )
+        elif (
+            self._room_low
+            and space.available_bytes is not None
+            and space.available_bytes >= low_room_bytes(space.capacity_bytes)
+        ):
+            self._room_low = False
+            log.info(
+                "history file %s: room on its volume is back (%.1f MiB available)",
+                self.path,
+                space.available_bytes / mib,
+            )
+
+    def _retain_before_write(self, now: float) -> None:
+        """``retain`` at the start of a cycle's write; its failure fails nothing (the
+        write goes on, and fails by itself on a full volume), one WARNING line when
+        the reason changes. Why here: the cycle's first write is ``record``, and the
+        room a pass frees is then there for it."""
+        try:
+            self.retain(now)
+        except HistoryError as err:
+            if str(err) != self._retain_error:
+                log.warning("history retention failed, retried at the next write: %s", err)
+            self._retain_error = str(err)
+        else:
+            self._retain_error = ""
 
     # -- internals --------------------------------------------------------------
 
@@ -1178,6 +1397,7 @@ class HistoryStore:
         self._skipped_by[what] = len(bad)
 
     def _finished_changed(self, added: list[Run]) -> None:
+        self._count_finished_by(len(added))
         cache = self._finished_cache
         if cache is not None:  # as a read of the file would give them
             learn = [to_learn_from(run) for run in added]
@@ -1196,6 +1416,7 @@ class HistoryStore:
     def _finished_revived(self, keys: list[RunKey]) -> None:
         """Runs that left the finished history (``_revive``): the cache is read again,
         and the version bumps so that the model is refitted without them."""
+        self._count_finished_by(-len(keys))
         self._finished_cache = None
         self.version += 1
         if self._running_ends is not None:

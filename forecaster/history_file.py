@@ -148,6 +148,11 @@ class DamagedHistory(HistoryError):
     """The file is ours (or no database at all) but damaged: set aside, start afresh."""
 
 
+class VolumeFull(HistoryError):
+    """A write failed because the volume holding the file is full (SQLITE_FULL): rolled
+    back; a smaller write may still fit (``HistoryStore.retain`` halves its batch)."""
+
+
 class IndexNotBuilt(HistoryError):
     """``runs_finished`` could not be built (a lock held past ``BUSY_TIMEOUT_SECONDS``,
     a full disk): the file is unchanged, checked and migrated, and usable without it."""
@@ -317,7 +322,7 @@ class Transaction:
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as err:
-            raise HistoryError(
+            raise _failed(err)(
                 f"history file {self._path}: cannot write ({why(err)}); nothing was written"
             ) from None
 
@@ -328,13 +333,13 @@ class Transaction:
                 return False
             except sqlite3.Error as err:
                 _rollback(self._conn)
-                raise HistoryError(
+                raise _failed(err)(
                     f"history file {self._path}: commit failed ({why(err)}); "
                     "this write was rolled back"
                 ) from None
         _rollback(self._conn)
         if isinstance(exc, sqlite3.Error):
-            raise HistoryError(
+            raise _failed(exc)(
                 f"history file {self._path}: write failed ({why(exc)}); this write was rolled back"
             ) from None
         if isinstance(exc, UnicodeEncodeError):  # text no caller checked (HistoryStore._storable)
@@ -343,6 +348,13 @@ class Transaction:
                 f"{exc.reason}); this write was rolled back"
             ) from None
         return False
+
+
+def _failed(err: sqlite3.Error) -> type[HistoryError]:
+    """The error a failed write raises: ``VolumeFull`` for SQLITE_FULL."""
+    code = _error_code(err)
+    full = code == _SQLITE_FULL or (code is None and "disk is full" in str(err).lower())
+    return VolumeFull if full else HistoryError
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,359 @@
+"""History retention (``HistoryStore.retain``, ``history_space``): what is deleted, what
+is kept (running runs, the floor of most recent runs, seeded runs, runs younger than
+the age), in bounded batches, across restarts, with the model's runs unchanged; the
+maintained finished count; the room on a real volume (a tmpfs, root only).
+
+Real SQLite files throughout; the clock is the ``now`` each call is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster import history_space
+from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.history_space import HistorySpace, Retention, low_room_bytes, space_of
+from gpu_eta.forecaster.runs import Run, RunUpdate, run_key
+
+DAY = 86400.0
+T0 = 1_700_000_000.0
+
+
+def live(i: int, start: float, epochs: int = 3, planned: float = 3) -> RunUpdate:
+    """A live run (pod and container known) of ``epochs`` epochs of 100 s from ``start``."""
+    return RunUpdate(
+        run_id=f"r{i}",
+        epochs_planned=planned,
+        start_timestamp=start,
+        epoch_ends=tuple((float(e), start + 100.0 * e) for e in range(1, epochs + 1)),
+        namespace="ns",
+        pod=f"pod-{i}",
+        container="main",
+        features={"job_name": "train"},
+        seen_timestamp=start + 100.0 * epochs,
+    )
+
+
+def finish_runs(store: HistoryStore, ids: range, at: float) -> None:
+    """Record the live runs ``ids`` and finish them at ``at`` (one cycle each)."""
+    ups = [live(i, at - 400.0) for i in ids]
+    store.record(ups)
+    store.finish([run_key(u) for u in ups], at)
+
+
+def stored_ids(db: Path, state: str = "finished") -> list[str]:
+    """The run ids the file holds (``finished`` or ``running``), by finish then id."""
+    conn = sqlite3.connect(db)
+    try:
+        op = "!=" if state == "finished" else "="
+        rows = conn.execute(
+            f"SELECT run_id FROM runs WHERE state {op} 'running' ORDER BY finished_timestamp, id"
+        ).fetchall()
+    finally:
+        conn.close()
+    return [r[0] for r in rows]
+
+
+def sql_count(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT COUNT(*) FROM runs WHERE state != 'running'").fetchone()[0]
+    finally:
+        conn.close()
+
+
+# -- what is deleted ------------------------------------------------------------------
+
+
+def test_only_finished_runs_older_than_the_age_are_deleted(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=30 * DAY))
+    finish_runs(store, range(0, 5), T0)  # 40 days old at the pass
+    finish_runs(store, range(5, 8), T0 + 20 * DAY)  # 20 days old
+    store.record([live(100, T0 - DAY, epochs=1, planned=10)])  # running since before all
+    deleted = store.retain(T0 + 40 * DAY)
+    assert deleted == 5
+    assert stored_ids(db) == ["r5", "r6", "r7"]
+    assert stored_ids(db, "running") == ["r100"]
+    assert store.count_finished() == 3 == sql_count(db)
+    store.close()
+
+
+def test_the_floor_keeps_the_most_recent_runs_whatever_their_age(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=DAY, keep_runs=4))
+    for i in range(10):  # one run finishing per hour, all long past the age
+        finish_runs(store, range(i, i + 1), T0 + 3600.0 * i)
+    assert store.retain(T0 + 100 * DAY) == 6
+    assert stored_ids(db) == ["r6", "r7", "r8", "r9"]
+    assert store.retain(T0 + 100 * DAY) == 0  # the floor holds
+    store.close()
+
+
+def test_runs_seeded_from_a_csv_are_kept(tmp_path: Path) -> None:
+    """A seeded run has no pod and no container; the next start would import it
+    again, so deleting it would churn for ever."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=DAY))
+    store.import_finished(
+        [Run(f"seed{i}", 2, ((0, T0 + i), (1, T0 + i + 10), (2, T0 + i + 20))) for i in range(3)]
+    )
+    finish_runs(store, range(3), T0 + 100.0)
+    assert store.retain(T0 + 10 * DAY) == 3
+    assert stored_ids(db) == ["seed0", "seed1", "seed2"]
+    assert store.import_finished([Run("seed0", 2, ((0, T0), (1, T0 + 10), (2, T0 + 20)))]) == 0
+    store.close()
+
+
+def test_a_pass_deletes_at_most_a_batch(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=DAY, batch_runs=7))
+    finish_runs(store, range(20), T0)
+    passes = []
+    while deleted := store.retain(T0 + 2 * DAY):
+        passes.append(deleted)
+    assert passes == [7, 7, 6]
+    assert store.count_finished() == 0 == sql_count(db)
+    store.close()
+
+
+def test_without_retention_nothing_is_deleted(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    finish_runs(store, range(5), T0)
+    assert store.retain(T0 + 1000 * DAY) == 0
+    store.record([live(9, T0 + 1000 * DAY)], now=T0 + 1000 * DAY)
+    assert len(stored_ids(db)) == 5
+    store.close()
+
+
+def test_a_cycle_write_runs_a_pass_first_and_retention_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    """``record`` (the cycle's first write) starts with a pass: the room it frees is
+    there for the write. The settings are the start's: a restarted store deletes too."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=30 * DAY, keep_runs=2))
+    finish_runs(store, range(6), T0)
+    store.close()
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=30 * DAY, keep_runs=2))
+    now = T0 + 31 * DAY
+    store.record([live(50, now - 300.0)], now=now)
+    assert stored_ids(db) == ["r4", "r5"]
+    assert stored_ids(db, "running") == ["r50"]
+    store.close()
+    store = HistoryStore.open(db)  # restarted: the deleted runs stay deleted
+    assert [r.run_id for r in store.finished()] == ["r4", "r5"]
+    assert store.count_finished() == 2
+    store.close()
+
+
+def test_the_model_keeps_its_runs_when_the_floor_covers_them(tmp_path: Path) -> None:
+    """The floor is ``--model.fit-runs``: retention never deletes a run the model reads,
+    so the cached runs stay as they are and no refit is asked for."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=DAY, keep_runs=5))
+    for i in range(12):
+        finish_runs(store, range(i, i + 1), T0 + 60.0 * i)
+    before = store.finished(5)
+    version = store.version
+    assert store.retain(T0 + 10 * DAY) == 7
+    assert store.version == version
+    assert store.finished(5) == before
+    assert [r.run_id for r in before] == ["r7", "r8", "r9", "r10", "r11"]
+    store.close()
+    fresh = HistoryStore.open(db)
+    assert fresh.finished(5) == before  # what a restart reads: the same runs
+    fresh.close()
+
+
+def test_runs_the_model_read_that_go_ask_for_a_refit(tmp_path: Path) -> None:
+    """A floor below what the model reads (``--model.fit-runs 0``: all of them): the
+    deleted runs leave the model's history at the next fit."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=DAY, keep_runs=2))
+    for i in range(4):
+        finish_runs(store, range(i, i + 1), T0 + 60.0 * i)
+    assert len(store.finished()) == 4
+    version = store.version
+    assert store.retain(T0 + 10 * DAY) == 2
+    assert store.version > version
+    assert [r.run_id for r in store.finished()] == ["r2", "r3"]
+    store.close()
+
+
+# -- the finished count ------------------------------------------------------------------
+
+
+def test_the_finished_count_is_kept_without_a_scan(tmp_path: Path) -> None:
+    """Counted once, then kept in step by the store's writes: the cycle asks every
+    time, and a scan of 450,000 runs took 22 ms."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=DAY))
+    finish_runs(store, range(4), T0)
+    assert store.count_finished() == 4
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    assert store.count_finished() == 4
+    assert statements == []
+    store._conn.set_trace_callback(None)
+    # every write that adds or removes a finished run moves it
+    store.import_finished([Run("seed", 1, ((0, T0), (1, T0 + 10)))])
+    assert store.count_finished() == 5 == sql_count(db)
+    late = live(7, T0, epochs=1, planned=3)
+    store.record([late])
+    store.finish([run_key(late)], T0 + 500.0)  # vanished at epoch 1 of 3: incomplete
+    assert store.count_finished() == 6 == sql_count(db)
+    back = dataclasses.replace(late, seen_timestamp=T0 + 900.0)
+    assert store.record([back]) == [run_key(late)]  # present again: running again
+    assert store.count_finished() == 5 == sql_count(db)
+    store.retain(T0 + 2 * DAY)
+    assert store.count_finished() == 1 == sql_count(db)  # the seeded run
+    store.close()
+
+
+# -- the room --------------------------------------------------------------------------
+
+
+def test_the_room_is_the_volume_s_available_bytes_and_the_file_s_free_pages() -> None:
+    mib = 1024 * 1024
+    assert HistorySpace(500 * mib, 10 * mib, 60 * mib, 1024 * mib).room_bytes == 70 * mib
+    assert not HistorySpace(500 * mib, 10 * mib, 60 * mib, 1024 * mib).low
+    assert HistorySpace(500 * mib, 1 * mib, 60 * mib, 1024 * mib).low
+    assert low_room_bytes(1024 * mib) == 64 * mib
+    assert low_room_bytes(8 * mib) == 8 * mib // 10  # a tenth of a small volume
+    assert not HistorySpace(1, 0).low  # unknown room: never low
+
+
+def test_the_space_of_a_file_is_read_from_it_and_its_volume(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    finish_runs(store, range(30), T0)
+    space = store.space()
+    assert space is not None
+    assert space.file_bytes == db.stat().st_size
+    vfs = os.statvfs(tmp_path)
+    assert space.capacity_bytes == vfs.f_blocks * vfs.f_frsize
+    assert space.available_bytes is not None and space.available_bytes > 0
+    assert space.free_bytes == 0
+    store._conn.execute("DELETE FROM runs")
+    assert store.space().free_bytes > 0  # type: ignore[union-attr]
+    store.close()
+    assert space_of(":memory:", 0) is None
+
+
+def test_low_room_deletes_runs_beyond_the_floor_whatever_their_age(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A volume with less room than ``low_room_bytes`` (here: any volume) loses its
+    oldest runs beyond the floor, young as they are, until the file holds that much
+    free; a pass with room enough deletes by age only."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=365 * DAY, keep_runs=3))
+    finish_runs(store, range(10), T0)
+    assert store.retain(T0 + DAY) == 0  # room enough: a day-old run stays
+    monkeypatch.setattr(history_space, "LOW_ROOM_BYTES", 1 << 62)
+    monkeypatch.setattr(history_space, "low_room_bytes", lambda capacity: 1 << 62)
+    assert store.retain(T0 + DAY) == 7
+    assert stored_ids(db) == ["r7", "r8", "r9"]
+    store.close()
+
+
+# -- a real volume: a tmpfs -----------------------------------------------------------
+
+FILL_CHILD = """
+import json, os, sys
+from gpu_eta.forecaster.history import HistoryError, HistoryStore
+from gpu_eta.forecaster.history_space import Retention
+from gpu_eta.forecaster.runs import RunUpdate, run_key
+
+volume, mode, cycles = sys.argv[1], sys.argv[2], int(sys.argv[3])
+db = os.path.join(volume, "h.sqlite")
+retention = Retention(max_age_seconds=30 * 86400.0, keep_runs=200) if mode == "retain" else None
+store = HistoryStore.open(db, retention=retention)
+t0 = 1.7e9
+sizes, error = [], None
+for c in range(cycles):
+    now = t0 + 60.0 * c
+    ups = [
+        RunUpdate(run_id=f"r{c}-{k}", epochs_planned=30.0, start_timestamp=now - 3000.0,
+                  namespace=f"user-{k}", pod=f"sweep-{c:06d}-{k:02d}-x7k2p", container="main",
+                  node="gpu-node-1", features={"job_name": "sweep", "gpus": 1.0},
+                  epoch_ends=tuple((float(e), now - 3000.0 + 100.0 * e) for e in range(1, 31)),
+                  seen_timestamp=now)
+        for k in range(20)
+    ]
+    try:
+        store.record(ups, now=now)
+        store.finish([run_key(u) for u in ups], now)
+    except HistoryError as err:
+        error = f"cycle {c}: {err}"
+        break
+    sizes.append(os.path.getsize(db))
+space = store.space()
+print(json.dumps({"error": error, "cycles": len(sizes), "sizes": sizes[::50] + sizes[-1:],
+                  "finished": store.count_finished(), "room_low": space.low,
+                  "capacity": space.capacity_bytes}))
+store.close()
+"""
+
+
+def fill_a_tmpfs(tmp_path: Path, mode: str, cycles: int, size: str = "4m") -> dict:
+    """Run ``cycles`` cycles of 20 finishing runs on a fresh ``size`` tmpfs (root and
+    unshare(1); skipped elsewhere): what the child saw."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("mounting a tmpfs needs root and unshare(1)")
+    script = tmp_path / "child.py"
+    script.write_text(FILL_CHILD)
+    mount = tmp_path / "vol"
+    mount.mkdir()
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "sh",
+            "-c",
+            f'mount -t tmpfs -o size={size} tmpfs "$1" || exit 77; exec "$2" "$3" "$1" "$4" "$5"',
+            "sh",
+            str(mount),
+            sys.executable,
+            str(script),
+            mode,
+            str(cycles),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode == 77 or "unshare failed" in proc.stderr:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_without_retention_the_history_fills_its_volume(tmp_path: Path) -> None:
+    """What retention prevents: the file grows until every cycle's write fails."""
+    got = fill_a_tmpfs(tmp_path, "keep", 2000)
+    assert got["error"] is not None and "full" in got["error"], got
+
+
+def test_retention_keeps_the_history_within_its_volume(tmp_path: Path) -> None:
+    """Five times the runs the volume holds: the room runs low, the oldest runs beyond
+    the floor go, and the file stops growing with room left for every write."""
+    got = fill_a_tmpfs(tmp_path, "retain", 1000)
+    assert got["error"] is None, got
+    assert got["cycles"] == 1000
+    assert got["finished"] >= 200  # the floor
+    assert got["finished"] < 1000 * 20
+    sizes = got["sizes"]
+    assert sizes[-1] < got["capacity"]
+    assert sizes[-1] == sizes[-2] or sizes[-1] - sizes[-2] < 64 * 1024, sizes  # flat
