@@ -28,6 +28,7 @@ from prometheus_client.utils import floatToGoString
 from gpu_eta.common.text import utf8_encodable
 from gpu_eta.forecaster.calibration import BINS
 from gpu_eta.forecaster.forecast import QUANTILES, ForecastSet
+from gpu_eta.forecaster.history_space import HistorySpace
 from gpu_eta.forecaster.methods import PLANLESS_METHODS
 from gpu_eta.forecaster.pending import PendingSet, describe, error_counts, left_out
 from gpu_eta.forecaster.series import QueryStats
@@ -93,6 +94,19 @@ class ServiceState:
     # nodeSelector keys last seen not checked against node labels → when
     _selectors_unchecked: dict[str, float] = field(default_factory=dict, repr=False)
     _unencodable: int = field(default=0, repr=False)  # as last logged
+    # the history file's size and its volume's room, read after the last cycle (a failed
+    # one too: a full volume fails every cycle); None before the first or without a file
+    _history_space: HistorySpace | None = field(default=None, repr=False)
+
+    def note_history(self, space: HistorySpace | None) -> None:
+        """Keep the history's space as read after a cycle (``Service``)."""
+        with self._lock:
+            self._history_space = space
+
+    def history_space(self) -> HistorySpace | None:
+        """The history's space as last noted."""
+        with self._lock:
+            return self._history_space
 
     def success(self, fs: ForecastSet, duration_seconds: float, at: float) -> None:
         """Record a good cycle: its set replaces the old one, stale clears.
@@ -285,7 +299,7 @@ def render(
     if not self_only:
         head, remaining, tail = forecast_families(fs, now)
         families += [*head, remaining, *tail]
-    families += self_families(stale, duration, last_ok, errors, queries)
+    families += self_families(stale, duration, last_ok, errors, queries, state.history_space())
     return untyped_quantiles(families) if for_push else families
 
 
@@ -413,9 +427,11 @@ def self_families(
     last_ok: float | None,
     errors: Mapping[str, int],
     queries: QueryStats,
+    history: HistorySpace | None = None,
 ) -> list[Metric]:
-    """The ``gpu_eta_forecaster_*`` self-monitoring families (a handful of series)."""
-    families: list[Metric] = []
+    """The ``gpu_eta_forecaster_*`` self-monitoring families (a handful of series);
+    ``history``: the history file's space (``history_families``)."""
+    families: list[Metric] = history_families(history)
     stale_g = GaugeMetricFamily(
         "gpu_eta_forecaster_stale",
         "1 while serving forecasts of an earlier cycle because the last cycle failed "
@@ -470,6 +486,43 @@ def self_families(
     )
     build.add_metric([VERSION], 1.0)
     families.append(build)
+    return families
+
+
+def history_families(space: HistorySpace | None) -> list[Metric]:
+    """The history file's size and its volume's room (docs/metrics.md), each only when
+    known: nothing without a file, no volume figures where ``statvfs`` fails."""
+    if space is None:
+        return []
+    values = (
+        (
+            "gpu_eta_forecaster_history_bytes",
+            "Size of the history file, read after each cycle.",
+            space.file_bytes,
+        ),
+        (
+            "gpu_eta_forecaster_history_free_bytes",
+            "Free pages inside the history file (runs deleted by --history.retention): "
+            "reused before the file grows.",
+            space.free_bytes,
+        ),
+        (
+            "gpu_eta_forecaster_history_volume_available_bytes",
+            "Bytes the forecaster may still write on the history file's volume.",
+            space.available_bytes,
+        ),
+        (
+            "gpu_eta_forecaster_history_volume_capacity_bytes",
+            "Size of the history file's volume.",
+            space.capacity_bytes,
+        ),
+    )
+    families: list[Metric] = []
+    for name, text, value in values:
+        if value is not None:
+            family = GaugeMetricFamily(name, text)
+            family.add_metric([], float(value))
+            families.append(family)
     return families
 
 
@@ -602,7 +655,10 @@ class Exposition:
                     log.exception("cannot encode the forecasts; serving self-monitoring only")
                     enc = _Encoded(b"", b"", (), b"")
                 self._by_type[content_type] = enc
-        own = _encode(encoder, self_families(stale, duration, last_ok, errors, queries))
+        own = _encode(
+            encoder,
+            self_families(stale, duration, last_ok, errors, queries, self.state.history_space()),
+        )
         closing = _EOF if encoder(_Families(())).endswith(_EOF) else b""
         return enc.body(self.clock()) + own + closing, content_type
 

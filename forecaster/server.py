@@ -104,6 +104,19 @@ class Service:
             return self._run_once(started)
         finally:
             self._cycle_started = None
+            self._note_history()
+
+    def _note_history(self) -> None:
+        """Read the history's space into the state after a cycle, failed or not (a full
+        volume fails every cycle, and its room is what says why); never raises."""
+        space = getattr(getattr(self.cycle, "store", None), "space", None)
+        if space is None:
+            return
+        try:
+            self.state.note_history(space())
+        except Exception as err:  # a closed store, a stat that fails: the gauges go
+            log.debug("cannot read the history's space: %s", err)
+            self.state.note_history(None)
 
     def _run_once(self, started: float) -> bool:
         try:

@@ -493,6 +493,7 @@ def _forecaster_text() -> str:
     """The forecaster's collector after one good cycle's ``ForecastSet``."""
     from gpu_eta.forecaster.calibration import BINS
     from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
+    from gpu_eta.forecaster.history_space import HistorySpace
     from gpu_eta.forecaster.pending import PendingSet, PodStart
     from gpu_eta.forecaster.publish import ServiceState, make_registry
     from gpu_eta.forecaster.queue_replay import Request, StartPrediction
@@ -531,6 +532,7 @@ def _forecaster_text() -> str:
     )
     state = ServiceState()
     state.success(forecast_set, 0.5, now)
+    state.note_history(HistorySpace(40 << 20, 1 << 20, 900 << 20, 1 << 30))
     return generate_latest(make_registry(state, clock=lambda: now + 50)).decode()
 
 

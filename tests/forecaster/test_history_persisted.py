@@ -176,3 +176,37 @@ def test_rows_the_history_reads_leave_out_are_published(tmp_path: Path) -> None:
     }
     assert values == {SKIPPED: 1.0, NAME: 1.0}
     promtool_check(text)
+
+
+@pytest.mark.parametrize("prometheus_up", [True, False])
+def test_the_history_s_size_and_room_are_published_after_every_cycle(
+    tmp_path: Path, prometheus_up: bool
+) -> None:
+    """Read after each cycle, a failed one too: a full volume fails every cycle, and
+    the room is what says why (the alert GpuEtaForecasterHistoryVolumeFull reads it)."""
+    import os
+
+    from gpu_eta.forecaster.server import Service
+
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    try:
+        client = CannedClient(job("run", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300))
+        client.fail = not prometheus_up
+        state = ServiceState()
+        assert Service(make_cycle(client, store), state, 60.0).run_once() is prometheus_up
+        text = generate_latest(make_registry(state, clock=lambda: NOW)).decode()
+    finally:
+        store.close()
+    values = {
+        fam.name: fam.samples[0].value
+        for fam in text_string_to_metric_families(text)
+        if fam.name.startswith("gpu_eta_forecaster_history_")
+    }
+    vfs = os.statvfs(tmp_path)
+    assert values["gpu_eta_forecaster_history_bytes"] == db.stat().st_size
+    assert values["gpu_eta_forecaster_history_free_bytes"] >= 0
+    capacity = vfs.f_blocks * vfs.f_frsize
+    assert values["gpu_eta_forecaster_history_volume_capacity_bytes"] == capacity
+    assert 0 < values["gpu_eta_forecaster_history_volume_available_bytes"] <= capacity
+    promtool_check(text)
