@@ -13,10 +13,12 @@ import math
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from gpu_eta.common.durations import duration_seconds
 from gpu_eta.common.listen import parse_listen_address as common_listen_address
 from gpu_eta.common.text import without_credentials
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.history_space import Retention
 from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.secret_file import SecretFile
 
@@ -83,6 +85,9 @@ class Config:
     max_response_bytes: int = 64 * 1024 * 1024
     history_db: str = "gpu-eta-history.sqlite"
     seed_csv: str | None = None
+    # finished runs that finished longer ago are deleted, never the most recent
+    # ``cycle.fit_runs`` (0: none deleted); see ``history_retention``
+    history_retention_seconds: float = 30 * 86400.0
     listen_address: str = ":9844"
     interval_seconds: float = 60.0
     pushgateway_url: str | None = None
@@ -140,6 +145,13 @@ class Config:
                 "--history.partial-hold must be a finite number >= 0, "
                 f"got {self.cycle.partial_hold_seconds}"
             )
+        if not (
+            math.isfinite(self.history_retention_seconds) and self.history_retention_seconds >= 0
+        ):
+            raise ConfigError(
+                "--history.retention must be a duration (like 30d) or 0, "
+                f"got {self.history_retention_seconds} s"
+            )
         if self.cycle.fit_runs < 0:
             raise ConfigError(f"--model.fit-runs must be >= 0, got {self.cycle.fit_runs}")
         if self.cycle.fit_points < 0:
@@ -175,6 +187,28 @@ def check_gpu_resources(pending: PendingSettings) -> None:
             "fewer or shorter names; MIG profiles need none (nvidia.com/mig-* is read "
             "already)"
         ) from None
+
+
+def parse_retention(text: str) -> float:
+    """``--history.retention``: a Prometheus duration (``30d``, ``1w2d``) or ``0`` (keep
+    every run), in seconds; ``ConfigError`` otherwise. Why not plain seconds as the
+    other history flags: a retention is weeks or months, as Prometheus' own
+    ``--storage.tsdb.retention.time``."""
+    seconds = 0.0 if text.strip() == "0" else duration_seconds(text)
+    if seconds is None:
+        raise ConfigError(f"--history.retention must be a duration (like 30d) or 0, got {text!r}")
+    return seconds
+
+
+def history_retention(config: Config) -> Retention | None:
+    """What the store deletes (``HistoryStore.retain``): finished runs older than
+    ``--history.retention``, never one of the most recent ``--model.fit-runs`` (what
+    the model may read: docs/forecaster.md, "History file"); None for ``0``.
+    ``--model.fit-runs 0`` (fit on all) leaves no such floor: retention then bounds
+    what the model reads too."""
+    if config.history_retention_seconds <= 0:
+        return None
+    return Retention(config.history_retention_seconds, keep_runs=config.cycle.fit_runs)
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:

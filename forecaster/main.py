@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING
 # numpy, ...) comes with the extras, imported once the command is known to have them
 # (``missing_extra``).
 from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES, parse_gpu_resources
-from gpu_eta.forecaster.config import Config, ConfigError, parse_listen_address
+from gpu_eta.forecaster.config import (
+    Config,
+    ConfigError,
+    history_retention,
+    parse_listen_address,
+    parse_retention,
+)
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
@@ -188,6 +194,15 @@ def _common_flags() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="runs CSV (docs/evaluate.md) whose finished runs are imported at start if not stored yet",
+    )
+    h.add_argument(
+        "--history.retention",
+        dest="history_retention",
+        default="30d",
+        metavar="DURATION",
+        help="finished runs that finished longer ago are deleted (a Prometheus duration; 0: "
+        "keep every run), never the most recent --model.fit-runs; any age beyond those while "
+        "the volume is nearly full",
     )
     h.add_argument(
         "--history.lookback",
@@ -432,6 +447,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         **prometheus_connection(args),
         history_db=args.history_db,
         seed_csv=args.seed_csv,
+        history_retention_seconds=parse_retention(args.history_retention),
         listen_address=getattr(args, "listen_address", ":9844"),
         interval_seconds=getattr(args, "interval_seconds", 60.0),
         pushgateway_url=getattr(args, "pushgateway_url", None),
@@ -515,7 +531,7 @@ def _open(config: Config):
     from gpu_eta.forecaster.history import HistoryStore
     from gpu_eta.forecaster.promapi import PromClient
 
-    store = HistoryStore.open(config.history_db)
+    store = HistoryStore.open(config.history_db, retention=history_retention(config))
     try:
         if config.seed_csv:
             from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs_file

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from gpu_eta.forecaster.history_space import Retention
 from gpu_eta.forecaster.main import ExitCode, build_parser, config_from_args, main
 from gpu_eta.forecaster.queue_replay import Toleration
 from gpu_eta.forecaster.secret_file import reveal
@@ -84,6 +85,8 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["once", "--prometheus.backoff=-inf"], "--prometheus.backoff must be >= 0"),
         (["serve", "--prometheus.retries", "-1"], "--prometheus.retries must be >= 0"),
         (["serve", "--model.fit-points", "-1"], "--model.fit-points must be >= 0"),
+        (["serve", "--history.retention", "30"], "--history.retention must be a duration"),
+        (["once", "--history.retention=-1d"], "--history.retention must be a duration"),
         (["once", "--query.step", "0.0004"], "--query.step must be at least 0.001"),
         (["once", "--prometheus.max-response-bytes", "10"], "must be >= 1024"),
         (["once", "--pending.request-toleration", "sku=gpu:Never"], "effect must be one of"),
@@ -121,6 +124,58 @@ def test_the_partial_hold_reaches_the_cycle_settings() -> None:
     assert config_from_args(build_parser().parse_args(argv)).cycle.partial_hold_seconds == 120
     default = config_from_args(build_parser().parse_args(["once"])).cycle
     assert default.partial_hold_seconds == 3600
+
+
+def test_the_retention_is_a_duration_with_the_fit_runs_as_its_floor() -> None:
+    from gpu_eta.forecaster.config import history_retention
+
+    parse = build_parser().parse_args
+    default = config_from_args(parse(["once"]))
+    assert history_retention(default) == Retention(30 * 86400.0, keep_runs=100_000)
+    argv = ["serve", "--history.retention", "1w2d", "--model.fit-runs", "500"]
+    assert history_retention(config_from_args(parse(argv))) == Retention(9 * 86400.0, 500)
+    assert history_retention(config_from_args(parse(["once", "--history.retention", "0"]))) is None
+
+
+def test_once_deletes_old_runs_beyond_the_floor_and_publishes_the_file_s_size(
+    empty_prometheus_api, tmp_path
+) -> None:
+    """The flag reaches the store: the run's cycle deletes what retention allows."""
+    from gpu_eta.forecaster.history import HistoryStore
+    from gpu_eta.forecaster.runs import RunUpdate, run_key
+
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    long_ago = time.time() - 400 * 86400.0
+    for i in range(5):
+        up = RunUpdate(
+            run_id=f"r{i}",
+            epochs_planned=1,
+            start_timestamp=long_ago + i,
+            epoch_ends=((1.0, long_ago + i + 60.0),),
+            namespace="ns",
+            pod=f"p{i}",
+            container="c",
+        )
+        store.record([up])
+        store.finish([run_key(up)], long_ago + i + 100.0)
+    store.close()
+    proc = run_cli(
+        "once",
+        "--prometheus.url",
+        empty_prometheus_api,
+        "--history.db",
+        str(db),
+        "--history.retention",
+        "90d",
+        "--model.fit-runs",
+        "2",
+    )
+    assert proc.returncode == 0, proc.stderr
+    store = HistoryStore.open(db)
+    assert [r.run_id for r in store.finished()] == ["r3", "r4"]
+    store.close()
+    assert f"gpu_eta_forecaster_history_bytes {float(db.stat().st_size)}" in proc.stdout
 
 
 def test_request_tolerations_reach_the_pending_settings() -> None:
