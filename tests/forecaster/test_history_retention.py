@@ -278,11 +278,11 @@ from gpu_eta.forecaster.runs import RunUpdate, run_key
 
 volume, mode, cycles = sys.argv[1], sys.argv[2], int(sys.argv[3])
 db = os.path.join(volume, "h.sqlite")
-retention = Retention(max_age_seconds=30 * 86400.0, keep_runs=200) if mode == "retain" else None
-store = HistoryStore.open(db, retention=retention)
+retention = Retention(max_age_seconds=30 * 86400.0, keep_runs=200)
+store = HistoryStore.open(db, retention=retention if mode == "retain" else None)
 t0 = 1.7e9
-sizes, error = [], None
-for c in range(cycles):
+
+def cycle(c):
     now = t0 + 60.0 * c
     ups = [
         RunUpdate(run_id=f"r{c}-{k}", epochs_planned=30.0, start_timestamp=now - 3000.0,
@@ -292,17 +292,28 @@ for c in range(cycles):
                   seen_timestamp=now)
         for k in range(20)
     ]
+    store.record(ups, now=now)
+    store.finish([run_key(u) for u in ups], now)
+
+sizes, error, after = [], None, None
+for c in range(cycles):
     try:
-        store.record(ups, now=now)
-        store.finish([run_key(u) for u in ups], now)
+        cycle(c)
     except HistoryError as err:
         error = f"cycle {c}: {err}"
         break
     sizes.append(os.path.getsize(db))
+if mode == "keep-then-retain":  # the next start, with retention
+    store.close()
+    store = HistoryStore.open(db, retention=retention)
+    after = 0
+    for c in range(len(sizes) + 1, len(sizes) + 11):
+        cycle(c)
+        after += 1
 space = store.space()
 print(json.dumps({"error": error, "cycles": len(sizes), "sizes": sizes[::50] + sizes[-1:],
                   "finished": store.count_finished(), "room_low": space.low,
-                  "capacity": space.capacity_bytes}))
+                  "capacity": space.capacity_bytes, "after": after}))
 store.close()
 """
 
@@ -357,3 +368,16 @@ def test_retention_keeps_the_history_within_its_volume(tmp_path: Path) -> None:
     sizes = got["sizes"]
     assert sizes[-1] < got["capacity"]
     assert sizes[-1] == sizes[-2] or sizes[-1] - sizes[-2] < 64 * 1024, sizes  # flat
+
+
+def test_a_volume_filled_without_retention_is_written_again_after_a_start_with_it(
+    tmp_path: Path,
+) -> None:
+    """A history that filled its volume (every write failing full, as a release without
+    retention leaves it): the next start's passes delete runs beyond the floor, halving
+    their batch while its journal does not fit the room the failed write left, and the
+    cycles write again."""
+    got = fill_a_tmpfs(tmp_path, "keep-then-retain", 2000)
+    assert got["error"] is not None and "full" in got["error"], got
+    assert got["after"] == 10, got
+    assert got["finished"] < (got["cycles"] + 10) * 20
