@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import resource
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -33,6 +32,7 @@ from gpu_eta.forecaster.history import HistoryConflict, HistoryError, HistorySto
 from gpu_eta.forecaster.runs import Run, RunUpdate
 from tests.support.child import in_child
 from tests.support.read_only import read_only_directory, run_unprivileged
+from tests.support.tmpfs import run_on_tmpfs
 
 # A second process on the file: takes the lock ``how`` asks, says "held", and keeps
 # it until its stdin closes or ``seconds`` pass.
@@ -409,31 +409,7 @@ def test_a_full_disk_at_start_refuses_and_moves_nothing(tmp_path: Path, probe_ro
     """The start's write probe on a full volume (a real 1 MiB tmpfs). The old probe
     rewrote the row it wrote before (SQLite then writes nothing) and missed it;
     without that row, it failed and the healthy file was set aside."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("mounting a tmpfs needs root and unshare(1)")
-    script = tmp_path / "child.py"
-    script.write_text(FULL_DISK_CHILD)
-    mount = tmp_path / "vol"
-    mount.mkdir()
-    proc = subprocess.run(
-        [
-            "unshare",
-            "--mount",
-            "sh",
-            "-c",
-            'mount -t tmpfs -o size=1m tmpfs "$1" || exit 77; exec "$2" "$3" "$1" "$4"',
-            "sh",
-            str(mount),
-            sys.executable,
-            str(script),
-            probe_row,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if proc.returncode == 77 or "unshare failed" in proc.stderr:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()[:200]}")
+    proc = run_on_tmpfs(tmp_path, FULL_DISK_CHILD, [probe_row], "1m")
     assert proc.returncode == 0, proc.stderr
     got, files, runs_after = json.loads(proc.stdout.splitlines()[-1])
     assert files == ["filler", "h.sqlite"]  # nothing set aside

@@ -11,10 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +20,7 @@ from gpu_eta.forecaster import history_space
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.history_space import HistorySpace, Retention, low_room_bytes, space_of
 from gpu_eta.forecaster.runs import Run, RunUpdate, run_key
+from tests.support.tmpfs import run_on_tmpfs
 
 DAY = 86400.0
 T0 = 1_700_000_000.0
@@ -321,32 +319,7 @@ store.close()
 def fill_a_tmpfs(tmp_path: Path, mode: str, cycles: int, size: str = "4m") -> dict:
     """Run ``cycles`` cycles of 20 finishing runs on a fresh ``size`` tmpfs (root and
     unshare(1); skipped elsewhere): what the child saw."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("mounting a tmpfs needs root and unshare(1)")
-    script = tmp_path / "child.py"
-    script.write_text(FILL_CHILD)
-    mount = tmp_path / "vol"
-    mount.mkdir()
-    proc = subprocess.run(
-        [
-            "unshare",
-            "--mount",
-            "sh",
-            "-c",
-            f'mount -t tmpfs -o size={size} tmpfs "$1" || exit 77; exec "$2" "$3" "$1" "$4" "$5"',
-            "sh",
-            str(mount),
-            sys.executable,
-            str(script),
-            mode,
-            str(cycles),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if proc.returncode == 77 or "unshare failed" in proc.stderr:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()[:200]}")
+    proc = run_on_tmpfs(tmp_path, FILL_CHILD, [mode, str(cycles)], size, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.splitlines()[-1])
 
