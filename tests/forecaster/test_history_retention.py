@@ -259,7 +259,6 @@ def test_low_room_deletes_runs_beyond_the_floor_whatever_their_age(
     store = HistoryStore.open(db, retention=Retention(max_age_seconds=365 * DAY, keep_runs=3))
     finish_runs(store, range(10), T0)
     assert store.retain(T0 + DAY) == 0  # room enough: a day-old run stays
-    monkeypatch.setattr(history_space, "LOW_ROOM_BYTES", 1 << 62)
     monkeypatch.setattr(history_space, "low_room_bytes", lambda capacity: 1 << 62)
     assert store.retain(T0 + DAY) == 7
     assert stored_ids(db) == ["r7", "r8", "r9"]
