@@ -15,6 +15,7 @@ kept), so the queries match ``ksm_resource_regex`` of the names, not the names.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from gpu_eta.common.k8s_names import is_extended_resource_name, ksm_label
 # Written out as is in rules/gpu-eta.rules.yaml and grafana/build.py, where the chart
 # replaces it (charts/gpu-eta, gpuResources): tests/ops/test_chart.py holds them equal.
 KSM_GPU_RESOURCES = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
+_BUILT_IN = re.compile(KSM_GPU_RESOURCES)  # fullmatch, as PromQL anchors a matcher's regex
 # names a site gives at most: it renames its time-sliced GPUs to a few
 MAX_GPU_RESOURCES = 32
 
@@ -57,10 +59,24 @@ def ksm_gpu_resources(extra: Sequence[str] = ()) -> tuple[str, ...]:
     return tuple(dict.fromkeys(ksm_label(name) for name in extra))
 
 
+def beyond_built_in(names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` (Kubernetes names) but those ``KSM_GPU_RESOURCES`` matches in KSM's
+    spelling (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``, every ``nvidia.com/mig-*``).
+
+    Why: a site with MIG nodes tends to list its profiles (``nvidia.com/mig-1g.10gb``,
+    ``nvidia.com/mig-3g.40gb``...) to every part as it lists them to the exporter, and
+    each name written into the regex is written in every GPU matcher of every query:
+    in the forecaster's queue five profiles took the first round from 8,500 characters
+    past 12,000, ten past the 16 KiB VictoriaMetrics takes (``-search.maxQueryLen``).
+    They match ``nvidia_com_mig_.+`` anyway: the same series are read."""
+    return tuple(name for name in names if not _BUILT_IN.fullmatch(ksm_label(name)))
+
+
 def ksm_resource_regex(extra: Sequence[str] = ()) -> str:
     """The regex a ``resource=~"..."`` matcher takes for the built-in GPU resources
     and ``extra`` (Kubernetes names): ``KSM_GPU_RESOURCES`` alone without any, else
-    it with ``|`` and each extra name's label. A sanitised name holds only
-    ``[a-zA-Z0-9_]``, nothing RE2 or a PromQL string reads specially, so it is written
-    as is (no escape a Helm template would have to repeat)."""
-    return "|".join((KSM_GPU_RESOURCES, *ksm_gpu_resources(extra)))
+    it with ``|`` and the label of each extra name it does not match already
+    (``beyond_built_in``). A sanitised name holds only ``[a-zA-Z0-9_]``, nothing RE2
+    or a PromQL string reads specially, so it is written as is (no escape a Helm
+    template would have to repeat)."""
+    return "|".join((KSM_GPU_RESOURCES, *ksm_gpu_resources(beyond_built_in(extra))))

@@ -199,7 +199,6 @@ from gpu_eta.common.gpu_resources import (
     ksm_gpu_resources,
     ksm_resource_regex,
 )
-from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.forecaster.queue_replay import (
     EFFECTS,
     OPERATORS,
@@ -518,27 +517,14 @@ _RESOURCE = re.compile(KSM_GPU_RESOURCES)  # fullmatch: the queries' own regex
 def render(template: str, arrivals_seconds: float, gpu_resources: Sequence[str] = ()) -> str:
     """Fill a query's arrival window and its GPU resources: the built-in ones and
     ``gpu_resources``, the site's own (Kubernetes names, ``--pending.gpu-resource``;
-    ``common.gpu_resources.ksm_resource_regex``), those the built-in regex matches
-    already left out (``beyond_built_in``)."""
+    ``common.gpu_resources.ksm_resource_regex``: those the built-in regex matches
+    already are left out, ``beyond_built_in``)."""
     seconds = max(1, round(arrivals_seconds))
     return (
         template.replace("{arrivals}", f"{seconds}s")
         .replace("{arrivals_seconds}", str(seconds))
-        .replace("{gpu_resources}", ksm_resource_regex(beyond_built_in(gpu_resources)))
+        .replace("{gpu_resources}", ksm_resource_regex(gpu_resources))
     )
-
-
-def beyond_built_in(gpu_resources: Sequence[str]) -> tuple[str, ...]:
-    """``gpu_resources`` (Kubernetes names) but those the built-in regex matches in KSM's
-    spelling (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``, every ``nvidia.com/mig-*``).
-
-    Why: a site with MIG nodes tends to list its profiles (``nvidia.com/mig-1g.10gb``,
-    ``nvidia.com/mig-3g.40gb``...) as it lists them to the exporter, and each name
-    written into the regex is written in every GPU matcher of every query: five
-    profiles took the first round from 8,500 characters past 12,000, ten past the
-    16 KiB VictoriaMetrics takes (``-search.maxQueryLen``), and the queue went
-    unpredicted. They match ``nvidia_com_mig_.+`` anyway: the same series are read."""
-    return tuple(name for name in gpu_resources if not _RESOURCE.fullmatch(ksm_label(name)))
 
 
 def rendered(

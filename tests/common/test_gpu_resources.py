@@ -10,10 +10,12 @@ import pytest
 from gpu_eta.common.gpu_resources import (
     KSM_GPU_RESOURCES,
     MAX_GPU_RESOURCES,
+    beyond_built_in,
     ksm_gpu_resources,
     ksm_resource_regex,
     parse_gpu_resources,
 )
+from tests.forecaster.test_kube_state_rounds import MIG
 
 
 def test_names_are_spelt_as_kube_state_metrics_spells_them() -> None:
@@ -45,6 +47,24 @@ def test_the_regex_is_the_built_in_one_plus_each_name_whole() -> None:
         ("cpu", False),
     ):
         assert bool(re.fullmatch(regex, label)) is matches, label
+
+
+def test_names_the_built_in_regex_matches_are_not_written() -> None:
+    """MIG profiles, ``nvidia.com/gpu`` and ``nvidia.com/gpu.shared`` listed by a site
+    leave the regex as it is without them (``nvidia_com_mig_.+`` matches every profile):
+    each name written stands in every GPU matcher of every query that uses the regex.
+    A name beyond them is still written, and matched."""
+    listed = ("nvidia.com/gpu", "nvidia.com/gpu.shared", *MIG)
+    assert beyond_built_in((*listed, "amd.com/gpu")) == ("amd.com/gpu",)
+    assert ksm_resource_regex(listed) == KSM_GPU_RESOURCES
+    regex = ksm_resource_regex((*MIG, "amd.com/gpu"))
+    assert regex == KSM_GPU_RESOURCES + "|amd_com_gpu"
+    assert re.fullmatch(regex, "amd_com_gpu") and re.fullmatch(regex, "nvidia_com_mig_1g_5gb")
+    # a name that only starts like a built-in one is the site's own
+    assert beyond_built_in(("nvidia.com/gpu-a100", "nvidia.com/gpushared")) == (
+        "nvidia.com/gpu-a100",
+        "nvidia.com/gpushared",
+    )
 
 
 def test_names_are_checked_deduplicated_and_bounded() -> None:

@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from gpu_eta.common.gpu_resources import beyond_built_in
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.config import Config, ConfigError, CycleSettings
 from gpu_eta.forecaster.history import HistoryStore
@@ -68,7 +69,7 @@ def test_names_the_built_in_regex_matches_change_no_query() -> None:
     takes."""
     parts = {**kube_state.QUERIES, kube_state.ARRIVALS_SEEN_PART: kube_state.ARRIVALS_SEEN}
     assert kube_state.rendered(parts, 3600, (*BUILT_IN, *MIG)) == kube_state.rendered(parts, 3600)
-    assert kube_state.beyond_built_in((*MIG, "nvidia.com/a100-shared", "nvidia.com/gpu")) == (
+    assert beyond_built_in((*MIG, "nvidia.com/a100-shared", "nvidia.com/gpu")) == (
         "nvidia.com/a100-shared",
     )
     # a name beyond them is still read: in every GPU matcher

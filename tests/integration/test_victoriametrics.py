@@ -333,7 +333,7 @@ def test_a_mig_sites_queue_is_predicted_with_its_profiles_named(tmp_path: Path) 
     written into every GPU matcher of the queue's folded query (16,961 characters), which
     VictoriaMetrics refuses (HTTP 422, ``-search.maxQueryLen=16384`` by default), so the
     queue went unpredicted every cycle (``pending_failed``). The built-in regex matches
-    every profile already (``kube_state.beyond_built_in``)."""
+    every profile already (``common.gpu_resources.beyond_built_in``)."""
     from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
     from gpu_eta.forecaster.config import CycleSettings
     from gpu_eta.forecaster.cycle import Cycle

@@ -30,6 +30,7 @@ from gpu_eta.top import main as top_main
 from gpu_eta.top import queries as top_queries
 from gpu_eta.top import render as top_render
 from gpu_eta.top import view as top_view
+from tests.forecaster.test_kube_state_rounds import MIG
 from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
 from tests.support.net import dead_port
 
@@ -356,6 +357,19 @@ def test_a_bad_idle_window_is_a_one_line_usage_error_before_any_query(http_serve
     code, out, err = run_top("--prometheus.url", url, "--idle-window", "10m", "--json")
     assert (code, err) == (0, "")
     assert any("[10m]" in unquote_plus(r.path) for r in seen)
+
+
+def test_names_the_built_in_regex_matches_lengthen_no_query() -> None:
+    """``--gpu-resource`` listing ten MIG profiles (and ``nvidia.com/gpu``) asks what top
+    asks without them, query for query: ``nvidia_com_mig_.+`` matches each already, and
+    each name written stood twice in the pending join. A new name is still asked for."""
+    plain = top_queries.queries()
+    listed = top_queries.queries(gpu_resources=("nvidia.com/gpu", *MIG))
+    assert [len(q) for q in listed.values()] == [len(q) for q in plain.values()]
+    assert listed == plain
+    join = top_queries.queries(gpu_resources=(*MIG, "amd.com/gpu"))["pending_created"]
+    regex = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
+    assert join.count(f'resource=~"{regex}|amd_com_gpu"') == 2, join
 
 
 def test_the_sites_gpu_resources_reach_the_pending_join(http_server) -> None:  # noqa: F811
