@@ -742,7 +742,15 @@ def test_prometheus_auth_is_off_by_default_and_each_part_optional() -> None:
         forecaster({"serviceAccountToken": True, "tokenExpirationSeconds": 300})
 
 
-SITE_GPUS = ["nvidia.com/a100-shared", "example.com/gpu", "nvidia.com/a100.shared"]
+# two that sanitise alike, one of another vendor, and two the built-in regex already
+# matches (a MIG profile, the plain GPU), which the regex must not write again
+SITE_GPUS = [
+    "nvidia.com/a100-shared",
+    "example.com/gpu",
+    "nvidia.com/a100.shared",
+    "nvidia.com/mig-1g.10gb",
+    "nvidia.com/gpu",
+]
 _MATCHER = re.compile(r'resource=~"([^"]*nvidia_com_gpu[^"]*)"')
 
 
@@ -760,7 +768,8 @@ def test_gpu_resources_reach_exporter_forecaster_rules_and_dashboards(
     forecaster's ``--pending.gpu-resource`` each name, and every GPU matcher of the
     rules (ConfigMap or PrometheusRule) and dashboards asks for the regex the forecaster
     builds (``ksm_resource_regex``: KSM's sanitised names after the built-in ones, one
-    ``nvidia_com_a100_shared`` for two names that sanitise alike)."""
+    ``nvidia_com_a100_shared`` for two names that sanitise alike, none for names the
+    built-in regex matches)."""
     from gpu_eta.common.gpu_resources import KSM_GPU_RESOURCES, ksm_resource_regex
 
     values = {

@@ -65,8 +65,14 @@ nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+
 {{- end -}}
 {{- define "gpu-eta.gpuResourceRegex" -}}
 {{- $labels := list -}}
+{{- $builtin := printf "^(%s)$" (include "gpu-eta.builtinGpuResources" .) -}}
 {{- range include "gpu-eta.gpuResourceNames" . | fromJsonArray -}}
-{{- $labels = append $labels (regexReplaceAll "[^a-zA-Z0-9_]" (toString .) "_") -}}
+{{- $label := regexReplaceAll "[^a-zA-Z0-9_]" (toString .) "_" -}}
+{{- /* a name the built-in regex matches (a MIG profile) is not written again, as
+common.gpu_resources.ksm_resource_regex leaves it out */ -}}
+{{- if not (regexMatch $builtin $label) -}}
+{{- $labels = append $labels $label -}}
+{{- end -}}
 {{- end -}}
 {{- prepend (uniq $labels) (include "gpu-eta.builtinGpuResources" .) | join "|" -}}
 {{- end -}}
