@@ -92,8 +92,13 @@ class Cycle:
         self._last_fit = -math.inf
         self._refit_thread: threading.Thread | None = None
         self._learned_version = -1  # store version the model has learned up to (fit or update)
-        self._pending: tuple[Model, int, Sequence[Run], DurationsFit] | None = None
-        self._learnt_runs: list[Run] = []  # the finished runs the model has seen, in order
+        # a refit's outcome for the next cycle to install: its model (None: the fit
+        # failed), store version, history and the durations built from that history
+        self._pending: tuple[Model | None, int, Sequence[Run], DurationsFit] | None = None
+        # the latest finished run the model has seen (``appended_since``), and how many
+        # it has been given since its fit (at most ``fit_runs``, ``_learn_since_fit``)
+        self._learnt_last: list[Run] = []
+        self._learnt_count = 0
         # the store version after the latest revive: a model fitted on a history older
         # than that learns nothing incrementally (``_fitted``)
         self._relearn_from = 0
@@ -926,9 +931,16 @@ class Cycle:
 
         Why: a configuration is often re-run right after its previous run ends, and that
         run is its best analog; waiting for the next refit (``refit_seconds``) would
-        forecast the re-run without it. ``update`` reads only the runs appended after
-        what ``fit`` saw (``history.finished`` keeps that order); the regression, weights
-        and calibration wait for the refit. A failed update keeps the model as it was.
+        forecast the re-run without it. ``update`` is given only the runs appended after
+        the last one it has seen (``history.finished`` keeps that order); the
+        regression, weights and calibration wait for the refit. A failed update keeps
+        the model as it was.
+
+        At most ``fit_runs`` runs (0: no limit) are given between two fits. Why: each
+        one stays in the model (an analog, a job group), and only a refit forgets runs;
+        while refits fail (a child killed for its memory, the refit timeout, an error
+        each time) the model would grow by every run that finishes. A model that has
+        learnt as many runs as it fits on waits for a refit to learn more.
         """
         update = getattr(self.model, "update", None)
         self._learned_version = self.store.version
@@ -936,20 +948,32 @@ class Cycle:
         self._learn_durations(history)
         if update is None:
             return
-        learnt = self._learnt_runs
-        added = appended_since(learnt, history)
+        limit = self.settings.fit_runs
+        if limit and self._learnt_count >= limit:
+            return
+        added = appended_since(self._learnt_last, history)
+        if limit:
+            added = added[: limit - self._learnt_count]
         if not added:
             return
         try:
-            update(learnt + added)
+            update(added)
         except Exception as err:  # the model keeps forecasting from its fit
             log.warning("model update with newly finished runs failed: %s", err)
-        else:
-            self._learnt_runs = learnt + added
+            return
+        self._learnt_last = added[-1:]
+        self._learnt_count += len(added)
+        if limit and self._learnt_count >= limit:
+            log.warning(
+                "the model has learnt %d finished runs since its fit (--model.fit-runs); "
+                "it learns the next ones after a refit",
+                limit,
+            )
 
     def _learn_durations(self, history: Sequence[Run]) -> None:
         """Give the plan-less forecasts' durations the runs of ``history`` (the store's
-        finished list, oldest first) they have not seen: those finished since their fit."""
+        finished list, oldest first) they have not seen: those finished since they were
+        built (``_install``, with each refit, failed or not)."""
         added = appended_since(self._planless_seen, history)
         if not added:
             return
@@ -1012,6 +1036,12 @@ class Cycle:
         return model
 
     def _refit_job(self, history: Sequence[Run], version: int) -> None:
+        """Fit a model on ``history`` (store ``version``) and build the plan-less
+        durations from it, for the next cycle to install (``_pending``). A failed fit
+        keeps the previous model (logged), but its durations are still installed. Why:
+        they need no model, and only a rebuild forgets configurations; while refits
+        fail, the durations would learn one configuration more with each run that
+        finishes (a sweep's unique job names) and never drop one."""
         try:
             if self.settings.background_refit and self.settings.refit_in_process:
                 started = time.monotonic()
@@ -1029,7 +1059,11 @@ class Cycle:
             self._pending = (model, version, history, fit_durations(history))
         except Exception as err:  # keep the previous model
             log.warning("model refit failed, keeping the previous model: %s", err)
-            self._pending = None
+            try:
+                self._pending = (None, version, history, fit_durations(history))
+            except Exception as durations_err:  # keep the previous durations too
+                log.warning("plan-less durations rebuild failed: %s", durations_err)
+                self._pending = None
 
     def _swap_refit(self) -> None:
         if self._refit_thread is not None and self._refit_thread.is_alive():
@@ -1040,14 +1074,19 @@ class Cycle:
         self._refit_thread = None
 
     def _install(
-        self, model: Model, version: int, history: Sequence[Run], durations: DurationsFit
+        self, model: Model | None, version: int, history: Sequence[Run], durations: DurationsFit
     ) -> None:
+        """Install a fit of ``history`` (store ``version``): its ``model`` (None: the fit
+        failed, the previous model stays) and ``durations``."""
+        self._planless = durations
+        self._planless_seen = list(history[-1:])
+        if model is None:
+            return
         self.model = model
         self._model_version = version
         self._learned_version = version
-        self._learnt_runs = list(history)
-        self._planless = durations
-        self._planless_seen = list(history[-1:])
+        self._learnt_last = list(history[-1:])
+        self._learnt_count = 0
 
 
 _READ_EACH_CYCLE = frozenset({"progress_unit", STATED_PLAN})

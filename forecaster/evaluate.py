@@ -339,7 +339,7 @@ class Replay:
             self._model_k = self._updated_k = fit_k
             self.n_refits += 1
         if k > self._updated_k:
-            self._model.update(self._history[:k])
+            self._model.update(self._history[self._updated_k : k])
             self._updated_k = k
         return self._model
 

@@ -244,7 +244,8 @@ def _common_flags() -> argparse.ArgumentParser:
         type=int,
         default=100_000,
         metavar="N",
-        help="fit on the most recent N finished runs (0: all): bounds memory and fit time",
+        help="fit on the most recent N finished runs (0: all), and learn at most N more "
+        "between two fits: bounds memory and fit time",
     )
     c.add_argument(
         "--model.fit-points",

@@ -505,18 +505,19 @@ class AnalogEstimator:
         state["_typical"] = None
         return state
 
-    def update(self, history: Sequence[Run]) -> None:
-        """Add the runs of ``history`` beyond the first ``n_history_`` already indexed.
+    def update(self, new_runs: Sequence[Run]) -> None:
+        """Index ``new_runs``: runs that finished after those indexed so far, oldest
+        first (``n_history_`` counts every run given).
 
         Why: an index refreshed as runs finish, between the model's (costly) refits.
-        ``history`` must be what was indexed before with new runs appended (a replay's
-        growing prefix, the store's finished list); only the tail is read, so an
-        update costs the new runs, not the whole history.
+        Why only the new runs: the caller need not keep what was indexed before (the
+        service's cycle holds none of it), and an update costs the new runs, not the
+        whole history.
         """
         if not hasattr(self, "groups_"):
             raise NotFittedError("AnalogEstimator.update called before fit")
         touched: set[tuple[str, ...]] = set()
-        for run in history[self.n_history_ :]:
+        for run in new_runs:
             if run.completed is not True or len(run.epoch_times) < 2:
                 continue
             if run.last_timestamp <= run.start_timestamp:
@@ -541,7 +542,7 @@ class AnalogEstimator:
                     self.group_pace_weights_[key] = weights
         if measured:
             self._typical = None  # built again where next read (``typical``)
-        self.n_history_ = max(self.n_history_, len(history))
+        self.n_history_ += len(new_runs)
 
     def typical(self, what: str, job: str, before: float | None = None) -> tuple[float, ...]:
         """The median of ``what`` (a key of ``TYPICAL``) over ``job``'s configurations

@@ -374,11 +374,9 @@ class EtaModel:
         """
         return self.job_prior_scale * prior_scale / self.prior_scale
 
-    def update(self, history: Sequence[Run]) -> None:
-        """Learn the runs that finished since ``fit`` as analogs and in their job's
-        prior, without refitting.
-
-        ``history`` is what ``fit`` saw with new runs appended (see
+    def update(self, new_runs: Sequence[Run]) -> None:
+        """Learn ``new_runs`` as analogs and in their job's prior, without refitting:
+        runs that finished after those fitted or given before, oldest first (see
         ``AnalogEstimator.update``). Why: configurations are often re-run back to back,
         and the run that ended a minute ago is the best analog there is; the replay
         that calibrates built every past run's analogs and job prior from all runs
@@ -390,8 +388,8 @@ class EtaModel:
         """
         if not hasattr(self, "analog_"):
             raise NotFittedError("EtaModel.update called before fit")
-        self.analog_.update(history)
-        self.blend_.prior_.update(history)
+        self.analog_.update(new_runs)
+        self.blend_.prior_.update(new_runs)
 
     def blend_parts(self, run: Run, known: dict | None = None) -> tuple[Components, RawEstimate]:
         """``run``'s blend parts at its point (this fit's tuned Huber constant, floors and

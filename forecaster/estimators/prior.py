@@ -290,20 +290,20 @@ class PriorEstimator:
         self._job_cache: dict[tuple, PriorEstimate] = {}
         return self
 
-    def update(self, history: Sequence[Run]) -> None:
-        """Add the runs of ``history`` beyond the first ``n_history_`` to their job groups.
+    def update(self, new_runs: Sequence[Run]) -> None:
+        """Add ``new_runs`` (finished after those learnt so far, oldest first) to their
+        job groups.
 
         Why: configurations are re-run back to back, and between two fits the job
         prior should know the run that just ended, as the analogs do
         (``AnalogEstimator.update``): the calibration replay built every replayed run's
         job prior from *all* runs that ended before it, so a forecast whose analogs are
         fresh but whose job prior is stale is a kind the replay never measured.
-        ``history`` is what was fitted with new runs appended; only the tail is read.
         The regression, the pooled warm-up and the within-job spread wait for the next
         fit.
         """
         self._check()
-        for run in history[self.n_history_ :]:
+        for run in new_runs:
             key, hw = group_key(run), hardware_key(run)
             if run.completed is None or not (key or hw):
                 continue
@@ -315,7 +315,7 @@ class PriorEstimator:
                 if k:
                     groups[k] = _with_row(groups.get(k), row)
             self._job_cache.clear()
-        self.n_history_ = max(self.n_history_, len(history))
+        self.n_history_ += len(new_runs)
 
     def _within_sigma(self, rows: Sequence[tuple[float, float, Run]]) -> float:
         """How much runs of the same job at the same batch size differ (log-sd), pooled.

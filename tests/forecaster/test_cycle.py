@@ -362,16 +362,15 @@ def test_refit_only_when_history_changed_and_period_passed(store: HistoryStore) 
 
 
 class _LearningModel(StandInModel):
-    """Records the history lengths ``update`` was given, and the runs it learns as a
-    real model does (those past the ``n_history_`` it has seen)."""
+    """Records how many runs each ``update`` was given, and the runs it learns."""
 
     updates: ClassVar[list[int]] = []
     learnt: ClassVar[list[str]] = []
 
-    def update(self, history: Sequence[Run]) -> None:
-        _LearningModel.updates.append(len(history))
-        _LearningModel.learnt.extend(run.run_id for run in history[self.n_history_ :])
-        self.n_history_ = max(self.n_history_, len(history))
+    def update(self, new_runs: Sequence[Run]) -> None:
+        _LearningModel.updates.append(len(new_runs))
+        _LearningModel.learnt.extend(run.run_id for run in new_runs)
+        self.n_history_ += len(new_runs)
 
 
 def test_runs_finished_between_refits_reach_the_model_by_update(store: HistoryStore) -> None:
@@ -386,10 +385,10 @@ def test_runs_finished_between_refits_reach_the_model_by_update(store: HistorySt
     t[0] += 60
     cycle.run()
     assert StandInModel.fits == [1]  # no refit yet (the period has not passed) ...
-    assert _LearningModel.updates == [2]  # ... but "b" reached the model
+    assert _LearningModel.updates == [1]  # ... but "b" reached the model
     t[0] += 60
     cycle.run()
-    assert _LearningModel.updates == [2]  # nothing new, no update
+    assert _LearningModel.updates == [1]  # nothing new, no update
 
 
 def test_runs_finished_between_refits_reach_the_model_when_the_history_is_full(
@@ -397,22 +396,53 @@ def test_runs_finished_between_refits_reach_the_model_when_the_history_is_full(
 ) -> None:
     """At ``fit_runs`` the store's list stays as long as a run finishes (the oldest
     makes room): the model must still be handed the new run after what it saw."""
-    _LearningModel.updates, _LearningModel.learnt = [], []
     t = [NOW]
-    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 1000, present=False))
-    cycle = make_cycle(client, store, clock=lambda: t[0], refit_seconds=600, fit_runs=1)
-    cycle.model_factory = _LearningModel
-    cycle.run()
+    client, cycle = _learning_cycle(store, t, fit_runs=2)
     assert StandInModel.fits == [1]
-    for name in ("b", "c"):
-        client.answers = job(name, 10, [(1, t[0] - 10)], t[0] - 1000, present=False)
-        t[0] += 60
-        cycle.run()
+    _finish_one_a_cycle(client, cycle, t, ("b", "c"))  # after "c" the list is full
     assert StandInModel.fits == [1]  # no refit: "b" and "c" came by update
     assert _LearningModel.learnt == ["b", "c"]
     t[0] += 600
-    cycle.run()  # the refit, on the most recent run only
-    assert StandInModel.fits == [1, 1] and _LearningModel.learnt == ["b", "c"]
+    cycle.run()  # the refit, on the most recent two runs only
+    assert StandInModel.fits == [1, 2] and _LearningModel.learnt == ["b", "c"]
+
+
+def test_between_two_fits_the_model_learns_at_most_fit_runs_runs(store: HistoryStore) -> None:
+    """Each run given to ``update`` stays in the model until a refit: at most
+    ``fit_runs`` of them between two fits (while refits fail it would grow with every
+    run that finishes); the next ones are learnt after the refit."""
+    t = [NOW]
+    client, cycle = _learning_cycle(store, t, fit_runs=2)
+    _finish_one_a_cycle(client, cycle, t, ("b", "c", "d"))
+    assert StandInModel.fits == [1] and _LearningModel.learnt == ["b", "c"]  # "d" waits
+    t[0] += 600
+    cycle.run()  # the refit sees "d"
+    assert StandInModel.fits == [1, 2]
+    _finish_one_a_cycle(client, cycle, t, ("e",))
+    assert _LearningModel.learnt == ["b", "c", "e"]
+
+
+def _learning_cycle(
+    store: HistoryStore, t: list[float], fit_runs: int
+) -> tuple[CannedClient, Cycle]:
+    """A cycle whose ``_LearningModel`` was fitted on one finished run, "a" (refits
+    every 600 s of ``t``)."""
+    _LearningModel.updates, _LearningModel.learnt = [], []
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 1000, present=False))
+    cycle = make_cycle(client, store, clock=lambda: t[0], refit_seconds=600, fit_runs=fit_runs)
+    cycle.model_factory = _LearningModel
+    cycle.run()
+    return client, cycle
+
+
+def _finish_one_a_cycle(
+    client: CannedClient, cycle: Cycle, t: list[float], names: Sequence[str]
+) -> None:
+    """Each run of ``names`` finishes in a cycle of its own, a minute after the last."""
+    for name in names:
+        client.answers = job(name, 10, [(1, t[0] - 10)], t[0] - 1000, present=False)
+        t[0] += 60
+        cycle.run()
 
 
 def test_the_fit_sees_only_the_most_recent_fit_runs(store: HistoryStore) -> None:

@@ -154,7 +154,7 @@ def test_a_revived_run_makes_no_finished_run_learnt_twice(store: HistoryStore) -
     cycle.wait_for_refit()
     cycle.run()
     assert all(call.count("c1") <= 1 for call in _Learning.handed), _Learning.handed
-    assert [r.run_id for r in cycle._learnt_runs] == ["c1"]  # the refit, without a
+    assert [r.run_id for r in cycle._learnt_last] == ["c1"]  # the refit, without a
 
 
 def test_a_run_back_with_another_start_is_not_revived(store: HistoryStore) -> None:

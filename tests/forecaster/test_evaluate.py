@@ -245,11 +245,11 @@ class SpyModel(EtaModel):
         self.updates = 0
         return super().fit(history)
 
-    def update(self, history):
-        self.latest_end = max((r.last_timestamp for r in history), default=-math.inf)
+    def update(self, new_runs):
+        self.latest_end = max((r.last_timestamp for r in new_runs), default=self.latest_end)
         self.updates += 1
         SpyModel.n_updates += 1
-        return super().update(history)
+        return super().update(new_runs)
 
     def predict(self, run, now, stalled=False):
         if not self.latest_end < now:
@@ -355,7 +355,7 @@ class _StandIn:
     def fit(self, history):
         return self
 
-    def update(self, history) -> None:
+    def update(self, new_runs) -> None:
         pass
 
     def predict(self, run, now, stalled=False):

@@ -255,10 +255,10 @@ def test_update_adds_new_runs_without_refit() -> None:
     est = AnalogEstimator().fit(history)
     run = truncate(shaped("c", 2e6, 1.0), 0.5)
     assert est.estimate(run).n == 1
-    est.update([*history, shaped("b", 1.5e6, 1.0), shaped("x", 1.6e6, 1.0, job_name="other")])
-    assert est.estimate(run).n == 2
-    est.update([*history])  # nothing new: unchanged
-    assert est.estimate(run).n == 2
+    est.update([shaped("b", 1.5e6, 1.0), shaped("x", 1.6e6, 1.0, job_name="other")])
+    assert est.estimate(run).n == 2 and est.n_history_ == 3
+    est.update([])  # nothing new: unchanged
+    assert est.estimate(run).n == 2 and est.n_history_ == 3
 
 
 def test_few_analogs_borrow_the_typical_spread() -> None:
@@ -326,7 +326,7 @@ def test_a_new_configuration_borrows_the_spread_of_its_job_elsewhere() -> None:
     assert mid.n == 2 and mid.spread == pytest.approx(mid_spread["bert"] * factor)
     # a job seen nowhere else: everyone's typical spread
     unseen = [run(f"u{i}", 2e6 + i * 1e3, 60.0, node_type="n3", job_name="unseen") for i in (0, 1)]
-    est.update([*history, *unseen])
+    est.update(unseen)
     other = est.estimate(truncate(run("now", 3e6, 60.0, node_type="n3", job_name="unseen"), 0.5))
     assert other.spread == pytest.approx(est.typical("mid", "")[0] * factor)
 
@@ -400,7 +400,7 @@ def test_the_typical_values_follow_the_runs_that_finish() -> None:
     history = [*steady, *slowed[:4], *other]
     est = AnalogEstimator().fit(history)
     before = [est.typical(what, job) for what in TYPICAL for job in ("bert", "other", "")]
-    est.update([*history, slowed[4]])
+    est.update([slowed[4]])
     after = [est.typical(what, job) for what in TYPICAL for job in ("bert", "other", "")]
     fresh = AnalogEstimator().fit([*history, slowed[4]])
     assert after == [fresh.typical(what, job) for what in TYPICAL for job in ("bert", "other", "")]

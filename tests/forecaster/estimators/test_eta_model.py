@@ -298,7 +298,7 @@ def test_runs_that_arrive_by_update_reach_analogs_and_job_prior() -> None:
     )
     assert model.blend_.components(run).prior_level == "regression"
     assert model.analog_.estimate(run) is None
-    model.update([*history, *fresh])
+    model.update(fresh)
     assert model.blend_.components(run).prior_level == "job"  # no batch size: the job level
     assert model.analog_.estimate(run) is not None
     got = model.predict(run, run.last_timestamp)

@@ -140,7 +140,7 @@ def test_update_recomputes_the_runs_it_concerns_and_a_refit_all(data, monkeypatc
 
     typicals = [model.analog_.typicals(r) for r in jobs]
     calls = counting_own_rate(monkeypatch)
-    model.update([*history, *finished])
+    model.update(finished)
     # ... or the typical spread its analogs' spread is shrunk toward (its job's)
     moved = [model.analog_.typicals(r) != t for r, t in zip(jobs, typicals, strict=True)]
     expected = sum(

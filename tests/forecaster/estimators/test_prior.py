@@ -229,7 +229,7 @@ def test_update_adds_finished_runs_to_their_job_groups() -> None:
     probe = make_run("p", [], planned=10, start=t + 5000.0, job_name="new", batch_size=64)
     assert prior.per_epoch(probe).level == "regression"
     grown = [*history, *fresh, late_a]
-    prior.update(grown)
+    prior.update([*fresh, late_a])
     refit = PriorEstimator().fit(grown)
     assert prior.groups_.keys() == refit.groups_.keys()
     for key, group in refit.groups_.items():
@@ -239,7 +239,7 @@ def test_update_adds_finished_runs_to_their_job_groups() -> None:
     est = prior.per_epoch(probe)
     assert est.level == "job_batch"
     assert math.exp(est.log_seconds) == pytest.approx(9.1, rel=0.02)
-    prior.update(grown)  # nothing new: unchanged
+    prior.update([])  # nothing new: unchanged
     assert prior.groups_["job_name=new||"].ends == refit.groups_["job_name=new||"].ends
 
 
@@ -390,7 +390,7 @@ def test_a_job_new_to_this_namespace_reads_the_same_job_on_the_same_hardware() -
         gpus=4.0,
         batch_size=256.0,
     )
-    prior.update([*history, ran])
+    prior.update([ran])
     assert prior.per_epoch(other).level == "job"
     assert math.exp(prior.per_epoch(other).log_seconds) == pytest.approx(5.0, rel=0.01)
 
