@@ -105,7 +105,7 @@ from gpu_eta.forecaster.runs import (
     run_key,
     same_run_start,
 )
-from gpu_eta.forecaster.runs_from_series import step_cell
+from gpu_eta.forecaster.runs_from_series import kept_by_cell, step_cell
 
 # The store's public API. HistoryError and StoredRun are defined in history_rows,
 # RunUpdate and run_key in runs; they are re-exported here, where docs/forecaster.md
@@ -174,8 +174,9 @@ def _insertable(epoch: float, ts: float) -> bool:
 
 
 def crowded_steps(steps: Iterable[float], planned: float) -> set[float]:
-    """Of a run's stored ``steps``, those that are not the newest (highest) of their
-    1/``STEP_CELLS`` of ``planned``: the points to drop (``_thin_step_ends``). A step in
+    """Of a run's stored ``steps`` (or epochs, ``runs_from_series.kept_by_cell``), those
+    that are not the newest (highest) of their 1/``STEP_CELLS`` of ``planned``: the
+    points to drop (``_thin_step_ends``). A step in
     no cell (``runs_from_series.step_cell``: stored steps, then a plan near zero) is not
     dropped. Pure."""
     newest: dict[int, float] = {}
@@ -610,13 +611,16 @@ class HistoryStore:
         recheck: Sequence[Mapping[str, object]],
     ) -> dict[RunKey, set[float]]:
         """Keep at most the newest stored point per 1/``STEP_CELLS`` of its plan of each
-        run in ``updates`` that counts steps and got new points (``ends``), in the
-        caller's transaction; the points deleted, by run key.
+        run in ``updates`` that got new points (``ends``) and is kept by cell
+        (``runs_from_series.kept_by_cell``: it counts steps, or its update has an epoch
+        that is not whole), in the caller's transaction; the points deleted, by run key.
 
-        Why: a cycle thins its own points (``runs_from_series``), but the latest step is
-        always new, so a run's stored points grew by one every cycle (a week at one
-        cycle a minute: 10,000 rows per run). One per cell across cycles bounds a run
-        to ``STEP_CELLS`` + 1 points; the newest of a cell carries the freshest rate.
+        Why: a cycle thins its own points (``runs_from_series``), but the latest step or
+        fractional epoch is always new, so a run's stored points grew by one every cycle
+        (a week at one cycle a minute: 10,000 rows per run). One per cell across cycles
+        bounds a run to ``STEP_CELLS`` + 1 points; the newest of a cell carries the
+        freshest rate. Why the update's epochs decide: they are the same whether the
+        run's ends are held or read, so both thin alike.
 
         A run whose ends are ``held`` in memory (``_running_ends``, as committed) and
         not re-read in this ``record`` (not in ``recheck``: no ends dropped before its
@@ -636,7 +640,9 @@ class HistoryStore:
         out: dict[RunKey, set[float]] = {}
         for up in updates:
             key = run_key(up)
-            if key not in touched or not counts_steps(up) or not up.epochs_planned > 0:
+            if key not in touched or not up.epochs_planned > 0:
+                continue
+            if not kept_by_cell((e for e, _t in up.epoch_ends), counts_steps(up)):
                 continue
             if key in held and key not in reread:
                 epochs = stored_now.get(key)

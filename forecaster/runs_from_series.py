@@ -34,6 +34,8 @@ Decisions (documented in docs/forecaster.md):
   latest step at the last report's time, at most ``STEP_CELLS`` points per run;
   feature ``progress_unit="steps"``. Steps, not percent of them: a job re-run with
   another ``max_steps`` keeps one time per unit, which its prior and analogs read.
+  A run whose epochs are not whole numbers (Hugging Face's fractional
+  ``state.epoch``) keeps at most as many (``kept_by_cell``).
 * Untrusted values cost their run alone: a plan outside [``MIN_PLANNED``,
   ``MAX_PROGRESS``] (``progress_bound.plausible_plan``, a runs CSV's rule too) or a
   latest epoch or step outside [0, ``MAX_PROGRESS``] rejects the run
@@ -70,10 +72,10 @@ from gpu_eta.forecaster.series import Sample, Series, unexported
 
 MAX_RUN_ID = 256
 MAX_LABEL = 256  # namespace, pod, container (Kubernetes allows at most 253)
-# A run that reports only steps keeps at most STEP_CELLS points (one per 1/STEP_CELLS
-# of its plan, plus the latest): bounded storage for a run of millions of steps. A
-# cycle thins its own points (_thin_steps), the history the stored ones across cycles
-# (history.crowded_steps).
+# A run that reports only steps, or epochs that are not whole (``kept_by_cell``), keeps
+# at most STEP_CELLS points (one per 1/STEP_CELLS of its plan, plus the latest):
+# bounded storage for a run of millions of steps. A cycle thins its own points
+# (_thin_steps), the history the stored ones across cycles (history.crowded_steps).
 STEP_CELLS = 400
 # A run whose assembly raised what no check foresaw is skipped with this reason (its
 # error in ``CycleView.failed``, logged by the cycle): the cycle goes on without it.
@@ -237,6 +239,8 @@ def assemble(
                 )
             else:
                 candidates = [*pairs.get(run, ()), *latest_epochs.get(run, ())]
+                if kept_by_cell((e for e, _t in candidates), counts_steps=False):
+                    candidates = _thin_steps(candidates, n_planned)
             done = cur is not None and _finite(cur.value) and cur.value >= n_planned
             stated = n_planned
             if ended:
@@ -573,6 +577,21 @@ def step_cell(step: float, planned: float) -> int | None:
     does with values no check foresaw."""
     quotient = step * STEP_CELLS / planned
     return int(quotient) if math.isfinite(quotient) else None
+
+
+def kept_by_cell(progress: Iterable[float], counts_steps: bool) -> bool:
+    """Whether a run's points are kept one per 1/``STEP_CELLS`` of its plan (this
+    cycle's by ``_thin_steps``, the stored ones by ``history.crowded_steps``): a run
+    followed in steps, or one with a ``progress`` value that is not a whole number (a
+    fractional epoch: Hugging Face's ``state.epoch``, 0.0123 and on). Pure.
+
+    Why: a fractional epoch moves on at every report and the exporter stamps an epoch
+    end at every increase, so a run that never ends stored one more point every cycle
+    (20,160 after 14 days at one cycle a minute), read into memory each cycle. Whole
+    epochs are left as they are (Keras, Lightning, the MLPerf corpus): a run holds at
+    most one per epoch of its plan, and only a run reported epoch by epoch shows its
+    evaluation passes (``runs.thinned``)."""
+    return counts_steps or any(math.isfinite(p) and not float(p).is_integer() for p in progress)
 
 
 def _thin_steps(points: list[tuple[float, float]], planned: float) -> list[tuple[float, float]]:

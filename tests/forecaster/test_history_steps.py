@@ -74,6 +74,30 @@ def test_an_epoch_run_keeps_every_epoch(store: HistoryStore) -> None:
     assert rows(store) == 900
 
 
+def test_a_run_reporting_fractional_epochs_keeps_at_most_one_point_per_cell(
+    store: HistoryStore,
+) -> None:
+    """Hugging Face's ``state.epoch`` (0.49, 0.98, ...) short of its plan, one report a
+    cycle: at most one stored point per cell, in the file and in memory, as a run
+    counted in steps beside it. It stored every report (20,160 after 14 days at one
+    cycle a minute), and ``running`` read them all into memory every cycle."""
+    key = {"namespace": "ml", "container": "c"}
+    store.running()  # as a cycle does: the ends are held from the first record on
+    for c in range(1, 1001):
+        t = NOW + 60 * c
+        epoch = 0.49 * c
+        frac = RunUpdate("frac", 1000, NOW, ((epoch, t - 1),), **key, pod="nb", seen_timestamp=t)
+        steps = step_update("steps", [1000 * epoch], t - 1, planned=1e6)
+        store.record([frac, steps])
+    reached = int(490 * STEP_CELLS / 1000) + 1  # cells of the plan reached: 197 of 400
+    held = {r.run.run_id: r.run.epoch_times for r in store.running()}
+    # at most the start, one point per cell reached and the latest
+    assert len(held["frac"]) <= reached + 2 and len(held["steps"]) <= reached + 2
+    assert held["frac"][-1] == (490.0, NOW + 60 * 1000 - 1)  # the newest is kept
+    assert rows(store) <= 2 * (reached + 1)
+    assert running_of(store.path) == store.running()
+
+
 def test_crowded_steps() -> None:
     # plan 400: one cell per step
     assert crowded_steps([1.0, 1.5, 1.7, 2.0, 3.2], 400) == {1.0, 1.5}
@@ -95,10 +119,13 @@ def test_stored_steps_then_a_tiny_plan_are_recorded(store: HistoryStore) -> None
     assert rows(store) == 3  # none in a cell: none dropped
 
 
-def step_update(run_id: str, steps: list[float], t: float, planned: float = 1000.0) -> RunUpdate:
+def step_update(
+    run_id: str, steps: list[float], t: float, planned: float = 1000.0, unit: str = STEPS_UNIT
+) -> RunUpdate:
+    """An update of ``run_id`` counted in ``unit`` (steps; "": epochs)."""
     key = {"namespace": "ml", "pod": f"p-{run_id}", "container": "c"}
     ends = tuple((step, t + k) for k, step in enumerate(steps))
-    features = {"progress_unit": STEPS_UNIT}
+    features = {"progress_unit": unit} if unit else {}
     return RunUpdate(run_id, planned, NOW, ends, **key, features=features, seen_timestamp=t)
 
 
@@ -131,14 +158,17 @@ def running_of(path: str) -> list:
         fresh.close()
 
 
-def test_held_and_read_thinning_store_the_same_points(tmp_path: Path) -> None:
+@pytest.mark.parametrize("steps", [True, False], ids=["steps", "fractional-epochs"])
+def test_held_and_read_thinning_store_the_same_points(tmp_path: Path, steps: bool) -> None:
     """Thinning from held ends deletes exactly what thinning from the file's does: two
-    stores given the same updates, one held (``running`` each cycle), one never."""
+    stores given the same updates, one held (``running`` each cycle), one never. In
+    epochs, updates whose points are all whole numbers are not thinned, the others are."""
     import random
 
     held = HistoryStore.open(tmp_path / "held.sqlite")
     read = HistoryStore.open(tmp_path / "read.sqlite")
     rng = random.Random(11)
+    unit = STEPS_UNIT if steps else ""
     ids = [f"r{i}" for i in range(8)]
     step = dict.fromkeys(ids, 0.0)
     try:
@@ -153,13 +183,13 @@ def test_held_and_read_thinning_store_the_same_points(tmp_path: Path) -> None:
                 if rng.random() < 0.2:  # an old point again, already stored or thinned
                     steps.append(rng.choice(steps) - rng.choice([0.0, 1.0, 3.0]))
                 planned = 400.0 if rng.random() < 0.85 else 300.0  # a changed plan now and then
-                up = step_update(run_id, steps, t, planned)
+                up = step_update(run_id, steps, t, planned, unit)
                 if rng.random() < 0.1:  # a point with no time: never stored, never held
                     nan_end = (step[run_id] + 0.3, math.nan)
                     up = dataclasses.replace(up, epoch_ends=(*up.epoch_ends, nan_end))
                 batch.append(up)
                 if rng.random() < 0.1:  # the same run twice in one record
-                    batch.append(step_update(run_id, [step[run_id] + 0.25], t, 250.0))
+                    batch.append(step_update(run_id, [step[run_id] + 0.25], t, 250.0, unit))
             for store in (held, read):
                 store.record(batch)
             assert held.running() == running_of(read.path)  # held as a fresh read

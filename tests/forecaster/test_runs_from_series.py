@@ -340,6 +340,36 @@ def test_a_long_step_run_keeps_one_point_per_cell_of_its_plan() -> None:
     assert ends[1] == (cell, NOW - 1000 + 30)
 
 
+def fractional_epochs(values: list[float], planned: float) -> tuple[float, ...]:
+    """The epochs of one cycle's update for a run whose range pairs read ``values``
+    (one scrape every 10 s, each value's end stamped where it was read)."""
+    lab = run_labels("hf")
+    ts = [NOW - 1000 + 10 * k for k in range(len(values))]
+    pairs = {
+        "epoch_range": [Series(lab, tuple(zip(ts, values, strict=True)))],
+        "epoch_end_range": [Series(lab, tuple(zip(ts, ts, strict=True)))],
+    }
+    view = assemble(base("hf", planned, values[-1], NOW - 2000, ts[-1]), pairs, NOW, 60)
+    return tuple(e for e, _t in view.updates[0].epoch_ends)
+
+
+def test_a_run_reporting_fractional_epochs_keeps_one_point_per_cell_of_its_plan() -> None:
+    """Hugging Face's ``state.epoch`` is fractional and moves on at every report: such a
+    run keeps one point per 1/STEP_CELLS of its plan (the first seen in it), plus the
+    latest, as a run counted in steps does."""
+    cell = 1000.0 / STEP_CELLS  # 2.5 epochs
+    values = [k * cell / 4 + 0.01 for k in range(12)]  # four reports in each of three cells
+    assert fractional_epochs(values, 1000) == (0.01, cell + 0.01, 2 * cell + 0.01, values[-1])
+
+
+def test_a_run_reporting_whole_epochs_keeps_every_one_whatever_its_plan() -> None:
+    """Whole epochs are left alone, even ten to a cell (plan 4,000): a run holds at
+    most one per epoch of its plan, and one reported epoch by epoch shows its
+    evaluation passes only with every epoch kept (``runs.thinned``)."""
+    values = [float(k) for k in range(1, 31)]
+    assert fractional_epochs(values, 4000) == tuple(values)
+
+
 def test_job_name_fallbacks() -> None:
     def name(pod: str, **info: str) -> str:
         instant = merge(
