@@ -207,6 +207,7 @@ _PENDING_NOTES = {
     "no_schedulable_node": "fits only nodes cordoned, not Ready, under pressure or being removed",
     "scheduled": "starting (bound to a node)",
     "blocked_elsewhere": "fits free GPUs, not bound: waits for something else (PVC, CPU, memory)",
+    "gated": "gated: waits for its queue's admission (scheduling gates, e.g. Kueue)",
 }
 
 

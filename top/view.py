@@ -88,7 +88,7 @@ class PendingRow:
     resource: str
     gpus: str
     status: str  # predicted, scheduled, never_fits, beyond_horizon, no_schedulable_node,
-    # blocked_elsewhere
+    # blocked_elsewhere, gated
     created_timestamp: float | None
     start: Band
     # the end of the forecaster cycle that made the prediction (None: not known): a

@@ -973,6 +973,30 @@ def test_pending_section_lists_the_queue_soonest_first() -> None:
     assert top_render.render_json(view)["pending"][0]["pod"] == "next"
 
 
+def test_every_status_without_a_start_says_why() -> None:
+    """Each status the forecaster publishes for a pending pod (publish's HELP lists them)
+    has its note: a ``gated`` pod (Kueue's admission gate) showed no start and no
+    reason."""
+    pod = {"namespace": "ml", "resource": "nvidia_com_gpu", "gpus": "1"}
+    statuses = ("never_fits", "beyond_horizon", "no_schedulable_node", "blocked_elsewhere")
+    res = {
+        "pending_info": parsed(
+            [vec(1, **pod, pod=s.replace("_", "-"), status=s) for s in (*statuses, "gated")]
+        )
+    }
+    view = top_view.build_view(res, NOW, "http://prom")
+    lines = top_render.render_plain(view, timezone.utc).splitlines()
+    gated = next(line for line in lines if line.startswith("ml/gated"))
+    assert "gated: waits for its queue's admission" in gated
+    for status, said in zip(
+        statuses,
+        ("never fits", "no start within the horizon", "cordoned", "waits for something else"),
+        strict=True,
+    ):
+        row = next(line for line in lines if line.startswith(f"ml/{status.replace('_', '-')}"))
+        assert said in row, row
+
+
 def test_a_pending_pod_scraped_twice_is_one_row() -> None:
     """A forecaster scraped twice (a ServiceMonitor and an annotation scrape, two
     Prometheus replicas behind one endpoint): each pod's series twice, one row each."""
