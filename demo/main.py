@@ -384,7 +384,7 @@ def _run(args: argparse.Namespace, config: StackConfig, signals: Signals) -> int
                         return ExitCode.ERROR
                     view.maybe_refresh()
                     left = None if deadline is None else deadline - time.monotonic()
-                    time.sleep(0.5 if left is None else max(0.0, min(0.5, left)))
+                    signals.wait(0.5 if left is None else max(0.0, min(0.5, left)))
             print("final top snapshot:", flush=True)
             with gone_quietly(signals):
                 _top(stack.prometheus_url, plain=not sys.stdout.isatty())

@@ -7,7 +7,8 @@ signals nor the quiet end on a closed terminal, so closing the window under
 mid-draw left the cursor hidden. What a live display needs on a terminal is here:
 
 - ``Signals``: SIGTERM and SIGHUP as ``Terminated``, SIGINT as ``KeyboardInterrupt``,
-  held while rich draws and remembered until the caller's next ``check``;
+  held while rich draws and remembered until the caller's next ``check``; ``wait``
+  between refreshes ends as a signal comes, even one that lands just before it;
 - ``gone_quietly``: a terminal that went away fails the last writes (EIO, or EPIPE),
   which ends a display that was asked to end quietly;
 - ``LiveTop``: the Live itself, each start, redraw and stop under both.
@@ -20,8 +21,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
 import signal
+import socket
 import sys
+import time
 from collections.abc import Iterator
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Protocol
@@ -56,6 +60,8 @@ class Signals:
     def __init__(self) -> None:
         self.depth = 0
         self.pending: BaseException | None = None
+        # the read end of the signals' wakeup socket while ``caught`` (main thread)
+        self._wakeup: socket.socket | None = None
 
     @property
     def ending(self) -> bool:
@@ -77,6 +83,24 @@ class Signals:
         if self.pending is not None:
             raise self.pending
 
+    def wait(self, seconds: float) -> None:
+        """Wait ``seconds`` between refreshes, ended by a signal: raise it.
+
+        Why not ``time.sleep``: a signal whose C-level handler ran after the last
+        ``check`` and before the sleep began (its Python handler not yet run) did not
+        interrupt the sleep, and was raised only when it ended: a Ctrl-C or hang-up
+        sent just as a view was drawn left ``top`` running for up to ``--interval``.
+        The C handler also writes a byte to the wakeup socket (``caught`` sets it), so
+        the wait sees that signal too; its Python handler runs as the wait returns."""
+        self.check()
+        if self._wakeup is None:  # not the main thread: no wakeup socket
+            time.sleep(seconds)
+        elif select.select([self._wakeup], [], [], seconds)[0]:
+            with contextlib.suppress(OSError):  # drained: the next wait waits again
+                while self._wakeup.recv(512):
+                    pass
+        self.check()
+
     @contextlib.contextmanager
     def drawing(self) -> Iterator[None]:
         """Hold the signals for the block, then raise the one that came."""
@@ -97,7 +121,13 @@ class Signals:
         ``kill``, the window closed), it never did, and the user's shell was left
         without a cursor."""
         previous: dict[int, Any] = {}
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        previous_fd: int | None = None
         try:
+            previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+            self._wakeup = reader
             # no SIGHUP on Windows
             for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None), signal.SIGINT):
                 # an ignored signal stays ignored: nohup's SIGHUP, the SIGINT a
@@ -111,6 +141,11 @@ class Signals:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            if previous_fd is not None:
+                signal.set_wakeup_fd(previous_fd)
+            self._wakeup = None
+            reader.close()
+            writer.close()
 
 
 @contextlib.contextmanager

@@ -51,7 +51,7 @@ class ExitCode(enum.IntEnum):
 
 
 MAX_WARNINGS = 10  # distinct server warnings kept per refresh
-# the longest --interval: time.sleep overflows past ~9e9 s (a traceback after the first
+# the longest --interval: the wait overflows past ~9e9 s (a traceback after the first
 # view), and a view refreshed less than daily is --once run by cron
 MAX_INTERVAL_SECONDS = 86400.0
 
@@ -461,14 +461,12 @@ def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_r
             with LiveTop(views, signals, tz) as live:
                 live.start()
                 while True:
-                    signals.check()
-                    time.sleep(args.interval)
+                    signals.wait(args.interval)
                     live.refresh()
         while True:
             sys.stdout.write(render_plain(views.view(), tz) + "\n")
             sys.stdout.flush()
-            signals.check()
-            time.sleep(args.interval)
+            signals.wait(args.interval)
 
 
 if __name__ == "__main__":  # pragma: no cover

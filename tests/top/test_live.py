@@ -78,3 +78,44 @@ def test_a_signal_as_the_display_stops_leaves_it_to_stop_again() -> None:
     assert file.getvalue().count(shown) == 1
     top.stop()  # idempotent
     assert file.getvalue().count(shown) == 1
+
+
+# the signal lands after the last check and before the sleep begins: its C handler has
+# run, the sleep is not interrupted. Reproduced exactly by having another thread take it
+# (the sleeping one blocks it): the same state, every time, not one run in eight.
+_SIGNAL_BEFORE_THE_SLEEP = """
+import os, signal, sys, threading, time
+from gpu_eta.top.live import Signals, Terminated
+
+signals = Signals()
+with signals.caught():
+    def send():
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+    sender = threading.Thread(target=send)  # started unblocked: the kernel picks it
+    sender.start()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    began = time.monotonic()
+    try:
+        signals.wait(30)
+    except Terminated:
+        print(f"ended {time.monotonic() - began:.1f}")
+"""
+
+
+def test_a_signal_landing_just_before_the_wait_ends_it_at_once() -> None:
+    """A signal handled just before ``top``'s wait between refreshes began (its C handler
+    run, the Python one not yet) was not seen until the wait ended: a SIGHUP or Ctrl-C
+    sent as the view was drawn left ``top`` running for up to ``--interval`` (60 s in
+    the pseudo-terminal tests, which failed about one run in eight on a loaded
+    machine). The wait reads the signal's wakeup byte, so it ends at once."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_BEFORE_THE_SLEEP],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ended "), done.stdout + done.stderr
+    assert float(done.stdout.split()[1]) < 10, done.stdout
