@@ -59,6 +59,12 @@ def ksm_gpu_resources(extra: Sequence[str] = ()) -> tuple[str, ...]:
     return tuple(dict.fromkeys(ksm_label(name) for name in extra))
 
 
+def is_built_in(resource: str) -> bool:
+    """Whether a ``resource`` label (KSM spelling) is one ``KSM_GPU_RESOURCES`` matches,
+    whole, as PromQL anchors a matcher's regex: what the queries read as built in."""
+    return bool(_BUILT_IN.fullmatch(resource))
+
+
 def beyond_built_in(names: Sequence[str]) -> tuple[str, ...]:
     """``names`` (Kubernetes names) but those ``KSM_GPU_RESOURCES`` matches in KSM's
     spelling (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``, every ``nvidia.com/mig-*``).
@@ -69,7 +75,7 @@ def beyond_built_in(names: Sequence[str]) -> tuple[str, ...]:
     in the forecaster's queue five profiles took the first round from 8,500 characters
     past 12,000, ten past the 16 KiB VictoriaMetrics takes (``-search.maxQueryLen``).
     They match ``nvidia_com_mig_.+`` anyway: the same series are read."""
-    return tuple(name for name in names if not _BUILT_IN.fullmatch(ksm_label(name)))
+    return tuple(name for name in names if not is_built_in(ksm_label(name)))
 
 
 def ksm_resource_regex(extra: Sequence[str] = ()) -> str:

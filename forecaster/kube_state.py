@@ -195,7 +195,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from gpu_eta.common.gpu_resources import (
-    KSM_GPU_RESOURCES,
+    is_built_in,
     ksm_gpu_resources,
     ksm_resource_regex,
 )
@@ -511,7 +511,6 @@ MAX_VALUE_CHARS = 63
 # (counted): no real node or pod has that many
 MAX_TAINTS = 64
 MAX_TOLERATIONS = 64
-_RESOURCE = re.compile(KSM_GPU_RESOURCES)  # fullmatch: the queries' own regex
 
 
 def render(template: str, arrivals_seconds: float, gpu_resources: Sequence[str] = ()) -> str:
@@ -694,7 +693,7 @@ def is_gpu_resource(resource: str, extra: Collection[str] = ()) -> bool:
     one of ``extra`` (``common.gpu_resources.ksm_gpu_resources`` of the site's names).
     The queries already ask for these only: this keeps a label no GPU count comes from
     (a relabelling gone wrong) out of the queue, counted."""
-    return bool(_RESOURCE.fullmatch(resource)) or resource in extra
+    return is_built_in(resource) or resource in extra
 
 
 @dataclass(frozen=True)
@@ -1240,7 +1239,7 @@ def parse(
             shared = {
                 r: v
                 for r, v in resources.items()
-                if r == "nvidia_com_gpu" or (r in extra and not _RESOURCE.fullmatch(r))
+                if r == "nvidia_com_gpu" or (r in extra and not is_built_in(r))
             }
         if "nvidia_com_gpu_shared" in resources:
             shared["nvidia_com_gpu_shared"] = resources["nvidia_com_gpu_shared"]
