@@ -11,7 +11,7 @@ from typing import Any
 
 from gpu_eta.forecaster.methods import PLANLESS_METHODS
 from gpu_eta.forecaster.promparse import printable
-from gpu_eta.top.view import Band, GpuRow, HolderRow, JobRow, PendingRow, View
+from gpu_eta.top.view import Band, GpuRow, HolderRow, JobRow, PendingRow, View, fmt_ratio
 
 # How old a forecaster cycle may be and its "fits now" still read ``now`` (``_fits_now``):
 # the alert rules' pending_prediction_past_seconds (rules/gpu-eta.rules.yaml,
@@ -75,20 +75,6 @@ def fmt_bytes(n: float | None) -> str:
     if n >= 1 << 30:
         return f"{n / (1 << 30):.1f}G"
     return f"{n / (1 << 20):.0f}M"
-
-
-def fmt_ratio(r: float | None) -> str:
-    """A 0..1 ratio as a percentage rounded down: one decimal below 10 % (``4.6%``), a
-    whole one from there (``97%``); ``0%`` for none at all. Why down, and the decimal:
-    the idle threshold (5 %) lies there, and a holder at 0.046, idle, read ``5%``."""
-    if r is None or not math.isfinite(r * 1000):
-        return "-"
-    if r == 0:
-        return "0%"
-    tenths = math.floor(round(r * 1000, 6))  # round first: 0.29 * 100 is 28.999…
-    if abs(tenths) < 100:
-        return f"{tenths / 10:.1f}%"
-    return f"{math.floor(round(r * 100, 6))}%"
 
 
 def progress_bar(epoch: float | None, epochs: float | None, width: int = 20) -> str:

@@ -579,6 +579,20 @@ def holders_unknown(samples: Sequence[Sample]) -> dict[str, str]:
     return out
 
 
+def fmt_ratio(r: float | None) -> str:
+    """A 0..1 ratio as a percentage rounded down: one decimal below 10 % (``4.6%``), a
+    whole one from there (``97%``); ``0%`` for none at all. Why down, and the decimal:
+    the idle threshold (5 %) lies there, and a holder at 0.046, idle, read ``5%``."""
+    if r is None or not math.isfinite(r * 1000):
+        return "-"
+    if r == 0:
+        return "0%"
+    tenths = math.floor(round(r * 1000, 6))  # round first: 0.29 * 100 is 28.999…
+    if abs(tenths) < 100:
+        return f"{tenths / 10:.1f}%"
+    return f"{math.floor(round(r * 100, 6))}%"
+
+
 def free_state(
     holders_unknown: str,
     utilization_ratio: float | None,
@@ -606,7 +620,7 @@ def free_state(
     too, and without it a device a pod uses without an allocation read as unused."""
     in_use = ""
     if utilization_ratio is not None and utilization_ratio >= in_use_ratio:
-        in_use = f"in use: util {utilization_ratio * 100:.0f}%"
+        in_use = f"in use: util {fmt_ratio(utilization_ratio)}"  # as UTIL is
         if users:
             in_use += f" by {', '.join(users)}"
     elif utilization_ratio is None and utilization_unknown:

@@ -2055,8 +2055,10 @@ def test_a_free_gpu_in_use_says_so_and_names_the_pod() -> None:
     ("ratio", "threshold", "note"),
     [
         (0.03, 0.05, "free now"),  # a driver check, a process ending: no one works there
-        (0.05, 0.05, "free to Kubernetes, in use: util 5%"),
-        (0.03, 0.01, "free to Kubernetes, in use: util 3%"),  # --idle-threshold 0.01
+        (0.05, 0.05, "free to Kubernetes, in use: util 5.0%"),
+        (0.03, 0.01, "free to Kubernetes, in use: util 3.0%"),  # --idle-threshold 0.01
+        (0.0996, 0.05, "free to Kubernetes, in use: util 9.9%"),  # as UTIL: not 10%
+        (0.999, 0.05, "free to Kubernetes, in use: util 99%"),  # down: not 100%
     ],
 )
 def test_a_free_gpu_is_in_use_from_the_idle_threshold_as_the_alert_judges(
