@@ -855,6 +855,29 @@ def forecaster_quality() -> dict:
             q(f"sum(gpu_eta_job_stalled{{{NS}}})", "stalled runs", "B"),
         ),
         ts(
+            "History volume",
+            "The forecaster's SQLite history: the file's size, its free pages (reused before "
+            "it grows), and the room its volume has left, per forecaster. Retention keeps the "
+            "file from growing (--history.retention, never below the most recent "
+            "--model.fit-runs); GpuEtaForecasterHistoryVolumeFull fires when the volume's "
+            "available bytes and the free pages together stay under a tenth of its capacity "
+            "for 30 minutes. Volume figures are absent where the forecaster cannot read them "
+            "(statvfs failing).",
+            "bytes",
+            q("gpu_eta_forecaster_history_bytes", "{{instance}} file", "A"),
+            q("gpu_eta_forecaster_history_free_bytes", "{{instance}} free pages", "B"),
+            q(
+                "gpu_eta_forecaster_history_volume_available_bytes",
+                "{{instance}} volume available",
+                "C",
+            ),
+            q(
+                "gpu_eta_forecaster_history_volume_capacity_bytes",
+                "{{instance}} volume capacity",
+                "D",
+            ),
+        ).min(0),
+        ts(
             "Estimator in use",
             "Running jobs by the estimator that produced their forecast: rate (own progress), "
             "prior (cold start from history), blend; for runs with no planned total, completed "

@@ -210,6 +210,7 @@ def test_user_facing_series_are_on_a_dashboard() -> None:
         "gpu_eta_model_interval_coverage_ratio",
         "gpu_eta_exporter_collector_duration_seconds",
         "gpu_eta_exporter_progress_reports_total",
+        "gpu_eta_forecaster_history_volume_available_bytes",  # beside its alert
     ):
         assert metric in used
 
