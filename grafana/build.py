@@ -218,11 +218,27 @@ def ts(title: str, description: str, unit: str, *targets: prom.Dataquery) -> tim
 
 
 def st(
-    title: str, description: str, unit: str, expr: str, width: int = 6, no_value: str = "–"
+    title: str,
+    description: str,
+    unit: str,
+    expr: str,
+    width: int = 6,
+    no_value: str = "–",
+    now: bool = True,
 ) -> stat.Panel:
     """A stat panel. ``no_value`` is what an empty query shows: "0" only for counts
     (count() of nothing is 0); elsewhere 0 means something (an ETA of now, a report
-    just now, not stale), so "no data" must not read as 0."""
+    just now, not stale), so "no data" must not read as 0.
+
+    ``now``: an instant query, the value at the range's end. Why: over a range the
+    stat shows the last point that is not null, and count() of nothing is no point,
+    not 0: "Free GPUs" kept the 1 of an hour ago once the last free GPU was taken, a
+    forecaster gone kept its last "since last good cycle". Without ``now`` (a pod's
+    own panels, the Training job board) the last value the range holds is what is
+    shown: a finished pod's last progress."""
+    target = q(expr, instant=False)
+    if now:
+        target = target.instant()
     return (
         stat.Panel()
         .title(title)
@@ -233,7 +249,7 @@ def st(
         .span(width)
         .no_value(no_value)
         .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]))
-        .with_target(q(expr, instant=False))
+        .with_target(target)
     )
 
 
@@ -642,7 +658,11 @@ def training_job() -> dict:
     ).override_by_name("P10", [DynamicConfigValue(id_val="custom.fillBelowTo", value="P90")])
     panels = [
         st(
-            "Progress", "Epochs (or steps) done / planned.", "percentunit", PROGRESS.format(sel=JOB)
+            "Progress",
+            "Epochs (or steps) done / planned.",
+            "percentunit",
+            PROGRESS.format(sel=JOB),
+            now=False,
         ),
         st(
             "ETA (P50)",
@@ -650,18 +670,22 @@ def training_job() -> dict:
             "dateTimeFromNow",
             f'max(gpu_eta_job_predicted_completion_timestamp_seconds{{{JOB}, quantile="0.5"}}) * 1000',
             no_value="no forecast",
+            now=False,
         ),
         st(
             "Epoch",
             "Epochs completed of the latest run.",
             "none",
             f"max(gpu_eta_training_epoch{{{JOB}}})",
+            now=False,
         ),
         st(
             "Last report",
             "Seconds since the run last reported anything (GpuEtaTrainingStalled fires after 30 min).",
             "s",
-            f"time() - max(gpu_eta_training_last_report_timestamp_seconds{{{JOB}}})",
+            # the newest stamp in the range: a pod gone still reported, hours ago
+            "time() - max(last_over_time("
+            f"gpu_eta_training_last_report_timestamp_seconds{{{JOB}}}[$__range]))",
             no_value="never",
         ),
         ts(
@@ -779,7 +803,9 @@ def forecaster_quality() -> dict:
             "Since last good cycle",
             "GpuEtaForecasterStale fires past 15 minutes.",
             "s",
-            "time() - max(gpu_eta_forecaster_last_success_timestamp_seconds)",
+            # the newest stamp in the range: a forecaster gone keeps ageing, not its last age
+            "time() - max(last_over_time("
+            "gpu_eta_forecaster_last_success_timestamp_seconds[$__range]))",
             no_value="never",
         ),
         st(

@@ -689,3 +689,58 @@ def test_unresolved_allocations_panel_says_holders_unknown() -> None:
     ]
     assert "holders unknown" in panel["description"]
     assert "free" not in panel["description"].replace("not free", "")
+
+
+def test_stats_of_now_are_instant_queries() -> None:
+    """A stat over the dashboard's range shows its last point that is not null, and
+    count() of nothing is no point, not 0: "Free GPUs" kept the 1 of an hour ago once
+    the last free GPU was taken (promtool: the range query's points stop where the
+    count empties). The stats that say what holds now are instant queries; only the
+    Training job board's progress, epoch and ETA keep a gone pod's last value."""
+    kept = {("training-job.json", t) for t in ("Progress", "Epoch", "ETA (P50)")}
+    for path in FILES:
+        for title, panel in _stat_panels(path.name).items():
+            (target,) = panel["targets"]
+            assert bool(target.get("instant")) is ((path.name, title) not in kept), (
+                path.name,
+                title,
+            )
+
+
+def test_ages_keep_growing_after_their_series_end(tmp_path: Path) -> None:
+    """ "Since last good cycle" and "Last report" when the forecaster or the pod is
+    gone: the age since its newest stamp in the range, not nothing (an instant query of
+    a series gone five minutes is empty) nor, over a range, its last small age."""
+    cases = [
+        ("forecaster-quality.json", "Since last good cycle", "gpu_eta_forecaster_last_success_timestamp_seconds"),
+        ("training-job.json", "Last report", 'gpu_eta_training_last_report_timestamp_seconds{namespace="ml",pod="p"}'),
+    ]  # fmt: skip
+    test = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                # a stamp a minute, from 0 s to 1200 s (20 m), then nothing
+                "input_series": [{"series": s, "values": "0+60x20"} for _, _, s in cases],
+                "promql_expr_test": [
+                    {
+                        "expr": substitute(
+                            _stat_panels(name)[title]["targets"][0]["expr"]
+                            .replace("$namespace", "ml")
+                            .replace("$pod", "p")
+                        ),
+                        "eval_time": "50m",
+                        "exp_samples": [{"labels": "{}", "value": 3000 - 1200}],
+                    }
+                    for name, title, _ in cases
+                ],
+            }
+        ],
+    }
+    (tmp_path / "empty.rules.yaml").write_text("groups: []\n")
+    test["rule_files"] = [str(tmp_path / "empty.rules.yaml")]
+    test_file = tmp_path / "age.test.yaml"
+    test_file.write_text(yaml.safe_dump(test, sort_keys=False))
+    proc = promtool("test", "rules", str(test_file), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
