@@ -204,6 +204,12 @@ def test_scrape_intervals_follow_the_collection_and_cycle_intervals() -> None:
         {"serviceMonitor": {"exporterInterval": "1m", "forecasterInterval": "5m"}}, follows
     )
     assert _scrape_intervals(overridden) == {"gpu-eta-exporter": "1m", "gpu-eta-forecaster": "5m"}
+    # at most 2m from a slower cycle: past Prometheus' 5-minute lookback the forecasts
+    # were absent half of each cycle; an interval that is set is taken as given
+    slow = {"exporter": {"collectionInterval": "3m"}, "forecaster": {"cycleInterval": 600}}
+    assert _scrape_intervals(slow) == {"gpu-eta-exporter": "2m", "gpu-eta-forecaster": "2m"}
+    assert _scrape_intervals({"exporter": {"collectionInterval": "1h"}})["gpu-eta-exporter"] == "2m"
+    assert _scrape_intervals({"forecaster": {"cycleInterval": 121}})["gpu-eta-forecaster"] == "2m"
     with pytest.raises(
         k8s.RenderError, match=r"cycleInterval: \"90\.5\".*set serviceMonitor\.forecasterInterval"
     ):

@@ -138,12 +138,25 @@ forecaster.cycleInterval): scraping faster than that stores the same values agai
 slower hides what changed between scrapes, so by default one value sets both. A bare
 number is seconds, as the exporter's and forecaster's flags read it. Fails the render
 on a value Prometheus does not take ("1.5s", "15 s"), naming the key to set.
+
+The interval taken from .from is at most 2m: Prometheus answers a series only within
+5 minutes (its lookback) of its last sample, so a forecaster cycling every 10 minutes
+and scraped as often had every forecast absent half the time (GpuEtaDeadlineOverrun
+and GpuEtaPredictedLongOccupancy never held for their `for:`, GpuEtaForecasterDown's
+absent() true each cycle); at 2m a failed scrape still leaves no gap. Scraping the same
+cached values again costs little. An interval set (.set) is taken as given.
 */}}
 {{- define "gpu-eta.scrapeInterval" -}}
 {{- $key := ternary .setKey .fromKey (not (empty .set)) -}}
 {{- $value := .set | default .from | toString | trim -}}
 {{- if regexMatch "^[0-9]+$" $value -}}
 {{- $value = printf "%ss" $value -}}
+{{- end -}}
+{{- if and (empty .set) (regexMatch "^[0-9]+(s|m|h|d|w|y)$" $value) -}}
+{{- $n := regexFind "^[0-9]+" $value | atoi -}}
+{{- $unit := trimPrefix (toString $n) $value -}}
+{{- $seconds := mul $n (get (dict "s" 1 "m" 60 "h" 3600 "d" 86400 "w" 604800 "y" 31536000) $unit) -}}
+{{- if gt $seconds 120 }}{{ $value = "2m" }}{{ end -}}
 {{- end -}}
 {{- if not (regexMatch "^([0-9]+(ms|s|m|h|d|w|y))+$" $value) -}}
 {{- $hint := ternary "" (printf "; set %s to one" .setKey) (not (empty .set)) -}}
