@@ -22,6 +22,11 @@ from gpu_eta.forecaster.history_space import Retention
 from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.secret_file import SecretFile
 
+# The longest cycle interval, lookback or idle window: ten years. Prometheus takes a
+# duration up to ~292 years and answers a longer one with HTTP 400, every cycle; a
+# wait that long overflows; nothing useful lies past a few months.
+MAX_WINDOW_SECONDS = 3650 * 86400.0
+
 
 class ConfigError(ForecasterError, ValueError):
     """A setting is out of range or inconsistent (a usage error: exit code 2)."""
@@ -131,11 +136,28 @@ class Config:
         ):
             if not (math.isfinite(value) and value > 0):  # inf: no sleep or window takes it
                 raise ConfigError(f"{name} must be a finite number > 0, got {value}")
+        for name, value in (
+            ("--cycle.interval", self.interval_seconds),
+            ("--history.lookback", self.cycle.lookback_seconds),
+            ("--stall.idle-window", self.cycle.idle_window_seconds),
+        ):
+            if value > MAX_WINDOW_SECONDS:  # a wait or a query's window past any use
+                raise ConfigError(
+                    f"{name} must be at most {MAX_WINDOW_SECONDS // 86400:.0f} days, got {value}"
+                )
+        if not math.isfinite(self.cycle.min_step_seconds):
+            raise ConfigError(
+                f"--query.step must be a finite number, got {self.cycle.min_step_seconds}"
+            )
         if not 0 <= self.cycle.idle_ratio <= 1:
             raise ConfigError(f"--stall.idle-ratio must be in 0..1, got {self.cycle.idle_ratio}")
-        if self.cycle.vanish_grace_seconds < 0:
+        if not (
+            math.isfinite(self.cycle.vanish_grace_seconds) and self.cycle.vanish_grace_seconds >= 0
+        ):
+            # nan or inf: no vanished run would ever be finished and learnt from
             raise ConfigError(
-                f"--history.vanish-grace must be >= 0, got {self.cycle.vanish_grace_seconds}"
+                "--history.vanish-grace must be a finite number >= 0, "
+                f"got {self.cycle.vanish_grace_seconds}"
             )
         if not (
             math.isfinite(self.cycle.partial_hold_seconds) and self.cycle.partial_hold_seconds >= 0
@@ -156,9 +178,11 @@ class Config:
             raise ConfigError(f"--model.fit-runs must be >= 0, got {self.cycle.fit_runs}")
         if self.cycle.fit_points < 0:
             raise ConfigError(f"--model.fit-points must be >= 0, got {self.cycle.fit_points}")
-        if self.cycle.refit_seconds < 0:
+        if not (math.isfinite(self.cycle.refit_seconds) and self.cycle.refit_seconds >= 0):
+            # nan: no refit after the first fit, whatever was learnt since
             raise ConfigError(
-                f"--model.refit-interval must be >= 0, got {self.cycle.refit_seconds}"
+                "--model.refit-interval must be a finite number >= 0, "
+                f"got {self.cycle.refit_seconds}"
             )
         parse_listen_address(self.listen_address)
         check_gpu_resources(self.cycle.pending)

@@ -88,6 +88,16 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["serve", "--history.retention", "30"], "--history.retention must be a duration"),
         (["once", "--history.retention=-1d"], "--history.retention must be a duration"),
         (["once", "--query.step", "0.0004"], "--query.step must be at least 0.001"),
+        # accepted at start, then every cycle failed (inf: OverflowError; a window past
+        # Prometheus' duration range: HTTP 400), or nothing vanished nor refitted (nan)
+        (["once", "--query.step", "inf"], "--query.step must be a finite number"),
+        (["once", "--query.step", "nan"], "--query.step must be at least 0.001"),
+        (["serve", "--history.vanish-grace", "nan"], "--history.vanish-grace must be a finite"),
+        (["serve", "--history.vanish-grace", "inf"], "--history.vanish-grace must be a finite"),
+        (["serve", "--model.refit-interval", "nan"], "--model.refit-interval must be a finite"),
+        (["once", "--history.lookback", "1e12"], "--history.lookback must be at most 3650 days"),
+        (["once", "--stall.idle-window", "1e12"], "--stall.idle-window must be at most 3650 days"),
+        (["serve", "--cycle.interval", "1e12"], "--cycle.interval must be at most 3650 days"),
         (["once", "--prometheus.max-response-bytes", "10"], "must be >= 1024"),
         (["once", "--pending.request-toleration", "sku=gpu:Never"], "effect must be one of"),
         (["once", "--pending.request-toleration", "=gpu"], "wants KEY[=VALUE][:EFFECT]"),
