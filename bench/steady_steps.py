@@ -13,7 +13,7 @@ before the first step, runs one after the other. It is replayed as
 ``bench/forecast_accuracy.py`` replays a corpus (``evaluate.backtest``, the model
 knowing only the runs that ended before each moment) and printed as its table.
 400 steps is at most what the live path keeps of a running step-level job
-(``runs_from_series.STEP_CELLS``); scored at every one of 2,000 steps, the intervals are
+(``progress_bound.STEP_CELLS``); scored at every one of 2,000 steps, the intervals are
 measured on another reporting density than the history's and under-cover late in a
 run. docs/forecasting.md ("Where gpu-eta trails") quotes its figures.
 """

@@ -10,6 +10,8 @@ which tests/report/test_client.py holds equal to this one.
 
 from __future__ import annotations
 
+import math
+
 # An epoch, a step, a planned total or a free-form number. Why 1e15: progress may count
 # samples (MLPerf bert: ~1.2e9) or tokens (a language model's pretraining: 1.5e13 for
 # 15 trillion tokens, Llama 3's scale), and every whole count up to 1e15 stays exact in
@@ -20,8 +22,7 @@ MAX_PROGRESS = 1e15
 # refuses totals below it (``exporter.progress.check_report``, by ``plausible_plan``),
 # and gives a plan-less run that ended before one whole epoch or step no total
 # (``exporter.progress._reached_totals``, the same). A plan of 1e-300 divided a
-# step into an infinite cell (``runs_from_series.step_cell``); below 1 it is not a
-# run's plan.
+# step into an infinite cell (``step_cell``); below 1 it is not a run's plan.
 MIN_PLANNED = 1.0
 
 
@@ -35,3 +36,29 @@ def plausible_plan(planned: float) -> bool:
     forecasts. The exporter takes a total by it too (``exporter.progress``): a total it
     accepted that the forecaster then dropped would be a run never forecast."""
     return MIN_PLANNED <= planned <= MAX_PROGRESS
+
+
+# The finest share of its plan a run's progress points are kept at: one point per
+# 1/STEP_CELLS of the plan (``step_cell``). The exporter stamps an epoch end at most
+# once per cell (``exporter.progress.stamps_epoch_end``); the forecaster keeps a run
+# in steps, or in epochs that are not whole, to one point per cell in a cycle
+# (``runs_from_series``) and in its history (``history.crowded_steps``). Bounded
+# points for a run of millions of steps or samples, whatever its number of reports.
+STEP_CELLS = 400
+
+
+def step_cell(progress: float, planned: float) -> int | None:
+    """The 1/``STEP_CELLS`` of ``planned`` that ``progress`` (a step, an epoch) falls
+    in; None when there is no such cell (a quotient that is not finite: a value near
+    the float maximum, a plan near zero). Pure.
+
+    Why one function: the exporter decides by it which epoch ends it publishes and the
+    forecaster which points it keeps; two copies could put one value in two cells, and
+    the forecaster would then keep points the exporter meant to leave out, or drop the
+    ones it published. Why None rather than an error: ``int`` of an infinite quotient
+    raised OverflowError, and one run's values then failed the whole cycle
+    (``runs_from_series.assemble``) or the history's ``record``; callers refuse such
+    runs first (``plausible_plan``), this is what the arithmetic itself does with values
+    no check foresaw."""
+    quotient = progress * STEP_CELLS / planned
+    return int(quotient) if math.isfinite(quotient) else None

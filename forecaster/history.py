@@ -59,6 +59,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from gpu_eta.common.progress_bound import step_cell
 from gpu_eta.common.text import readable
 from gpu_eta.forecaster.history_file import (
     DamagedHistory,
@@ -105,7 +106,7 @@ from gpu_eta.forecaster.runs import (
     run_key,
     same_run_start,
 )
-from gpu_eta.forecaster.runs_from_series import kept_by_cell, step_cell
+from gpu_eta.forecaster.runs_from_series import kept_by_cell
 
 # The store's public API. HistoryError and StoredRun are defined in history_rows,
 # RunUpdate and run_key in runs; they are re-exported here, where docs/forecaster.md
@@ -177,7 +178,7 @@ def crowded_steps(steps: Iterable[float], planned: float) -> set[float]:
     """Of a run's stored ``steps`` (or epochs, ``runs_from_series.kept_by_cell``), those
     that are not the newest (highest) of their 1/``STEP_CELLS`` of ``planned``: the
     points to drop (``_thin_step_ends``). A step in
-    no cell (``runs_from_series.step_cell``: stored steps, then a plan near zero) is not
+    no cell (``progress_bound.step_cell``: stored steps, then a plan near zero) is not
     dropped. Pure."""
     newest: dict[int, float] = {}
     drop: set[float] = set()

@@ -66,17 +66,21 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from gpu_eta.common.progress_bound import MAX_PROGRESS, MIN_PLANNED, plausible_plan
+from gpu_eta.common.progress_bound import (
+    MAX_PROGRESS,
+    MIN_PLANNED,
+    plausible_plan,
+    step_cell,
+)
 from gpu_eta.forecaster.runs import STATED_PLAN, STEPS_UNIT, RunKey, RunUpdate
 from gpu_eta.forecaster.series import Sample, Series, unexported
 
 MAX_RUN_ID = 256
 MAX_LABEL = 256  # namespace, pod, container (Kubernetes allows at most 253)
 # A run that reports only steps, or epochs that are not whole (``kept_by_cell``), keeps
-# at most STEP_CELLS points (one per 1/STEP_CELLS of its plan, plus the latest):
-# bounded storage for a run of millions of steps. A cycle thins its own points
+# at most ``progress_bound.STEP_CELLS`` points (one per cell of its plan, plus the
+# latest): bounded storage for a run of millions of steps. A cycle thins its own points
 # (_thin_steps), the history the stored ones across cycles (history.crowded_steps).
-STEP_CELLS = 400
 # A run whose assembly raised what no check foresaw is skipped with this reason (its
 # error in ``CycleView.failed``, logged by the cycle): the cycle goes on without it.
 RUN_FAILED = "assemble_failed"
@@ -564,19 +568,6 @@ def _first_seen(series: Sequence[Series]) -> dict[RunKey, list[tuple[float, floa
                 firsts.append((ts, value))
                 last = value
     return out
-
-
-def step_cell(step: float, planned: float) -> int | None:
-    """The 1/``STEP_CELLS`` of ``planned`` that ``step`` falls in; None when there is no
-    such cell (a quotient that is not finite: a step near the float maximum, a plan near
-    zero). Pure.
-
-    Why None rather than an error: ``int`` of an infinite quotient raised OverflowError,
-    and one run's values then failed the whole cycle (``assemble``) or the history's
-    ``record``; ``assemble`` refuses such runs first, this is what the arithmetic itself
-    does with values no check foresaw."""
-    quotient = step * STEP_CELLS / planned
-    return int(quotient) if math.isfinite(quotient) else None
 
 
 def kept_by_cell(progress: Iterable[float], counts_steps: bool) -> bool:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from gpu_eta.common.progress_bound import STEP_CELLS
 from gpu_eta.forecaster.history import HistoryStore, crowded_steps
 from gpu_eta.forecaster.runs import STEPS_UNIT, RunUpdate
-from gpu_eta.forecaster.runs_from_series import STEP_CELLS
 from tests.forecaster.test_cycle import NOW, CannedClient, make_cycle, s
 
 LAB = {"node": "n1", "namespace": "ml", "pod": "p", "container": "c", "run_id": "tqdm"}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
+from gpu_eta.common.progress_bound import STEP_CELLS
 from gpu_eta.forecaster.runs import run_key
-from gpu_eta.forecaster.runs_from_series import STEP_CELLS, assemble, ending_runs, pod_values
+from gpu_eta.forecaster.runs_from_series import assemble, ending_runs, pod_values
 from gpu_eta.forecaster.series import Sample, Series
 
 NOW = 1_700_000_000.0
