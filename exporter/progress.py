@@ -12,8 +12,9 @@ listener and the log collector so both sources obey the same rules:
   left out and named in ``Report.skipped``, for the caller to count and tell.
 - ``advance(previous, report, ...)`` folds a report into the container's previous
   ``Progress``: it decides when a new run starts (so two trainings in one notebook
-  never become one series), carries known fields forward, stamps epoch ends and
-  gives a run that ends without a planned total the totals it reached.
+  never become one series), carries known fields forward, stamps epoch ends (at
+  most one per 1/400 of the run's plan: ``stamps_epoch_end``) and gives a run that
+  ends without a planned total the totals it reached.
 - ``ended_by_exit(progress, now)`` applies that end to a plan-less HTTP run whose pod
   succeeded without its sender saying ``end``.
 
@@ -31,7 +32,12 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from gpu_eta.common.k8s_names import DNS_LABEL, DNS_SUBDOMAIN
-from gpu_eta.common.progress_bound import MAX_PROGRESS, MIN_PLANNED, plausible_plan
+from gpu_eta.common.progress_bound import (
+    MAX_PROGRESS,
+    MIN_PLANNED,
+    plausible_plan,
+    step_cell,
+)
 from gpu_eta.exporter.readings import Progress
 
 MAX_BODY_BYTES = 4096
@@ -574,6 +580,36 @@ def _reached_totals(epoch: float | None, step: float | None) -> tuple[float | No
     return (epoch if epoch is not None and plausible_plan(epoch) else None), None
 
 
+def stamps_epoch_end(last: float, epoch: float, planned: float | None) -> bool:
+    """Whether a run whose published epoch ended at ``last`` publishes a new epoch end
+    when it reports ``epoch`` (above ``last``), ``planned`` its planned epochs. Pure.
+
+    True when the run has no plan to divide (none, or no ``plausible_plan``), reaches
+    it, is one epoch on from ``last`` (reported epoch by epoch), or enters another
+    1/``STEP_CELLS`` of its plan than ``last``'s (``progress_bound.step_cell``, the
+    cells the forecaster keeps a run's points by). Else the report is held: the run
+    keeps publishing ``last`` and its end time (``advance``).
+
+    Why: an epoch that moves on at every report (a fractional epoch: Hugging Face's
+    raw ``state.epoch``; samples counted in the epoch field) made every report an
+    epoch end, a point the forecaster reads and stores, so a run that never reached
+    its plan grew by one per report. Now it publishes at most ``STEP_CELLS`` + 1 of
+    them whatever its number of reports. A run of whole epochs, each reported once,
+    keeps all of them: up to ``STEP_CELLS`` planned epochs each is a cell of its own,
+    and a longer one reported epoch by epoch shows its evaluation passes only with
+    every epoch (``forecaster.runs.thinned``). Why the epoch is held with its end: the
+    forecaster pairs the two series (``runs_from_series``), and an epoch published
+    beside an earlier end time would be read as reached then, one new pair per report
+    again. A run without planned epochs has no cells until it ends (its plan is then
+    what it reached): the forecaster stores none of its points while it runs."""
+    if planned is None or not plausible_plan(planned) or epoch >= planned:
+        return True
+    if epoch - last == 1.0:
+        return True
+    cell = step_cell(epoch, planned)
+    return cell is None or cell != step_cell(last, planned)
+
+
 def advance(
     previous: Progress | None,
     report: Report,
@@ -612,6 +648,12 @@ def advance(
     one stopped. An ``end`` that would start a run and carries no counter is refused:
     there is nothing to end. Every run's ``end`` is kept
     as ``ended_timestamp`` for that rule, in the state file and journal too.
+
+    An epoch above the run's stamps an epoch end (``epoch_end_timestamp`` = ``now``)
+    when it is the run's first, comes with an ``end``, or ``stamps_epoch_end`` says so;
+    else it is held: checked against the plan, but the run keeps its epoch and end, so
+    the two published series stay a true pair and a run gets at most one end per
+    1/``STEP_CELLS`` of its plan, whatever its number of reports.
 
     Raises ``SupersededReport`` for a report of a run a later start replaced
     (``superseded``), before anything else: its counters are another training's.
@@ -677,7 +719,14 @@ def advance(
     metrics, removed_metrics = merged_metrics(base.metrics, base.removed_metrics, report)
     epoch_end = base.epoch_end_timestamp
     if report.epoch is not None and prev_epoch is not None and report.epoch > prev_epoch:
-        epoch_end = now
+        if (
+            epoch_end is None  # the run's first end
+            or report.event == "end"  # its last progress, published as it is
+            or stamps_epoch_end(prev_epoch, report.epoch, epochs)
+        ):
+            epoch_end = now
+        else:  # held: the published epoch stays the one its end time is of
+            epoch = prev_epoch
     elif report.epoch is not None and prev_epoch is None and report.epoch > 0 and epoch_end is None:
         epoch_end = now  # first word we hear of this run already counts an epoch
     return Progress(

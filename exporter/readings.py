@@ -212,6 +212,8 @@ class Progress:
     run_start_timestamp: float
     last_report_timestamp: float
     source: str  # "http" or "log"
+    # the epoch ``epoch_end_timestamp`` is the end of: a report inside the same
+    # 1/400 of the plan is held, not stored (``progress.stamps_epoch_end``)
     epoch: float | None = None
     epochs: float | None = None
     step: float | None = None

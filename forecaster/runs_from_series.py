@@ -576,12 +576,15 @@ def kept_by_cell(progress: Iterable[float], counts_steps: bool) -> bool:
     followed in steps, or one with a ``progress`` value that is not a whole number (a
     fractional epoch: Hugging Face's ``state.epoch``, 0.0123 and on). Pure.
 
-    Why: a fractional epoch moves on at every report and the exporter stamps an epoch
-    end at every increase, so a run that never ends stored one more point every cycle
-    (20,160 after 14 days at one cycle a minute), read into memory each cycle. Whole
-    epochs are left as they are (Keras, Lightning, the MLPerf corpus): a run holds at
-    most one per epoch of its plan, and only a run reported epoch by epoch shows its
-    evaluation passes (``runs.thinned``)."""
+    Why: a fractional epoch moves on at every report. The exporter publishes at most
+    one epoch end per cell (``exporter.progress.stamps_epoch_end``), but series that
+    did not pass through that rule (an exporter of another version, a series written
+    by hand) stamp one per report, and a run that never ends then stored one more
+    point every cycle (20,160 after 14 days at one cycle a minute), read into memory
+    each cycle. Whole epochs are left as they are (Keras, Lightning, the MLPerf
+    corpus): the exporter publishes one per cell, or one per epoch for a run reported
+    epoch by epoch, and only such a run shows its evaluation passes
+    (``runs.thinned``)."""
     return counts_steps or any(math.isfinite(p) and not float(p).is_integer() for p in progress)
 
 

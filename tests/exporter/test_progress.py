@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_eta.common import progress_bound
-from gpu_eta.common.progress_bound import MAX_PROGRESS, MIN_PLANNED, plausible_plan
+from gpu_eta.common.progress_bound import MAX_PROGRESS, MIN_PLANNED, STEP_CELLS, plausible_plan
 from gpu_eta.exporter import progress
 from gpu_eta.exporter.progress import (
     MAX_BODY_BYTES,
@@ -221,6 +221,90 @@ def test_advance_carries_fields_and_stamps_epoch_ends():
     assert p3.epoch_end_timestamp == NOW + 10 and p3.metrics["loss"] == 0.5
     p4 = _adv(p3, Report(step=60), NOW + 12)
     assert p4.epoch_end_timestamp == NOW + 10 and p4.metrics["loss"] == 0.5
+
+
+def _published_ends(
+    values: list[float], planned: float | None, every: float = 10.0
+) -> list[tuple[float, float]]:
+    """The (epoch, epoch end) pairs a named run publishes (``gpu_eta_training_epoch``
+    beside ``gpu_eta_training_epoch_end_timestamp_seconds``) while it reports ``values``
+    one report every ``every`` seconds after a start at epoch 0: each new pair is one
+    more epoch end for the forecaster to read (``runs_from_series._range_pairs``)."""
+    p = _adv(None, Report(run_id="r", epoch=0, epochs=planned), NOW)
+    pairs: list[tuple[float, float]] = []
+    for k, value in enumerate(values, 1):
+        p = _adv(p, Report(run_id="r", epoch=value), NOW + every * k)
+        if p.epoch is not None and p.epoch_end_timestamp is not None:
+            pair = (p.epoch, p.epoch_end_timestamp)
+            if not pairs or pairs[-1] != pair:
+                pairs.append(pair)
+    return pairs
+
+
+@pytest.mark.parametrize(
+    ("planned", "reached"),
+    [
+        (3.0, 2.0),  # Hugging Face's raw state.epoch: 0.0001, 0.0002, ... of 3 epochs
+        (1.2e9, 4.8e8),  # samples in the epoch field (MLPerf bert), whole numbers
+    ],
+)
+@pytest.mark.parametrize("n_reports", [2_000, 20_000])
+def test_a_run_publishes_at_most_one_epoch_end_per_cell_of_its_plan(
+    planned: float, reached: float, n_reports: int
+) -> None:
+    """A run whose epoch moves on at every report (a fractional epoch, a sample count)
+    publishes one epoch end per 1/``STEP_CELLS`` of its plan (the first report in it),
+    not one per report: the same number for 2,000 reports as for 20,000 over the same
+    progress, a run that never reaches its plan included. Each pair published is true:
+    its epoch was reported at its end time, never an epoch paired with an earlier
+    report's time."""
+    step = reached / n_reports
+    values = [step * k for k in range(1, n_reports + 1)]
+    pairs = _published_ends(values, planned)
+    cells_reached = int(reached * STEP_CELLS / planned)  # 266 of 3 epochs, 160 of 1.2e9
+    assert len(pairs) == cells_reached + 1  # the first report's, then one a cell
+    reported_at = {v: NOW + 10.0 * k for k, v in enumerate(values, 1)}
+    assert all(reported_at[epoch] == end for epoch, end in pairs)
+    assert pairs[0] == (values[0], NOW + 10.0)
+
+
+@pytest.mark.parametrize(
+    ("planned", "n_epochs"),
+    [(20.0, 20), (STEP_CELLS, STEP_CELLS), (1000.0, 1000)],
+)
+def test_a_run_reported_epoch_by_epoch_publishes_every_epoch_end(
+    planned: float, n_epochs: int
+) -> None:
+    """Whole epochs one at a time (Keras, Lightning, the client's ``epoch_end``) keep
+    an end each, whatever the plan: a run of up to ``STEP_CELLS`` epochs has one per
+    cell, a longer one reported epoch by epoch shows its evaluation passes only with
+    every epoch (``forecaster.runs.thinned``). Reports between epochs (steps, metrics)
+    change neither the epoch nor its end."""
+    p = _adv(None, Report(run_id="r", epoch=0, epochs=planned), NOW)
+    pairs: list[tuple[float | None, float | None]] = []
+    for k in range(1, n_epochs + 1):
+        p = _adv(p, Report(run_id="r", step=10 * k - 5, metrics={"loss": 1 / k}), NOW + 60 * k - 30)
+        p = _adv(p, Report(run_id="r", epoch=k, step=10 * k), NOW + 60 * k)
+        pairs.append((p.epoch, p.epoch_end_timestamp))
+    assert pairs == [(float(k), NOW + 60 * k) for k in range(1, n_epochs + 1)]
+
+
+def test_an_epoch_held_within_its_cell_is_checked_and_published_at_the_end() -> None:
+    """A report inside the cell of the last end leaves the published epoch and its end
+    as they were, but is still checked against the plan; an ``end`` publishes its epoch
+    at once; a run without planned epochs publishes every increase (its plan is what it
+    reaches: no cells to count until it ends)."""
+    p = _adv(None, Report(run_id="r", epoch=0.5, epochs=3, step=5), NOW)
+    held = _adv(p, Report(run_id="r", epoch=0.501, step=6), NOW + 10)
+    assert (held.epoch, held.epoch_end_timestamp, held.step) == (0.5, NOW, 6)
+    assert held.last_report_timestamp == NOW + 10
+    with pytest.raises(InvalidReport, match=r"epoch 3\.5 > epochs 3"):
+        _adv(held, Report(run_id="r", epoch=3.5), NOW + 20)
+    ended = _adv(held, Report(run_id="r", event="end", epoch=0.502), NOW + 30)
+    assert (ended.epoch, ended.epoch_end_timestamp) == (0.502, NOW + 30)
+    assert _published_ends([0.001 * k for k in range(1, 101)], None) == [
+        (0.001 * k, NOW + 10.0 * k) for k in range(1, 101)
+    ]
 
 
 def test_new_run_when_counter_goes_back_or_plan_changes():
