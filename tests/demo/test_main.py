@@ -8,7 +8,7 @@ import os
 import re
 import signal
 import time
-from contextlib import redirect_stderr
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -340,3 +340,49 @@ def test_docs_warm_start_numbers_are_the_demo_cluster() -> None:
     # the demo's own start-up line, as quoted (Stack.start counts the same pods)
     line = f"({got['training']} training pods already running, {got['queued']} jobs queued)"
     assert line in doc
+
+
+def _fake_bootstrap(tmp_path: Path, code: int) -> tuple[Path, Path]:
+    """A stand-in for scripts/bootstrap.sh that records its arguments and exits ``code``."""
+    log = tmp_path / "bootstrap.log"
+    script = tmp_path / "bootstrap.sh"
+    script.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexit {code}\n')
+    script.chmod(0o755)
+    return script, log
+
+
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["--seconds", "abc"], ["--bogus"]], ids=["help", "bad", "unknown"]
+)
+def test_help_and_bad_flags_install_nothing(monkeypatch, tmp_path: Path, argv) -> None:
+    """demo.sh installed the Debian packages (apt-get update, a download) before the
+    demo read its flags: ``--help`` or a typo took minutes to answer on a fresh
+    machine. The demo asks for them (``GPU_ETA_DEMO_BOOTSTRAP``) once its flags are
+    good, so these never run it."""
+    script, log = _fake_bootstrap(tmp_path, 0)
+    monkeypatch.setenv("GPU_ETA_DEMO_BOOTSTRAP", str(script))
+    with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
+        code = cli.main(argv)
+    assert code == (cli.ExitCode.OK if argv == ["--help"] else cli.ExitCode.USAGE)
+    assert not log.exists()
+
+
+@pytest.mark.parametrize(
+    ("tsdb", "asked"),
+    [("prometheus", "--demo"), ("victoriametrics", "--demo --victoriametrics")],
+)
+def test_good_flags_install_what_that_tsdb_runs_first(
+    monkeypatch, tmp_path: Path, tsdb: str, asked: str
+) -> None:
+    """Good flags: the install runs, for the TSDB asked for, before anything starts; a
+    failing install is exit 1, one line, and nothing started."""
+    script, log = _fake_bootstrap(tmp_path, 3)
+    monkeypatch.setenv("GPU_ETA_DEMO_BOOTSTRAP", str(script))
+    started = []
+    monkeypatch.setattr(cli, "_run", lambda *a: started.append(a) or 0)
+    err = io.StringIO()
+    with redirect_stderr(err):
+        code = cli.main(["--tsdb", tsdb, "--seconds", "5"])
+    assert log.read_text().split("\n")[0] == asked
+    assert code == cli.ExitCode.ERROR and not started
+    assert err.getvalue().count("\n") == 1 and "failed (exit 3)" in err.getvalue()

@@ -384,12 +384,12 @@ SMALL = [
 ]
 
 
-def _run_and_watch(cmd: list[str]) -> tuple[subprocess.Popen, _Reader, set[int]]:
-    """Start the demo in its own group; return once it says it runs (or exits), with
-    every child pid seen meanwhile."""
+def _run_and_watch(cmd: list[str], cwd: Path = REPO) -> tuple[subprocess.Popen, _Reader, set[int]]:
+    """Start the demo in its own group (in ``cwd``); return once it says it runs (or
+    exits), with every child pid seen meanwhile."""
     proc = subprocess.Popen(
         cmd,
-        cwd=REPO,
+        cwd=cwd,
         # demo.sh runs ${PYTHON:-python3}: this test's Python, whose gpu_eta is this checkout
         env={**os.environ, "PYTHON": sys.executable},
         stdout=subprocess.PIPE,
@@ -416,8 +416,12 @@ def _run_and_watch(cmd: list[str]) -> tuple[subprocess.Popen, _Reader, set[int]]
     return proc, reader, seen
 
 
-def test_readme_command_with_seconds_exits_0_and_leaves_nothing() -> None:
-    proc, reader, children = _run_and_watch([str(REPO / "demo.sh"), "--seconds", "15", *SMALL])
+def test_readme_command_with_seconds_exits_0_and_leaves_nothing(tmp_path: Path) -> None:
+    """``./demo.sh --seconds N`` run from another directory: a relative ``--workdir``
+    is that directory's (demo.sh changed into the checkout, and the kept files landed
+    there, untracked)."""
+    cmd = [str(REPO / "demo.sh"), "--seconds", "15", "--workdir", "kept", *SMALL]
+    proc, reader, children = _run_and_watch(cmd, cwd=tmp_path)
     try:
         code = proc.wait(timeout=120)
     finally:
@@ -428,6 +432,7 @@ def test_readme_command_with_seconds_exits_0_and_leaves_nothing() -> None:
     assert "final top snapshot:" in reader.text and "TRAINING" in reader.text
     assert len(children) >= 5  # 3 exporters, Prometheus, forecaster
     assert [p for p in children if _alive(p)] == []
+    assert (tmp_path / "kept" / "logs").is_dir() and not (REPO / "kept").exists()
 
 
 def test_sigterm_stops_everything() -> None:

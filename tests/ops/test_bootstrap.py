@@ -103,3 +103,11 @@ def test_without_apt_each_missing_package_is_named_once(
         assert package not in line
     # the commands to put on PATH, upstream's Alertmanager name among them
     assert "promtool" in line and "alertmanager" in line.replace("prometheus-alertmanager", "")
+
+
+def test_demo_python_asks_for_no_debian_package(tmp_path: Path) -> None:
+    """``--demo-python`` (demo.sh's first step, before the demo checks its flags): no
+    Prometheus, no apt-get, and still nothing missing."""
+    proc = _run(tmp_path, ["--demo-python"], ())
+    assert proc.returncode == 0, proc.stderr
+    assert "apt-get" not in proc.stderr and "Debian" not in proc.stderr
