@@ -356,7 +356,14 @@ def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], l
 
     Nodes advertise one ``nvidia.com/gpu`` unit per device, or per replica on a
     time-sliced device, as NVIDIA's device plugin does; their product label is the GPU
-    model. Queued jobs are Pending pods without a node; running pods are Running.
+    model. Queued jobs are Pending pods without a node; running pods are Running; a
+    pod placed on a node that starts after ``t`` is Pending there, as a scheduled pod
+    whose containers are being created is (a pod created after ``t`` is not there yet).
+
+    Why the last: the demo's simulation runs a few seconds ahead of the clock, so a
+    queued pod was often placed with its start still ahead; it was then neither queued
+    nor alive, missing from kube-state-metrics for those seconds, and ``top`` showed
+    it pending with no wait and its start "due".
     Training pods are a Job's (``restartPolicy: OnFailure``), notebooks a
     StatefulSet's (``Always``), as a Kubeflow Notebook's are.
     """
@@ -370,23 +377,29 @@ def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], l
     ]
     pods = []
     for pod in tuple(sim.pods):
-        if pod.kind not in ("training", "notebook") or not pod.alive_at(t) or pod.node < 0:
+        created = pod.start if pod.created is None else pod.created
+        if pod.kind not in ("training", "notebook") or pod.node < 0 or created > t:
             continue
+        if pod.end is not None and t >= pod.end:
+            continue
+        started = pod.start <= t
         pods.append(
             KsmPod(
                 pod.namespace,
                 pod.name,
                 pod.uid,
-                "Running",
-                anchor + (pod.start if pod.created is None else pod.created),
+                "Running" if started else "Pending",
+                anchor + created,
                 {GPU: len(pod.gpus)},
                 pod.container,
                 sim.nodes[pod.node].name,
-                anchor + pod.start,
+                anchor + pod.start if started else None,
                 **_controller(pod),
             )
         )
     for pod in sim.queued_pods():
+        if pod.start > t:  # arrives after t: not created yet
+            continue
         pods.append(
             KsmPod(
                 pod.namespace,

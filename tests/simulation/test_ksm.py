@@ -1,0 +1,49 @@
+"""``simulation.ksm.from_sim``: the simulated cluster as kube-state-metrics sees it."""
+
+from __future__ import annotations
+
+from gpu_eta.simulation import ksm
+from gpu_eta.simulation.cluster import ClusterConfig, warm_start
+
+
+def test_a_pod_placed_to_start_later_is_pending_on_its_node() -> None:
+    """The demo's simulation runs a few seconds ahead of the clock: a queued pod is
+    placed with its start still ahead. It was then neither queued nor alive, missing
+    from kube-state-metrics for those seconds (``top``: pending, no wait, "due"). It
+    is Pending on its node, without a start time; once started, Running; a pod that
+    arrives after ``t`` is not there yet."""
+    sim, _ = warm_start(ClusterConfig())
+    placed = None
+    for until in range(10, 3000, 10):
+        sim.advance(until)
+        placed = next(
+            (
+                p
+                for p in sim.pods
+                if p.kind == "training"
+                and p.node >= 0
+                and p.created is not None
+                and p.created < p.start - 1
+                and p.start > until - 10
+            ),
+            None,
+        )
+        if placed is not None:
+            break
+    assert placed is not None, "no queued pod was placed in 50 simulated minutes"
+
+    def seen(t: float) -> ksm.KsmPod | None:
+        _, pods = ksm.from_sim(sim, t, 1000.0)
+        return next(
+            (p for p in pods if (p.namespace, p.pod) == (placed.namespace, placed.name)), None
+        )
+
+    before = seen(placed.start - 0.5)
+    assert before is not None and before.phase == "Pending"
+    assert before.node == sim.nodes[placed.node].name and before.start_time is None
+    assert before.created == 1000.0 + placed.created
+    after = seen(placed.start + 0.5)
+    assert (
+        after is not None and after.phase == "Running" and after.start_time == 1000.0 + placed.start
+    )
+    assert seen(placed.created - 0.5) is None
