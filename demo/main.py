@@ -392,7 +392,7 @@ def _run(args: argparse.Namespace, config: StackConfig, signals: Signals) -> int
                 )
                 + f"  forecaster:     {stack.forecaster_url}/metrics\n"
                 + "".join(f"  exporter {n.name}: http://{n.target}/metrics\n" for n in stack.nodes)
-                + f"  top:            python3 -m gpu_eta.forecaster top --prometheus.url {stack.prometheus_url}\n"
+                + f"  top:            python3 -m gpu_eta.top --prometheus.url {stack.prometheus_url}\n"
                 + ("  Ctrl-C stops everything.\n" if args.seconds is None else ""),
                 flush=True,
             )

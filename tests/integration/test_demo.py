@@ -428,7 +428,7 @@ def test_readme_command_with_seconds_exits_0_and_leaves_nothing(tmp_path: Path) 
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert code == 0, reader.text[-3000:]
-    assert "Prometheus UI:" in reader.text and "forecaster top --prometheus.url" in reader.text
+    assert "Prometheus UI:" in reader.text and "gpu_eta.top --prometheus.url" in reader.text
     assert "final top snapshot:" in reader.text and "TRAINING" in reader.text
     assert len(children) >= 5  # 3 exporters, Prometheus, forecaster
     assert [p for p in children if _alive(p)] == []
