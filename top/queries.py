@@ -81,10 +81,11 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
             '(kube_pod_status_phase{phase!="Pending"} == 1)'
         ),
         "pending_start": "gpu_eta_pod_predicted_start_timestamp_seconds",
-        # the end of the forecaster's last good cycle (series="last_success"): how old
-        # its forecasts are, and a start no later than it is the cycle's "now" (a pod
-        # that fits now), not a start that has passed; and whether it says its last
-        # cycle failed (series="stale"). One query: the fixed budget
+        # per forecaster (job, instance: its forecasts carry the same), the end of its
+        # last good cycle (series="last_success"): how old its forecasts are, and a
+        # start no later than it is the cycle's "now" (a pod that fits now), not a start
+        # that has passed; and whether it says its last cycle failed (series="stale").
+        # One query: the fixed budget; two series per forecaster
         "forecaster_cycle": FORECASTER_CYCLE,
         # only pods requesting GPUs (as the forecaster's queue reads them): on a batch
         # cluster the pods in Pending are mostly CPU pods, the bulk of the answer, and
@@ -107,8 +108,9 @@ def _gpu_requests(regex: str) -> str:
 
 
 FORECASTER_CYCLE = (
-    'label_replace(max(gpu_eta_forecaster_last_success_timestamp_seconds), "series", '
-    '"last_success", "", "") or '
-    'label_replace(max(gpu_eta_forecaster_stale), "series", "stale", "", "")'
+    "label_replace(max by (job, instance) "
+    '(gpu_eta_forecaster_last_success_timestamp_seconds), "series", "last_success", "", "") '
+    'or label_replace(max by (job, instance) (gpu_eta_forecaster_stale), "series", "stale", '
+    '"", "")'
 )
 ALERTS_FIRING = 'count by (alertname) (ALERTS{alertstate="firing", alertname=~"GpuEta.+"})'

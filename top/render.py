@@ -364,9 +364,12 @@ def stale_line(view: View) -> str | None:
     """``warning: forecasts from 2h05m ago …`` when the forecaster's forecasts are stale
     (``View.forecasts_stale``: its last good cycle older than the alerts' 15 minutes,
     or it reports its last cycle failed), else ``None``. Why: its ETAs and free times
-    looked current, a stopped forecaster's as a healthy one's."""
+    looked current, a stopped forecaster's as a healthy one's. Of several forecasters
+    (``View.forecasters``), how many are stale: ``stale_forecasters_line``."""
     if not view.forecasts_stale:
         return None
+    if len(view.forecasters) > 1:
+        return stale_forecasters_line(view)
     if view.forecast_timestamp is None:
         when = "an earlier cycle"
     else:
@@ -382,6 +385,34 @@ def stale_line(view: View) -> str | None:
     )
 
 
+def stale_forecasters_line(view: View) -> str | None:
+    """``warning: 1 of 2 forecasters' forecasts from 2h05m ago (its last good cycle) …``:
+    how many of the view's forecasters are stale, and how old the oldest of their
+    cycles is (``up to`` when several are); ``None`` when none is. Only their rows are
+    marked (``forecast_stale``). Pure."""
+    stale = [f for f in view.forecasters if f.stale]
+    if not stale:
+        return None
+    ends = [f.last_success_timestamp for f in stale if f.last_success_timestamp is not None]
+    failed = sum(f.failed for f in stale)
+    when = "an earlier cycle"
+    if ends:
+        when = f"{fmt_duration(view.timestamp - min(ends))} ago"
+    if len(stale) == 1:
+        why = "it says its last cycle failed" if failed else "its last good cycle"
+    else:
+        when = f"up to {when}" if ends else when
+        why = "the oldest one's last good cycle"
+        if failed == 1:
+            why += "; 1 says its last cycle failed"
+        elif failed:
+            why += f"; {failed} say their last cycle failed"
+    return (
+        f"warning: {len(stale)} of {len(view.forecasters)} forecasters' forecasts from "
+        f"{when} ({why}): ETA, START and FREE AT marked {STALE_MARK} may be out of date"
+    )
+
+
 def _header_warnings(view: View) -> list[str]:
     """The header's ``warning:`` lines: a partial answer's, a stale forecaster's."""
     return [line for line in (warning_line(view), stale_line(view)) if line is not None]
@@ -393,10 +424,11 @@ def render_plain(view: View, tz: tzinfo | None = None) -> str:
     out = [summary_line(view, tz), alerts_line(view), ""]
     out.extend(error_lines(view))
     out.extend(_header_warnings(view))
-    stale = view.forecasts_stale
     out.append("TRAINING")
     if view.jobs:
-        out.extend(_table(JOB_HEADERS, [_job_cells(j, now, tz, stale) for j in view.jobs]))
+        out.extend(
+            _table(JOB_HEADERS, [_job_cells(j, now, tz, j.forecast_stale) for j in view.jobs])
+        )
     else:
         out.append(f"  ({empty_text(view, 'Training')})")
     out += ["", "IDLE GPU HOLDERS"]
@@ -409,13 +441,18 @@ def render_plain(view: View, tz: tzinfo | None = None) -> str:
     out += ["", "PENDING"]
     if view.pending:
         out.extend(
-            _table(PENDING_HEADERS, [_pending_cells(p, now, tz, stale) for p in view.pending])
+            _table(
+                PENDING_HEADERS,
+                [_pending_cells(p, now, tz, p.forecast_stale) for p in view.pending],
+            )
         )
     else:
         out.append(f"  ({empty_text(view, 'Pending')})")
     out += ["", "GPUS"]
     if view.gpus:
-        out.extend(_table(GPU_HEADERS, [_gpu_cells(g, now, tz, stale) for g in view.gpus]))
+        out.extend(
+            _table(GPU_HEADERS, [_gpu_cells(g, now, tz, g.forecast_stale) for g in view.gpus])
+        )
     else:
         out.append(f"  ({empty_text(view, 'GPUs')})")
     return "\n".join(out) + "\n"
@@ -1001,14 +1038,16 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
     ]
     parts.extend(Text(line, style="red") for line in error_lines(view))
     parts.extend(Text(line, style="yellow") for line in _header_warnings(view))
-    stale = view.forecasts_stale
     styles = {"free": "green", "idle": "yellow", "busy": None, "unknown": "red"}
     tables = (
         (
             "Training",
             JOB_HEADERS,
             [
-                (_job_cells(j, now, tz, stale), "yellow" if (j.stalled or j.idle) else None)
+                (
+                    _job_cells(j, now, tz, j.forecast_stale),
+                    "yellow" if (j.stalled or j.idle) else None,
+                )
                 for j in view.jobs
             ],
         ),
@@ -1021,14 +1060,17 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
             "Pending",
             PENDING_HEADERS,
             [
-                (_pending_cells(p, now, tz, stale), "red" if p.status in _NO_START else None)
+                (
+                    _pending_cells(p, now, tz, p.forecast_stale),
+                    "red" if p.status in _NO_START else None,
+                )
                 for p in view.pending
             ],
         ),
         (
             "GPUs",
             GPU_HEADERS,
-            [(_gpu_cells(g, now, tz, stale), styles.get(g.state)) for g in view.gpus],
+            [(_gpu_cells(g, now, tz, g.forecast_stale), styles.get(g.state)) for g in view.gpus],
         ),
     )
     empty = {title: empty_text(view, title) for title, _, _ in tables}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpu_eta.forecaster.series import Sample, unexported
 from gpu_eta.top.queries import QUANTILE_KEYS
@@ -46,6 +46,8 @@ class JobRow:
     stalled: bool
     idle: bool
     unit: str = "epochs"  # "steps" for a run followed by its steps (no epochs planned)
+    # its ETA is a stale forecaster's (``ForecasterState.stale``): shown marked
+    forecast_stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,8 @@ class GpuRow:
     state: str
     free_at: Band
     note: str = ""
+    # its free time is a stale forecaster's (``ForecasterState.stale``): shown marked
+    forecast_stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,22 @@ class PendingRow:
     # start no later than it is that cycle's "now" (the pod fits now), since a cycle
     # never predicts a start before its own now
     cycle_timestamp: float | None = None
+    # its start is a stale forecaster's (``ForecasterState.stale``): shown marked
+    forecast_stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ForecasterState:
+    """One forecaster as its series tell it apart: by their scrape identity, ``job``
+    and ``instance``, which its self-monitoring series and the forecasts it publishes
+    both carry (a forecaster scraped by two jobs is two of them, alike)."""
+
+    job: str
+    instance: str
+    # the end of its last good cycle (None: it has not said)
+    last_success_timestamp: float | None
+    failed: bool  # it reports its last cycle failed (gpu_eta_forecaster_stale 1)
+    stale: bool  # its forecasts are stale (``forecaster_states``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +145,15 @@ class View:
     # utilisation alone (a pod seconds old may be listed), and their HELD says unknown,
     # not "-" (which says the exporter runs without the kube collector)
     held_unknown: str = ""
-    # the end of the forecaster's last good cycle (None: no forecaster series), whether
-    # it reports its last cycle failed, and so whether its forecasts are stale
-    # (``forecaster_state``): the ETAs, free times and starts shown are that cycle's
+    # the end of the newest forecaster's last good cycle (None: no forecaster series),
+    # whether one reports its last cycle failed (``judged_together``), and whether any
+    # forecaster's forecasts are stale: each row says whether its own are
+    # (``forecast_stale``). With one forecaster: its cycle, its failure, its staleness
     forecast_timestamp: float | None = None
     forecaster_failed: bool = False
     forecasts_stale: bool = False
+    # each forecaster the cycle query tells apart, by (job, instance)
+    forecasters: tuple[ForecasterState, ...] = ()
 
 
 def _value(sample: Sample) -> float | None:
@@ -197,14 +220,69 @@ def _highest(results: Sequence[Sample]) -> dict[tuple[str, str, str, str], Sampl
     return out
 
 
-def _bands(results: Sequence[Sample], key_fn) -> dict[Any, dict[str, float]]:
-    out: dict[Any, dict[str, float]] = {}
+Source = tuple[str, str]  # a series' scrape identity: (job, instance)
+
+
+def _source(labels: Mapping[str, str]) -> Source:
+    return (labels.get("job", ""), labels.get("instance", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Forecasters:
+    """Whose forecasts are stale: each forecaster's state by its (job, instance), and
+    the whole view's judgement (``judged_together``) for a forecast whose job and
+    instance no forecaster series carries."""
+
+    by_source: Mapping[Source, ForecasterState]
+    cycle: float | None  # the newest last good cycle's end
+    stale: bool  # the whole view's judgement
+
+    def stale_of(self, source: Source) -> bool:
+        known = self.by_source.get(source)
+        return self.stale if known is None else known.stale
+
+    def cycle_of(self, source: Source) -> float | None:
+        known = self.by_source.get(source)
+        return self.cycle if known is None else known.last_success_timestamp
+
+
+class ForecastBand(NamedTuple):
+    """A forecast band and whether it is stale forecasters' (every one it came from
+    is). A tuple: one per run, GPU and pod of a refresh (12,800 at 6,400 GPUs), made
+    faster than a dataclass."""
+
+    band: dict[str, float]
+    stale: bool
+
+
+def _bands(results: Sequence[Sample], key_fn, forecasters: Forecasters) -> dict[Any, ForecastBand]:
+    """Per key, its band (P10/P50/P90: the last answered sample of each quantile) of
+    the samples of current forecasters where the key has any, else of all its samples.
+
+    Why: a forecaster that stopped beside its replacement (or in another cluster whose
+    pod names meet) still publishes its last forecasts; mixed in, a stale quantile
+    could sit in a current band, unmarked."""
+    # per key, its band of current forecasters, and of stale ones
+    bands: tuple[dict[Any, dict[str, float]], ...] = ({}, {})
+    judged: dict[Source, bool] = {}  # each source's staleness, looked up once
     for s in results:
         labels = s.labels
         q = QUANTILE_KEYS.get(labels.get("quantile", ""))
         v = _value(s)
-        if q is not None and v is not None:
-            out.setdefault(key_fn(labels), {})[q] = v
+        if q is None or v is None:
+            continue
+        key, src = key_fn(labels), _source(labels)
+        stale = judged.get(src)
+        if stale is None:
+            stale = judged[src] = forecasters.stale_of(src)
+        bands[stale].setdefault(key, {})[q] = v
+    current, old = bands[False], bands[True]
+    out = {
+        key: ForecastBand(band, True)
+        for key, band in old.items()
+        if key not in current  # else a current forecaster forecasts the key too
+    }
+    out.update((key, ForecastBand(band, False)) for key, band in current.items())
     return out
 
 
@@ -261,7 +339,8 @@ def build_view(
     run_start = _by_run(get("run_start"))
     last_report = _by_run(get("last_report"))
     stalled = _by_run(get("stalled"))
-    eta = _bands(get("completion"), _run_key)
+    forecasters = _forecasters(get("forecaster_cycle"), now)
+    eta = _bands(get("completion"), _run_key, forecasters)
     methods = {_run_key(s.labels): s.labels.get("method", "") for s in get("method")}
 
     # Per container: its allocated GPUs with utilisation and memory. A set: an exporter
@@ -330,7 +409,8 @@ def build_view(
         n_util = [util[(g, ckey)] for g in gkeys if (g, ckey) in util]
         util_sum = _finite_sum(n_util)
         start = run_start.get(key)
-        band = eta.get(key, {})
+        forecast = eta.get(key)
+        band = {} if forecast is None else forecast.band
         jobs.append(
             JobRow(
                 namespace=key[0],
@@ -352,6 +432,7 @@ def build_view(
                 stalled=stalled.get(key, 0.0) >= 1,
                 idle=any((g, ckey) in idle_holders for g in gkeys),
                 unit=unit,
+                forecast_stale=forecast is not None and forecast.stale,
             )
         )
     jobs.sort(key=lambda j: (j.eta.p50 is None, j.eta.p50 or 0.0, j.namespace, j.pod))
@@ -378,8 +459,8 @@ def build_view(
     # only when every pod on the GPU has a forecast, so a band next to a holder without
     # one is left over from an earlier holder set (a pod that just replaced a finished
     # one) and is not shown; a band for a GPU nobody holds is not shown either.
-    free = _bands(get("gpu_free"), _physical_key)
-    forecast_pods = {(k[0], k[1]) for k, b in eta.items() if "p50" in b}
+    free = _bands(get("gpu_free"), _physical_key, forecasters)
+    forecast_pods = {(k[0], k[1]) for k, b in eta.items() if "p50" in b.band}
     holders_of: dict[tuple[str, str, str], set[tuple[str, str, str]]] = {}
     # each device's holders, gathered once: asked per device of the whole holder set,
     # a refresh took seconds on a large cluster (4,000 GPUs, 5,000 pods: 2 s)
@@ -387,7 +468,6 @@ def build_view(
     for g, ck in holders:
         holders_of.setdefault(_physical(g), set()).add(ck)
         held_by_device.setdefault(g, []).append(ck)
-    cycle, failed, stale = forecaster_state(get("forecaster_cycle"), now)
     gpus: list[GpuRow] = []
     info = {_gpu_key(s.labels): s.labels.get("model", "") for s in get("gpu_info")}
     unknown_nodes = holders_unknown(get("holders_unknown"))
@@ -409,7 +489,8 @@ def build_view(
         names = tuple(f"{ns}/{pod}" for ns, pod, _ in held_by)
         siblings = holders_of.get(_physical(gkey), set())
         unforecast = {ck for ck in siblings if ck[:2] not in forecast_pods}
-        band = free.get(_physical(gkey), {}) if held_by and not unforecast else {}
+        free_band = free.get(_physical(gkey)) if held_by and not unforecast else None
+        band = {} if free_band is None else free_band.band
         if not held_by:
             causes = [c for c in (unknown_nodes.get(gkey[0], ""), unanswered_cause) if c]
             state, note = free_state(
@@ -443,6 +524,7 @@ def build_view(
                 state=state,
                 free_at=Band(band.get("p10"), band.get("p50"), band.get("p90")),
                 note=note,
+                forecast_stale=free_band is not None and free_band.stale,
             )
         )
     return View(
@@ -452,12 +534,13 @@ def build_view(
         idle=tuple(idle_rows),
         gpus=tuple(gpus),
         alerts=_firing(get("alerts")),
-        pending=pending_rows(results, cycle),
+        pending=pending_rows(results, forecasters),
         allocations_unknown=refused_cause(refused, "allocated"),
         held_unknown=refused_cause(refused, "since"),
-        forecast_timestamp=cycle,
-        forecaster_failed=failed,
-        forecasts_stale=stale,
+        forecast_timestamp=forecasters.cycle,
+        forecaster_failed=any(f.failed for f in forecasters.by_source.values()),
+        forecasts_stale=any(f.stale for f in forecasters.by_source.values()),
+        forecasters=tuple(forecasters.by_source.values()),
     )
 
 
@@ -467,28 +550,62 @@ def build_view(
 FORECASTER_STALE_SECONDS = 900.0
 
 
-def forecaster_state(samples: Sequence[Sample], now: float) -> tuple[float | None, bool, bool]:
-    """(the end of the forecaster's last good cycle, whether it reports its last cycle
-    failed, whether its forecasts are stale) from the ``forecaster_cycle`` query: stale
-    when that end is more than ``FORECASTER_STALE_SECONDS`` before ``now`` or it reports
-    ``gpu_eta_forecaster_stale 1``, as GpuEtaForecasterStale judges. (None, False,
-    False) without its series. Pure.
+def forecaster_states(samples: Sequence[Sample], now: float) -> tuple[ForecasterState, ...]:
+    """Each forecaster of the ``forecaster_cycle`` query's answer (one ``last_success``
+    and one ``stale`` series per job and instance), sorted by (job, instance), with its
+    own judgement: its forecasts are stale when its last good cycle ended more than
+    ``FORECASTER_STALE_SECONDS`` before ``now`` or it reports
+    ``gpu_eta_forecaster_stale 1``, as GpuEtaForecasterStale judges. Pure.
 
     Why: a forecaster whose cycles fail keeps serving its last set, and its ETAs and
-    free times looked as current as a healthy one's."""
-    cycle: float | None = None
-    failed = False
+    free times looked as current as a healthy one's. Why each alone: judged together,
+    a forecaster that stopped hours ago hid behind a healthy one's newer success, and
+    one reporting a failed cycle made every other's forecasts stale."""
+    cycles: dict[Source, float | None] = {}
+    failed: dict[Source, bool] = {}
     for s in samples:
         v = _value(s)
         if v is None:
             continue
+        src = _source(s.labels)
+        cycles.setdefault(src, None)
+        failed.setdefault(src, False)
         series = s.labels.get("series")
         if series == "stale":
-            failed = failed or v == 1
+            failed[src] = failed[src] or v == 1
         elif series == "last_success":
-            cycle = v if cycle is None else max(cycle, v)
-    old = cycle is not None and now - cycle > FORECASTER_STALE_SECONDS
-    return cycle, failed, failed or old
+            held = cycles[src]
+            cycles[src] = v if held is None else max(held, v)
+    return tuple(
+        ForecasterState(*src, cycle, failed[src], _stale(cycle, failed[src], now))
+        for src, cycle in sorted(cycles.items())
+    )
+
+
+def judged_together(
+    states: Sequence[ForecasterState], now: float
+) -> tuple[float | None, bool, bool]:
+    """(the end of the newest last good cycle, whether one reports its last cycle
+    failed, whether forecasts are stale) of every forecaster of ``states`` taken as
+    one: how a forecast is judged whose forecaster is not known (its job and instance
+    are no forecaster's). (None, False, False) without any. Pure."""
+    cycles = [f.last_success_timestamp for f in states if f.last_success_timestamp is not None]
+    cycle = max(cycles, default=None)
+    failed = any(f.failed for f in states)
+    return cycle, failed, _stale(cycle, failed, now)
+
+
+def _stale(cycle: float | None, failed: bool, now: float) -> bool:
+    """Forecasts are stale when their forecaster reports its last cycle failed or its
+    last good cycle ended more than ``FORECASTER_STALE_SECONDS`` before ``now``."""
+    return failed or (cycle is not None and now - cycle > FORECASTER_STALE_SECONDS)
+
+
+def _forecasters(samples: Sequence[Sample], now: float) -> Forecasters:
+    """``Forecasters`` of the ``forecaster_cycle`` query's answer. Pure."""
+    states = forecaster_states(samples, now)
+    cycle, _, stale = judged_together(states, now)
+    return Forecasters({(f.job, f.instance): f for f in states}, cycle, stale)
 
 
 def refused_cause(refused: Collection[str], *names: str) -> str:
@@ -643,25 +760,45 @@ def _firing(samples: Sequence[Sample]) -> tuple[tuple[str, int], ...]:
 
 
 def pending_rows(
-    results: Mapping[str, Sequence[Sample]], cycle: float | None = None
+    results: Mapping[str, Sequence[Sample]], forecasters: Forecasters | None = None
 ) -> tuple[PendingRow, ...]:
     """Pods waiting for GPUs, soonest predicted start first (no prediction last).
-    ``cycle``: the end of the forecaster's last good cycle (``forecaster_state``)."""
+    ``forecasters``: whose forecasts are stale, and each one's last good cycle, the
+    end of the cycle that made a pod's start (None: none known)."""
+    if forecasters is None:
+        forecasters = Forecasters({}, None, False)
     pod_key = lambda labels: (labels.get("namespace", ""), labels.get("pod", ""))  # noqa: E731
-    starts = _bands(results.get("pending_start") or (), pod_key)
+    start_samples = results.get("pending_start") or ()
+    starts = _bands(start_samples, pod_key, forecasters)
+    # the end of the cycle that made each start: its forecasters' (the newest)
+    made: dict[tuple[str, str], float] = {}
+    for s in start_samples:
+        key, src = pod_key(s.labels), _source(s.labels)
+        start = starts.get(key)
+        if start is None or forecasters.stale_of(src) != start.stale:
+            continue  # not a forecaster its band is of
+        if (c := forecasters.cycle_of(src)) is not None:
+            made[key] = max(c, made.get(key, c))
     created = {pod_key(s.labels): _value(s) for s in results.get("pending_created") or ()}
     rows = []
     seen: set[tuple[str, str]] = set()
     # one row per pod: a forecaster scraped twice (a ServiceMonitor and an annotation
     # scrape, two Prometheus replicas behind one endpoint) gives each pod two series,
-    # differing in job or instance; the one whose labels sort first is kept, so the row
-    # does not flip between refreshes however Prometheus orders its answer
-    for s in sorted(results.get("pending_info") or (), key=lambda s: sorted(s.labels.items())):
+    # differing in job or instance; a current forecaster's before a stale one's, then
+    # the one whose labels sort first is kept, so the row does not flip between
+    # refreshes however Prometheus orders its answer
+    for s in sorted(
+        results.get("pending_info") or (),
+        key=lambda s: (forecasters.stale_of(_source(s.labels)), sorted(s.labels.items())),
+    ):
         key = pod_key(s.labels)
         if key in seen:
             continue
         seen.add(key)
-        band = starts.get(key, {})
+        forecast = starts.get(key)
+        band = {} if forecast is None else forecast.band
+        # without a start, the cycle of its status' forecaster
+        cycle = made.get(key) if forecast is not None else forecasters.cycle_of(_source(s.labels))
         rows.append(
             PendingRow(
                 namespace=key[0],
@@ -672,6 +809,7 @@ def pending_rows(
                 created_timestamp=created.get(key),
                 start=Band(band.get("p10"), band.get("p50"), band.get("p90")),
                 cycle_timestamp=cycle,
+                forecast_stale=forecast is not None and forecast.stale,
             )
         )
     rows.sort(key=lambda r: (r.start.p50 is None, r.start.p50 or 0.0, r.namespace, r.pod))

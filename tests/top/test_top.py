@@ -763,20 +763,19 @@ def test_a_reader_closing_the_pipe_ends_top_quietly(http_server, mode: list[str]
     assert (proc.returncode, err.decode()) == (0, "")
 
 
-def run_series(reg, t0: float, band: tuple[float, float, float]) -> None:
-    """RUN at epoch 3 of 8 in ``reg``, and its forecast: P10, P50 and P90 ``band``
+def run_series(reg, t0: float, band: tuple[float, float, float], run: dict[str, str] = RUN) -> None:
+    """``run`` at epoch 3 of 8 in ``reg``, and its forecast: P10, P50 and P90 ``band``
     seconds after ``t0``, as the exporter and the forecaster publish them."""
     from prometheus_client import Gauge
 
     run_labels = ["node", "namespace", "pod", "container", "run_id"]
     fc_labels = ["namespace", "pod", "container", "run_id", "quantile"]
-    Gauge("gpu_eta_training_epoch", "e", run_labels, registry=reg).labels(*RUN.values()).set(3)
-    Gauge("gpu_eta_training_epochs_planned", "n", run_labels, registry=reg).labels(
-        *RUN.values()
-    ).set(8)
+    Gauge("gpu_eta_training_epoch", "e", run_labels, registry=reg).labels(**run).set(3)
+    Gauge("gpu_eta_training_epochs_planned", "n", run_labels, registry=reg).labels(**run).set(8)
     eta = Gauge("gpu_eta_job_predicted_completion_timestamp_seconds", "t", fc_labels, registry=reg)
+    forecast = {k: v for k, v in run.items() if k != "node"}
     for q, dt in zip(QS, band, strict=True):
-        eta.labels("ml", "cnn-1", "main", "r1", q).set(t0 + dt)
+        eta.labels(**forecast, quantile=q).set(t0 + dt)
 
 
 @pytest.mark.integration
@@ -2462,6 +2461,164 @@ def test_forecasts_of_a_current_forecaster_are_not_marked(
     assert top_render.render_json(view)["forecasts_stale"] is False
 
 
+# two forecasters one Prometheus scrapes (two clusters' behind Thanos, an old
+# Deployment beside its replacement): their scrape identities
+FC_A = {"job": "gpu-eta-forecaster", "instance": "10.0.0.7:9844"}
+FC_B = {"job": "gpu-eta-forecaster", "instance": "10.8.0.3:9844"}
+VIT = {"namespace": "ml", "pod": "vit-2", "container": "main", "run_id": "r2"}
+GPU4 = {"node": "node-0", "gpu": "4", "UUID": "GPU-eee"}
+
+
+def two_forecasters(a: tuple[float, float], b: tuple[float, float]) -> dict[str, list[dict]]:
+    """``answers()`` with the forecasts of two forecasters: A's (job/instance
+    ``FC_A``) the run cnn-1, GPU 0's free time and pod wait-a, whose start is A's
+    cycle (it fits now); B's (``FC_B``) the run vit-2 on GPU 4, its free time and pod
+    wait-b. ``a``, ``b``: each one's (last success, ``gpu_eta_forecaster_stale``)."""
+    out = answers()
+    for name in ("completion", "method", "stalled", "gpu_free"):
+        out[name] = [{**s, "metric": {**s["metric"], **FC_A}} for s in out[name]]
+    out["epoch"].append(vec(2, node="node-0", **VIT))
+    out["epochs"].append(vec(10, node="node-0", **VIT))
+    out["allocated"].append(vec(1, **GPU4, **{k: VIT[k] for k in CNN}))
+    out["pod_util"].append(vec(0.9, **GPU4, **{k: VIT[k] for k in CNN}))
+    out["gpu_info"].append(vec(1, **GPU4, model="NVIDIA A2"))
+    band = ((q, NOW + dt) for q, dt in zip(QS, (400, 500, 600), strict=True))
+    for q, t in band:
+        out["completion"].append(vec(t, **VIT, **FC_B, quantile=q))
+        out["gpu_free"].append(vec(t, **GPU4, **FC_B, quantile=q))
+    out["pending_info"] = [
+        vec(1, namespace="ml", pod=p, resource="", gpus="1", status="predicted", **fc)
+        for p, fc in (("wait-a", FC_A), ("wait-b", FC_B))
+    ]
+    out["pending_start"] = [vec(a[0], namespace="ml", pod="wait-a", **FC_A, quantile=q)
+                            for q in QS]  # fmt: skip
+    out["pending_start"] += [vec(NOW + 60, namespace="ml", pod="wait-b", **FC_B, quantile=q)
+                             for q in QS]  # fmt: skip
+    out["forecaster_cycle"] = [
+        vec(value, series=series, **fc)
+        for fc, (last, stale) in ((FC_A, a), (FC_B, b))
+        for series, value in (("last_success", last), ("stale", stale))
+    ]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("a", "start_a", "ago", "why"),
+    [
+        ((NOW - 7200, 0), "overdue*", "2h00m", "its last good cycle"),
+        ((NOW - 60, 1), "now*", "1m00s", "it says its last cycle failed"),
+    ],
+    ids=["stopped-2h-ago", "says-its-last-cycle-failed"],
+)
+def test_a_stale_forecaster_marks_its_own_forecasts_not_the_others(
+    a: tuple[float, float], start_a: str, ago: str, why: str
+) -> None:
+    """Two forecasters in one Prometheus, A stale, B current. Judged once for the whole
+    view (the newest last success, any stale flag), A's stopped cycles hid behind B's
+    newer success (its ETAs read current, its pod fitting 2 hours ago read ``now``),
+    and A saying its last cycle failed marked B's forecasts too. Each forecast is
+    judged by its own forecaster (job, instance): only A's rows are marked, and the
+    warning says how many forecasters are stale; ``--json`` lists them."""
+    b = (NOW - 30, 0)
+    view = top_view.build_view(
+        {k: parsed(v) for k, v in two_forecasters(a, b).items()}, NOW, "http://prom"
+    )
+    lines = top_render.render_plain(view, timezone.utc).splitlines()
+    (line,) = [x for x in lines if "forecasts from" in x]
+    assert line == (
+        f"warning: 1 of 2 forecasters' forecasts from {ago} ago ({why}): ETA, START and "
+        "FREE AT marked * may be out of date"
+    )
+    row = {name: next(x for x in lines if x.startswith(name)) for name in
+           ("ml/cnn-1", "ml/vit-2", "node-0/0", "node-0/4", "ml/wait-a", "ml/wait-b")}  # fmt: skip
+    assert " 22:16:40* " in row["ml/cnn-1"] and " 22:16:40* " in row["node-0/0"]
+    assert f" {start_a} " in row["ml/wait-a"], row["ml/wait-a"]
+    for name in ("ml/vit-2", "node-0/4", "ml/wait-b"):
+        assert "*" not in row[name], row[name]
+    assert " 22:21:40 " in row["ml/vit-2"] and " 22:14:20 " in row["ml/wait-b"]
+    data = top_render.render_json(view)
+    # the fields of one forecaster keep their meaning: some forecasts are stale, the
+    # newest cycle's end, whether one says it failed
+    assert data["forecasts_stale"] is True and data["forecast_timestamp"] == NOW - 30
+    assert data["forecaster_failed"] is (a[1] == 1)
+    assert list(data["forecasters"]) == [
+        {**FC_A, "last_success_timestamp": a[0], "failed": a[1] == 1, "stale": True},
+        {**FC_B, "last_success_timestamp": NOW - 30, "failed": False, "stale": False},
+    ]
+    stale = {r["pod"]: r["forecast_stale"] for r in (*data["jobs"], *data["pending"])}
+    assert stale == {"cnn-1": True, "vit-2": False, "wait-a": True, "wait-b": False}
+    assert [g["forecast_stale"] for g in data["gpus"] if g["gpu"] in ("0", "4")] == [True, False]
+    # the pending pod's "fits now" is read against its own forecaster's cycle
+    assert {p["pod"]: p["cycle_timestamp"] for p in data["pending"]} == {
+        "wait-a": a[0], "wait-b": NOW - 30
+    }  # fmt: skip
+
+
+def test_several_stale_forecasters_are_counted_and_the_oldest_named() -> None:
+    """Two of three forecasters stale: the line counts them and names the oldest
+    cycle of theirs (each row's mark is its own forecaster's)."""
+    a = two_forecasters((NOW - 7200, 0), (NOW - 60, 1))
+    fc_c = {"job": "gpu-eta-forecaster", "instance": "10.9.0.5:9844"}
+    a["forecaster_cycle"] += [vec(NOW - 10, series="last_success", **fc_c),
+                              vec(0, series="stale", **fc_c)]  # fmt: skip
+    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW, "http://prom")
+    (line,) = [x for x in top_render.render_plain(view).splitlines() if "forecasts from" in x]
+    assert line == (
+        "warning: 2 of 3 forecasters' forecasts from up to 2h00m ago (the oldest one's "
+        "last good cycle; 1 says its last cycle failed): ETA, START and FREE AT marked * "
+        "may be out of date"
+    )
+    assert [j.forecast_stale for j in view.jobs] == [True, True]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "marked"),
+    [((NOW - 7200, 0), (NOW - 30, 0), False), ((NOW - 7200, 0), (NOW - 30, 1), True)],
+    ids=["view-current", "view-stale"],
+)
+def test_a_forecast_of_no_known_forecaster_is_judged_with_the_whole_view(
+    a: tuple[float, float], b: tuple[float, float], marked: bool
+) -> None:
+    """A forecast whose job and instance no forecaster series carries (its
+    self-monitoring series dropped by a relabelling, a Pushgateway scraped without
+    honor_labels) cannot be matched: it is judged as the whole view was, stale when the
+    newest cycle is old or any forecaster says its last failed."""
+    served = two_forecasters(a, b)
+    other = {"job": "gpu-eta-pushgateway", "instance": "pgw:9091"}
+    served["completion"] = [{**s, "metric": {**s["metric"], **other}}
+                            for s in served["completion"]]  # fmt: skip
+    view = top_view.build_view({k: parsed(v) for k, v in served.items()}, NOW)
+    assert [(j.pod, j.forecast_stale) for j in view.jobs] == [
+        ("cnn-1", marked), ("vit-2", marked)
+    ]  # fmt: skip
+    row = next(x for x in top_render.render_plain(view).splitlines() if x.startswith("ml/vit"))
+    assert ("*" in row) is marked, row
+
+
+@pytest.mark.parametrize("a", [(NOW - 7200, 0), (NOW - 60, 1)], ids=["stopped", "failed"])
+def test_a_run_two_forecasters_forecast_shows_the_current_ones(a: tuple[float, float]) -> None:
+    """A stopped forecaster beside its replacement, both forecasting the run: the
+    current one's band, unmarked, whichever series Prometheus answers last (a band
+    was made of the last answered sample of each quantile: here the stale one's)."""
+    served = two_forecasters(a, (NOW - 30, 0))
+    current = [vec(t, **RUN, **FC_B, quantile=q) for q, t in zip(QS, (NOW + 400, NOW + 500,
+               NOW + 600), strict=True)]  # fmt: skip
+    for s in current:
+        del s["metric"]["node"]
+    served["completion"] = current + served["completion"]
+    view = top_view.build_view({k: parsed(v) for k, v in served.items()}, NOW)
+    job = next(j for j in view.jobs if j.pod == "cnn-1")
+    assert job.eta == top_view.Band(NOW + 400, NOW + 500, NOW + 600)
+    assert not job.forecast_stale
+
+
+def test_the_cycle_query_asks_each_forecaster_apart() -> None:
+    """One query, one series each per forecaster (job, instance): bounded by how many
+    forecasters there are, not by the cluster."""
+    query = top_queries.FORECASTER_CYCLE
+    assert query.count("max by (job, instance) (") == 2, query
+
+
 def test_tops_staleness_limit_is_the_stale_forecaster_alerts() -> None:
     """``FORECASTER_STALE_SECONDS`` is the rule's ``forecaster_stale_seconds``: top calls
     forecasts old exactly when GpuEtaForecasterStale does (a copy: top works without
@@ -2522,6 +2679,48 @@ def test_a_stale_forecasters_etas_are_marked_against_a_real_prometheus(
         stamps = {s.timestamp for samples in results.values() for s in samples}
         assert len([n for n, samples in results.items() if samples]) >= 4
         assert len(stamps) == 1, stamps
+
+
+@pytest.mark.integration
+def test_only_the_stale_forecasters_etas_are_marked_against_a_real_prometheus(
+    prometheus_factory,
+) -> None:
+    """Two forecasters one real Prometheus scrapes (one job, two targets): the one
+    saying its last cycle failed marks its own run's ETA, not the other's; the cycle
+    query's ``max by (job, instance)`` meets the forecast series' own labels."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from gpu_eta.launch.prometheus import ScrapeJob
+
+    t0 = time.time()
+    regs = []
+    for run, stale in ((RUN, 1), ({**RUN, "pod": "vit-2", "run_id": "r2"}, 0)):
+        reg = CollectorRegistry()
+        run_series(reg, t0, (3600, 3700, 3800), run)
+        Gauge("gpu_eta_forecaster_last_success_timestamp_seconds", "s", registry=reg).set(t0 - 30)
+        Gauge("gpu_eta_forecaster_stale", "s", registry=reg).set(stale)
+        regs.append(reg)
+    with _exporter(regs[0]) as a, _exporter(regs[1]) as b:
+        prom = prometheus_factory([ScrapeJob("fake-forecaster", [a, b])])
+        for pod in ("cnn-1", "vit-2"):
+            prom.wait_for(
+                f'gpu_eta_job_predicted_completion_timestamp_seconds{{pod="{pod}"}}', timeout=30
+            )
+        prom.wait_for("gpu_eta_forecaster_stale", timeout=30, min_results=2)
+        code, out, err = run_top("--prometheus.url", prom.url, "--once", "--plain")
+        assert (code, err) == (0, "")
+        (line,) = [x for x in out.splitlines() if "forecasts from" in x]
+        assert line.startswith("warning: 1 of 2 forecasters' forecasts from "), line
+        assert "(it says its last cycle failed)" in line, line
+        rows = {x.split()[0]: x for x in out.splitlines() if x.startswith("ml/")}
+        assert "*" in rows["ml/cnn-1"] and "*" not in rows["ml/vit-2"], rows
+        code, out, err = run_top("--prometheus.url", prom.url, "--json")
+        assert (code, err) == (0, "")
+        data = json.loads(out)
+        assert {f["instance"]: f["stale"] for f in data["forecasters"]} == {a: True, b: False}
+        assert {j["pod"]: j["forecast_stale"] for j in data["jobs"]} == {
+            "cnn-1": True, "vit-2": False
+        }  # fmt: skip
 
 
 @pytest.mark.parametrize("mode", [["--once", "--plain"], ["--json"]], ids=["once", "json"])
