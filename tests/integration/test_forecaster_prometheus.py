@@ -415,6 +415,15 @@ def test_once_pushes_through_a_real_pushgateway(
         ("stalled", "train-s"),
         ("tqdm-run", "batch-t"),
     ]
+    # top judges the forecasts by the self-monitoring series of their push group: its
+    # cycle query's job and instance are theirs (docs/top.md, "Several forecasters")
+    from gpu_eta.top.queries import FORECASTER_CYCLE
+
+    def scrape_identity(series: list[dict]) -> set[tuple[str | None, str | None]]:
+        return {(r["metric"].get("job"), r["metric"].get("instance")) for r in series}
+
+    cycle = prom.query(FORECASTER_CYCLE)
+    assert len(cycle) == 2 and scrape_identity(cycle) == scrape_identity(found), cycle
     # a second run reuses the history file: nothing is imported twice
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
