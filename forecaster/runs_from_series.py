@@ -607,23 +607,32 @@ def _thin_steps(points: list[tuple[float, float]], planned: float) -> list[tuple
 
 
 def _allocations(samples: Sequence[Sample]) -> list[Allocation]:
-    out = []
+    """The GPUs held, one per GPU (``node``, ``UUID``, MIG instance ``GPU_I_ID``) and
+    holder container (``namespace``, ``pod``, ``container``), in the answer's order;
+    samples without a pod or UUID left out. ``samples``: already ``unexported``.
+
+    Why one per GPU and holder: an exporter scraped twice (honouring labels, and by a
+    pod-level scrape that renames them ``exported_*``) answers each allocation twice
+    (``ALLOCATED`` groups by both label forms), the same once renamed; counted twice, a
+    one-GPU pod read as ``gpus`` 2, another configuration with another regressor input.
+    """
+    out: dict[tuple[str, str, str, str, str, str], Allocation] = {}
     for s in samples:
         lab = s.labels
         if not lab.get("pod") or not lab.get("UUID"):
             continue
-        out.append(
-            Allocation(
-                node=lab.get("node", ""),
-                gpu=lab.get("gpu", ""),
-                uuid=lab["UUID"],
-                namespace=lab.get("namespace", ""),
-                pod=lab["pod"],
-                container=lab.get("container", ""),
-                gpu_instance=lab.get("GPU_I_ID", ""),
-            )
+        alloc = Allocation(
+            node=lab.get("node", ""),
+            gpu=lab.get("gpu", ""),
+            uuid=lab["UUID"],
+            namespace=lab.get("namespace", ""),
+            pod=lab["pod"],
+            container=lab.get("container", ""),
+            gpu_instance=lab.get("GPU_I_ID", ""),
         )
-    return out
+        held = (alloc.node, alloc.uuid, alloc.gpu_instance, alloc.namespace, alloc.pod)
+        out.setdefault((*held, alloc.container), alloc)
+    return list(out.values())
 
 
 def _gpu_models(samples: Sequence[Sample]) -> dict[tuple[str, str], str]:

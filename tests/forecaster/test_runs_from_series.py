@@ -422,6 +422,31 @@ def test_exported_labels_from_a_scrape_that_does_not_honour_labels() -> None:
     assert (up.namespace, up.pod) == ("ml", "train-x7k2p")
 
 
+def test_a_gpu_allocation_scraped_twice_counts_once() -> None:
+    """An exporter scraped twice (labels honoured, and by a pod-level scrape that renames
+    them ``exported_*``) answers each allocation twice: one GPU held, ``gpus`` 1. Two
+    MIG instances of one GPU, or one GPU shared by two containers, stay two."""
+    exporter = {"namespace": "gpu-eta", "pod": "gpu-eta-exporter-x7k2p", "container": "exporter"}
+
+    def renamed(sample: Sample) -> Sample:
+        lab = {f"exported_{k}": v for k, v in sample.labels.items() if k in exporter}
+        return Sample({**sample.labels, **exporter, **lab}, sample.value, sample.timestamp)
+
+    def gpus(*allocated: Sample) -> float | str | None:
+        instant = merge(base("r", 10, 1, NOW - 100, NOW - 50), {"allocated": list(allocated)})
+        return assemble(instant, {}, NOW, 60).updates[0].features.get("gpus")
+
+    holder = {"namespace": "ml", "pod": "train-x7k2p", "container": "main"}
+    one = s(1, node="n1", gpu="0", UUID="GPU-1", **holder)
+    assert gpus(one, renamed(one)) == 1.0
+    view = assemble({"allocated": [one, renamed(one)]}, {}, NOW, 60)
+    assert len(view.allocations) == 1
+    mig = [s(1, node="n1", gpu="0", UUID="GPU-1", GPU_I_ID=i, **holder) for i in ("1", "2")]
+    assert gpus(*mig, *map(renamed, mig)) == 2.0
+    side = s(1, node="n1", gpu="0", UUID="GPU-1", **{**holder, "container": "side"})
+    assert len(assemble({"allocated": [one, side, renamed(side)]}, {}, NOW, 60).allocations) == 2
+
+
 def test_same_run_id_in_two_pods_and_two_containers_is_three_runs() -> None:
     """A hand-written run id reused elsewhere is never spliced into one run."""
     a, b = "train-a-x7k2p", "train-b-x7k2p"

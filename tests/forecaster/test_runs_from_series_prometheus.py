@@ -83,3 +83,41 @@ def test_a_run_breaking_the_cells_arithmetic_costs_only_itself(
         store.close()
     finally:
         target.stop()
+
+
+def test_a_pod_scraped_twice_holds_its_one_gpu_once(tmp_path: Path, prometheus_factory) -> None:
+    """One exporter scraped by two jobs, one honouring labels and one pod-level scrape
+    whose target labels rename the series' ``namespace``/``pod``/``container`` to
+    ``exported_*`` (as a PodMonitor without honorLabels does): the run's pod holds one
+    GPU, and is forecast and stored with ``gpus`` 1, not 2."""
+    holder = 'namespace="ml",pod="p-good",container="c",node="n1",gpu="0",UUID="GPU-1"'
+
+    def body(now: float) -> str:
+        lines = [*exposition(now).splitlines()[:5], f"gpu_eta_pod_gpu_allocated{{{holder}}} 1"]
+        return "\n".join(lines) + "\n"
+
+    target = MetricsServer(
+        "127.0.0.1", 0, lambda _accept: (body(time.time()).encode(), TEXT_FORMAT)
+    ).serve()
+    address = f"127.0.0.1:{target.port}"
+    exporter_pod = {"namespace": "gpu-eta", "pod": "gpu-eta-exporter-x", "container": "exporter"}
+    try:
+        prom = prometheus_factory(
+            [
+                ScrapeJob("exporter", [address]),
+                ScrapeJob("pod-scrape", [address], labels=exporter_pod, honor_labels=False),
+            ]
+        )
+        prom.wait_for('gpu_eta_pod_gpu_allocated{exported_pod="p-good"}')
+        prom.wait_for('gpu_eta_training_epoch{run_id="good"}', min_results=2)
+        store = HistoryStore.open(tmp_path / "h.sqlite")
+        try:
+            (job,) = new_cycle(prom.url, store).run().jobs
+            assert job.run.run_id == "good"
+            assert job.run.features["gpus"] == 1
+            (stored,) = store.running()
+            assert stored.run.features["gpus"] == 1
+        finally:
+            store.close()
+    finally:
+        target.stop()
