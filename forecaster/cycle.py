@@ -654,11 +654,16 @@ class Cycle:
         ``said`` (``partial_hold``)."""
         s = self.settings
 
+        static = self._static
+        # the runs restarted within the window, named in the reads' restarted runs'
+        # clause (queries.AGAIN_SERIES): their earlier attempt's last samples are in it
+        again = ""
+
         def ask(name: str, runs: str = "", pods: str = "", over: float = window) -> list[Sample]:
-            query = queries.render(queries.INSTANT[name], over, s.idle_window_seconds, runs, pods)
+            idle = s.idle_window_seconds
+            query = queries.render(queries.INSTANT[name], over, idle, runs, pods, again)
             return self.client.instant(query, at=now, warnings=said)
 
-        static = self._static
         # presence and the runs' end in one query (queries.PRESENT_PARTS)
         presence = {
             name: queries.render(tpl, window, s.idle_window_seconds)
@@ -667,6 +672,14 @@ class Cycle:
         instant = queries.unfold(
             self.client.instant(queries.fold(presence), at=now, warnings=said), presence
         )
+        # a run restarted under its key, found from this answer (below): named in the
+        # progress reads too, so that its earlier attempt's epoch is not read as its own
+        found = static.started_again(instant.get("started_again", ())) | (
+            self._finished_present.trained_again(
+                run_keys(instant.get("ended", ())), run_keys(instant["present"])
+            )
+        )
+        again = self._again(found, now - window)
         instant.update({name: ask(name) for name in queries.DYNAMIC if name not in instant})
         # runs present at the previous read and absent now: their exporter's scrape may
         # have failed. Their last report and allocations are asked of targets whose
@@ -696,15 +709,13 @@ class Cycle:
         # or, read ended, its end is no longer answered while it is present (trained
         # again under its name: a new start, no end; its old start with the old end
         # lingering in the window reads it done), which holds where the start's change
-        # was not seen (a cycle more than the window after it, a partial answer)
+        # was not seen (a cycle more than the window after it, a partial answer). Until
+        # the window no longer reaches back to when it was found, its reads leave out the
+        # earlier attempt's last samples of the series it does not send (``again``: a
+        # plan, an epoch, a batch size), which the window's ``last_over_time`` answers
         marks = progress_marks(instant)
-        static.forget(
-            went_back(self._marks, marks)
-            | static.started_again(instant.get("started_again", ()))
-            | self._finished_present.trained_again(
-                run_keys(instant.get("ended", ())), run_keys(instant["present"])
-            )
-        )
+        static.forget(went_back(self._marks, marks) | found, now)
+        again = self._again((), now - window)
         # a run at (or past) the plan held for it may have raised its plan since the
         # last full read: read again before it is judged finished, what is held kept
         # should the read not answer it (``refresh``). Only where its progress moved
@@ -727,13 +738,13 @@ class Cycle:
         parts = None
         if not full:
             unknown = static.unknown(seen)
-            parts = self._unknown_runs_parts(unknown, window)
+            parts = self._unknown_runs_parts(unknown, window, again)
             if parts is None:
                 # too many to ask for: the runs without a plan (read before, found none)
                 # wait for the next full read, so that they never make every cycle one
                 fresh = static.never_read(seen)
                 if len(fresh) < len(unknown):
-                    parts = self._unknown_runs_parts(fresh, window)
+                    parts = self._unknown_runs_parts(fresh, window, again)
         if full or parts is None:
             full = True
             answers = {name: ask(name) for name in (*queries.STATIC_RUN, queries.STATIC_POD)}
@@ -856,10 +867,20 @@ class Cycle:
         memory = queries.for_pods_split(queries.MEMORY_RATIO, span, idle, pods, limit, most)
         return {"util_mean": util, "memory_ratio": ask(queries.MEMORY_RATIO, memory)}
 
-    def _unknown_runs_parts(self, keys: Sequence[RunKey], window: float) -> dict[str, str] | None:
-        """The unchanging series of ``keys`` only, as parts of one folded query; {} when
-        there is none to read, None when a full read is needed instead (too many runs for
-        one query, or a label a set match cannot name)."""
+    def _again(self, found: Set[RunKey], since: float) -> str:
+        """The set match naming the runs restarted since ``since`` (the read window's
+        start: ``StaticSeries.restarted``) and ``found`` restarted by this read, for
+        the restarted runs' clause (``queries.again_match``; empty: none)."""
+        keys = {*self._static.restarted(since), *found}
+        return queries.again_match(k[3] for k in keys)
+
+    def _unknown_runs_parts(
+        self, keys: Sequence[RunKey], window: float, again: str = ""
+    ) -> dict[str, str] | None:
+        """The unchanging series of ``keys`` only, as parts of one folded query, the runs
+        ``again`` names read as restarted (``queries.render``); {} when there is none to
+        read, None when a full read is needed instead (too many runs for one query, or a
+        label a set match cannot name)."""
         if not keys:
             return {}
         if len(keys) > queries.MAX_UNKNOWN_RUNS:
@@ -869,7 +890,7 @@ class Cycle:
         if runs is None:
             return None
         parts = {
-            name: queries.render(queries.INSTANT[name], window, idle, runs=runs)
+            name: queries.render(queries.INSTANT[name], window, idle, runs=runs, again=again)
             for name in queries.STATIC_RUN
         }
         pods = [k[1] for k in keys if k[1]]

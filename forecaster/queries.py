@@ -33,6 +33,9 @@ Templates take ``{window}`` (the span since the previous cycle, or the first-cyc
 lookback) and ``{idle}`` (the span over which a GPU must have been idle for a job
 to count as stalled), both rendered as ``<n>s``, and in their selectors ``{runs}`` or
 ``{pods}``: empty, or a set match restricting them to some runs or pods (``matcher``).
+The per-run templates of a series a restarted run may no longer send take the
+restarted runs' clause (``AGAIN_SERIES``): empty, or the runs found restarted within the
+window left without their earlier attempt's last samples (``render``'s ``again``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,11 @@ RUN_LABELS = (
     "namespace, pod, container, run_id, node, "
     "exported_namespace, exported_pod, exported_container, exported_node"
 )
+# Those that make the run key (``runs.RunKey``), in either form: a run's series on
+# another node (its pod rescheduled under its name) are the same run's.
+RUN_KEY_LABELS = (
+    "namespace, pod, container, run_id, exported_namespace, exported_pod, exported_container"
+)
 
 
 def _per_run(expr: str) -> str:
@@ -66,16 +74,43 @@ PRESENT = _per_run("gpu_eta_training_last_report_timestamp_seconds")
 # what they reached (runs_from_series.assemble). Never a query of its own: asked folded
 # with PRESENT (``PRESENT_PARTS``), so the cycle's count does not grow.
 ENDED = _per_run("last_over_time(gpu_eta_training_run_end_timestamp_seconds[{window}])")
+# A run restarted under its key (a named run trained again in its pod: Cycle._query
+# finds it) leaves its earlier attempt's last samples in the window. Its exporter stops
+# sending a series the new attempt lacks (trained again without a plan, or in steps
+# only), and its next scrape marks that series stale; ``last_over_time`` skips the
+# marker, so the new attempt read the old one's plan, epoch or batch size until they
+# left the window (and held them between full reads: static_series): forecast to the
+# old plan, stored completed at it, or finished at once as a run past its plan. So the
+# templates reading those series (``AGAIN_SERIES``) carry a clause ``render`` fills for
+# the runs its ``again`` set match names (those found restarted within the window):
+# ``unless on (R) ((last_over_time(S{again}[W]) unless on (R) S{again}) and on (K)
+# <last report>{again})``. Of a run named that is present now (its last report,
+# PRESENT's series, answers a plain selector), every series S no longer present now (a
+# plain selector honours the marker) is left out: the run's own, and the earlier
+# attempt's under another ``node`` (a pod rescheduled under its name), K being the run
+# key's labels without the node. A run named that is gone (its last report stale too),
+# and every run not named, read as before. Without ``again`` the clause is empty and
+# the query is as it was: its cost is only the named runs' series, looked up in the
+# index.
+AGAIN_SERIES = ("epochs_planned", "epoch", "steps_planned", "step", "batch_size")
+_TRAINING = "gpu_eta_training_"
+_LAST_REPORT = f"{_TRAINING}last_report_timestamp_seconds"
+
+
+def _lately(name: str, runs: str = "") -> str:
+    """``last_over_time`` of the training series ``name`` over the window (with ``runs``:
+    the ``{runs}`` placeholder) and the restarted runs' clause for it (``AGAIN_SERIES``)."""
+    return f"last_over_time({_TRAINING}{name}{runs}[{{window}}]){{again_{name}}}"
+
+
 # Last values of every run seen in the window, including runs that vanished in it.
-PLANNED = _per_run("last_over_time(gpu_eta_training_epochs_planned{runs}[{window}])")
-EPOCH = _per_run("last_over_time(gpu_eta_training_epoch[{window}])")
+PLANNED = _per_run(_lately("epochs_planned", "{runs}"))
+EPOCH = _per_run(_lately("epoch"))
 # Steps are read only for runs without planned epochs (followed in percent of their
 # steps); a run that reports both is followed by its epochs.
-_NO_EPOCHS = "unless last_over_time(gpu_eta_training_epochs_planned{runs}[{window}])"
-STEPS_PLANNED = _per_run(
-    f"last_over_time(gpu_eta_training_steps_planned{{runs}}[{{window}}]) {_NO_EPOCHS}"
-)
-STEP = _per_run(f"last_over_time(gpu_eta_training_step[{{window}}]) {_NO_EPOCHS}")
+_NO_EPOCHS = f"unless ({_lately('epochs_planned', '{runs}')})"
+STEPS_PLANNED = _per_run(f"{_lately('steps_planned', '{runs}')} {_NO_EPOCHS}")
+STEP = _per_run(f"{_lately('step')} {_NO_EPOCHS}")
 START = _per_run("last_over_time(gpu_eta_training_run_start_timestamp_seconds{runs}[{window}])")
 # The latest start of the runs whose start changed in the window: restarted under their
 # key since the previous read (a named run trained again in its pod). The start itself is
@@ -91,7 +126,7 @@ STARTED_AGAIN = _per_run(
 )
 LAST_END = _per_run("last_over_time(gpu_eta_training_epoch_end_timestamp_seconds[{window}])")
 LAST_REPORT = _per_run("last_over_time(gpu_eta_training_last_report_timestamp_seconds[{window}])")
-BATCH_SIZE = _per_run("last_over_time(gpu_eta_training_batch_size{runs}[{window}])")
+BATCH_SIZE = _per_run(_lately("batch_size", "{runs}"))
 
 
 # GPU use per container: ours, or else DCGM's (0..100, per device, with pod labels
@@ -357,6 +392,9 @@ SEEN = ("present", "epoch", "last_end", "last_report")
 # ``-search.maxQueryLen``) for at most this many runs; beyond, a full read.
 MAX_QUERY_CHARS = 12_000
 MAX_UNKNOWN_RUNS = 200
+# The restarted runs' set match (``again_match``): six of it and a template fit one
+# query of ``MAX_QUERY_CHARS``.
+MAX_AGAIN_CHARS = 1_500
 # the ending runs' pods' means are read in at most this many queries each (beyond, every
 # pod's: one heavier answer)
 MAX_POD_QUERIES = 4
@@ -408,13 +446,47 @@ def duration(seconds: float) -> str:
 
 
 def render(
-    template: str, window_seconds: float, idle_seconds: float, runs: str = "", pods: str = ""
+    template: str,
+    window_seconds: float,
+    idle_seconds: float,
+    runs: str = "",
+    pods: str = "",
+    again: str = "",
 ) -> str:
-    """Fill a template's ``{window}`` and ``{idle}``, and its selectors' ``{runs}`` and
-    ``{pods}`` matchers (``matcher``; empty: every run and pod)."""
+    """Fill a template's ``{window}`` and ``{idle}``, its selectors' ``{runs}`` and
+    ``{pods}`` matchers (``matcher``; empty: every run and pod), and the restarted runs'
+    clause of each of ``AGAIN_SERIES`` for the runs ``again`` names (``again_match``;
+    empty: none)."""
+    window = duration(window_seconds)
+    clauses = {f"again_{name}": _again_clause(name, window, again) for name in AGAIN_SERIES}
     return template.format(
-        window=duration(window_seconds), idle=duration(idle_seconds), runs=runs, pods=pods
+        window=window,
+        idle=duration(idle_seconds),
+        runs=runs,
+        pods=pods,
+        **clauses,
     )
+
+
+def _again_clause(name: str, window: str, again: str) -> str:
+    """The clause that leaves the earlier attempt's last ``name`` samples out of the
+    answers of the runs ``again`` names (``AGAIN_SERIES``); nothing without ``again``."""
+    if not again:
+        return ""
+    series = f"{_TRAINING}{name}{again}"
+    gone = f"last_over_time({series}[{window}]) unless on ({RUN_LABELS}) {series}"
+    return f" unless on ({RUN_LABELS}) (({gone}) and on ({RUN_KEY_LABELS}) {_LAST_REPORT}{again})"
+
+
+def again_match(run_ids: Iterable[str]) -> str:
+    """The set match on ``run_id`` naming runs found restarted for ``render``'s
+    ``again``; empty (no clause: those runs read as any) when there are none, one cannot
+    be named (``matcher``), or it is longer than ``MAX_AGAIN_CHARS``. Why a bound: a
+    template holds it up to six times (``STEPS_PLANNED``, ``STEP``), and every query
+    must fit ``MAX_QUERY_CHARS``; more runs found restarted within one window than
+    fit (about 40 of 36-character ids) are read as before."""
+    match = matcher("run_id", run_ids)
+    return match if match is not None and len(match) <= MAX_AGAIN_CHARS else ""
 
 
 def for_pods(

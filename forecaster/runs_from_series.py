@@ -295,7 +295,9 @@ def assemble(
             view.rejected[run] = RUN_FAILED
             view.failed[run] = _failure(err)
     for run in dict.fromkeys([*epoch, *step]):
-        if run in planned or run in steps_planned or run not in present or run in end:
+        if run in planned or run in steps_planned or run not in present:
+            continue
+        if _ended(end.get(run), start.get(run)):
             continue
         try:  # as above
             by_steps = run not in epoch
@@ -321,6 +323,19 @@ def assemble(
             view.rejected[run] = RUN_FAILED
             view.failed[run] = _failure(err)
     return view
+
+
+def _ended(end: Sample | None, start: Sample | None) -> bool:
+    """Whether a run without a plan has ended: its end series answered, unless at a time
+    before its start. Why the exception: a run trained again under its key (a notebook
+    cell run again) leaves its earlier attempt's end in the window's answers
+    (``last_over_time``) while its new attempt runs; as for a run with a plan
+    (``assemble``), such an end is not the run's."""
+    if end is None:
+        return False
+    if start is None or not (_finite(end.value) and _finite(start.value)):
+        return True
+    return end.value >= start.value
 
 
 def ended_plan(planned: float, reached: Sample | None) -> float:

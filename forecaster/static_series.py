@@ -16,7 +16,9 @@ the runs gone from ``present`` since its previous read), a new start (a run rest
 under its key) at once (``started_again``); a new run is read in its first cycle. A
 run without a plan is asked for again each cycle (its plan appears when it ends),
 unless too many such runs would make the query a full read: they then wait for the
-next one (``never_read``).
+next one (``never_read``). A run restarted is named in the reads' restarted runs'
+clause while the window reaches back before it was found (``restarted``,
+``queries.AGAIN_SERIES``): its earlier attempt's plan is not read again.
 
 ``StaticSeries`` holds what was read, by run key and by pod; ``answers`` gives the
 cycle the same lists a full read would have (for the runs seen in this cycle), so
@@ -57,6 +59,8 @@ class StaticSeries:
         self._gpus: list[Sample] | None = None
         self._gpu_keys: frozenset[tuple[str, str]] = frozenset()
         self._since_full: int | None = None  # cycles since the last full read
+        # the runs ``forget`` dropped (restarted under their key), with when (``restarted``)
+        self._restarted: dict[RunKey, float] = {}
         # what ``refresh`` dropped, put back where the next read does not answer it
         self._fallback: dict[RunKey, dict[str, Sample]] = {}
 
@@ -73,18 +77,34 @@ class StaticSeries:
             if not all(any(key in runs[n] for n in names) for names in _DEFINING)
         )
 
-    def forget(self, keys: Iterable[RunKey]) -> None:
-        """Drop what is held of the runs ``keys`` (restarted under their key): they
-        are unknown again, read in this cycle (``unknown``, ``never_read``). A fallback
-        ``refresh`` kept for them goes too (a cycle that failed after the refresh left it):
-        a restarted run must not get its old attempt's start or plan back. Unlike
-        ``refresh``, nothing is kept should the read not answer (a partial answer): the
-        new attempt may plan otherwise, and an old plan it has passed would finish it,
-        stored for good; without a plan it goes without a forecast for that cycle."""
+    def forget(self, keys: Iterable[RunKey], at: float) -> None:
+        """Drop what is held of the runs ``keys`` (restarted under their key, found at
+        ``at``): they are unknown again, read in this cycle (``unknown``, ``never_read``).
+        A fallback ``refresh`` kept for them goes too (a cycle that failed after the
+        refresh left it): a restarted run must not get its old attempt's start or plan
+        back. Unlike ``refresh``, nothing is kept should the read not answer (a partial
+        answer): the new attempt may plan otherwise, and an old plan it has passed would
+        finish it, stored for good; without a plan it goes without a forecast for that
+        cycle. They are ``restarted`` from ``at`` on."""
         for key in keys:
             for held in self._runs.values():
                 held.pop(key, None)
             self._fallback.pop(key, None)
+            self._restarted[key] = at
+
+    def restarted(self, since: float) -> list[RunKey]:
+        """The runs ``forget`` dropped at or after ``since``, in key order; earlier ones
+        are forgotten.
+
+        Why: the earlier attempt's last samples stay in a read window that reaches back
+        before the run was found restarted (``since``: the window's start), and a series
+        the new attempt does not send (a plan, an epoch) would be read from them, in
+        this cycle and in every later read (a run without a plan is read again each
+        cycle, a full read reads every run): the cycle names these runs in its reads'
+        restarted runs' clause (``queries.AGAIN_SERIES``) until the window no longer
+        reaches back that far."""
+        self._restarted = {k: t for k, t in self._restarted.items() if t >= since}
+        return sorted(self._restarted)
 
     def started_again(self, samples: Iterable[Sample]) -> set[RunKey]:
         """The runs whose start in ``samples`` (``queries.STARTED_AGAIN``: the runs
@@ -94,12 +114,19 @@ class StaticSeries:
         and last end by the next cycle shows no progress going back, and its old start
         would be held until the next full read (up to ``full_every`` cycles), its new
         epochs timed from the old attempt. A run whose held start is already the new one
-        (read since the change) is not read again."""
+        (read since the change) is not read again.
+
+        Before the first read nothing is held: every run answered is taken (on
+        Prometheus, the runs restarted within the first read's window, which reaches
+        back the whole lookback: their earlier attempt's last samples are in it, see
+        ``restarted``; VictoriaMetrics answers the runs new in the window too)."""
         held = self._runs["start"]
+        first = self._since_full is None
         return {
             key
             for s in samples
-            if (key := sample_run_key(s)) is not None and key in held and held[key].value != s.value
+            if (key := sample_run_key(s)) is not None
+            and (first or (key in held and held[key].value != s.value))
         }
 
     def refresh(self, keys: Iterable[RunKey]) -> None:

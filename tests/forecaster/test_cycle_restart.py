@@ -94,7 +94,10 @@ def test_a_restarted_run_past_its_old_epoch_by_the_next_cycle_is_seen_restarted(
     # nothing read again
     asked = len(client.seen)
     assert at(NOW + 70, ends, start, changed=True) == [start]
-    assert not [q for q in client.seen[asked:] if 'run_id=~"named"' in q]
+    assert not [q for q in client.seen[asked:] if _START_OF_NAMED in q]
+
+
+_START_OF_NAMED = 'gpu_eta_training_run_start_timestamp_seconds{run_id=~"named"}'
 
 
 def test_a_start_answered_unchanged_reads_nothing_again(store: HistoryStore) -> None:
@@ -110,7 +113,53 @@ def test_a_start_answered_unchanged_reads_nothing_again(store: HistoryStore) -> 
     asked = len(client.seen)
     t[0] = NOW + 60
     assert [j.run.start_timestamp for j in cycle.run().jobs] == [NOW - 130]
-    assert not [q for q in client.seen[asked:] if 'run_id=~"named"' in q]
+    assert not [q for q in client.seen[asked:] if 'run_id=~"named"' in q]  # nor named
+
+
+def test_a_restarted_run_is_named_in_the_reads_while_its_window_reaches_back(
+    store: HistoryStore,
+) -> None:
+    """A run found restarted is named in the restarted runs' clause of the progress and
+    unchanging reads (queries.AGAIN_SERIES) from the cycle that finds it, its progress
+    read included when its start's change finds it, until the read window no longer
+    reaches back to that cycle; then no more (the clause costs its runs' series)."""
+    t = [NOW]
+    client = TimedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], overlap_seconds=120)
+    epoch_read = f"max by ({queries.RUN_LABELS}) (last_over_time(gpu_eta_training_epoch["
+    named = '{run_id=~"named"}'
+
+    def names(now: float, start: float, changed: bool = False) -> tuple[bool, bool]:
+        """Whether this cycle's epoch read, and its read of the run's plan, name it."""
+        t[0] = now
+        client.answers = job("named", 10, [(1, now - 20)], start)
+        lab = labels_of("named")
+        client.answers["started_again"] = [s(start, **lab)] if changed else []
+        asked = len(client.seen)
+        cycle.run()
+        sent = client.seen[asked:]
+        epoch = [q for q in sent if q.startswith(epoch_read)]
+        plan = [q for q in sent if "gpu_eta_training_epochs_planned{run_id" in q]
+        return any(named in q for q in epoch), any(named in q for q in plan)
+
+    assert names(NOW, NOW - 130) == (False, False)
+    found = NOW + 60  # restarted: its start changed; read again, named
+    assert names(found, NOW + 50, changed=True) == (True, True)
+    # each window (60 s since the previous cycle, 120 s overlap) reaches back to it
+    assert [names(found + 60 * i, NOW + 50)[0] for i in (1, 2, 3)] == [True] * 3
+    assert names(found + 240, NOW + 50) == (False, False)
+
+
+def test_a_run_restarted_before_the_first_read_is_named_in_it(store: HistoryStore) -> None:
+    """The first read (a forecaster just started: its window the whole lookback) holds
+    nothing to compare a start with: a run whose start changed in the window is named
+    in its clause, its earlier attempt's last samples being in that window."""
+    client = TimedClient(job("named", 10, [(1, NOW - 20)], NOW - 100))
+    client.answers["started_again"] = [s(NOW - 100, **labels_of("named"))]
+    make_cycle(client, store).run()
+    epoch_read = f"max by ({queries.RUN_LABELS}) (last_over_time(gpu_eta_training_epoch["
+    (epoch,) = [q for q in client.seen if q.startswith(epoch_read)]
+    assert '{run_id=~"named"}' in epoch
 
 
 def test_went_back() -> None:
@@ -299,7 +348,7 @@ def test_refresh_keeps_what_the_read_does_not_answer() -> None:
     got = {name: [x.value for x in v] for name, v in held.answers([run]).items() if v}
     assert got == {"steps_planned": [100], "start": [NOW - 200], "batch_size": [32]}
     # forget drops all, no fallback
-    held.forget([run])
+    held.forget([run], NOW)
     held.store({}, full=False)
     assert not any(held.answers([run]).values())
 
@@ -342,7 +391,7 @@ def test_forget_drops_a_fallback_a_failed_cycle_left() -> None:
         full=True,
     )
     held.refresh([run])
-    held.forget([run])
+    held.forget([run], NOW)
     held.store({}, full=False)  # the restarted run's read answers nothing (partial)
     assert not any(held.answers([run]).values())
 

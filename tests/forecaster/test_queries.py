@@ -66,6 +66,44 @@ def test_set_match_escapes_regex_and_promql_and_refuses_what_it_cannot_name() ->
     assert queries.render(queries.PLANNED, 60, 300).count("{") == 0  # a full read: no matcher
 
 
+def test_the_restarted_runs_clause_names_only_them_and_only_when_asked() -> None:
+    """``again``: every read of a series a restarted run may not send (``AGAIN_SERIES``)
+    leaves out, for the runs named, what is no longer present now while the run is; its
+    selectors all carry the set match (an index lookup, not every run's series). Without
+    it the queries are as they were; a match too long for six copies in one query is
+    not made."""
+    again = queries.again_match(["exp", "a.b"])
+    assert again == '{run_id=~"a\\\\.b|exp"}'
+    for name, tpl in queries.INSTANT.items():
+        plain, named = queries.render(tpl, 60, 300), queries.render(tpl, 60, 300, again=again)
+        carried = [s for s in queries.AGAIN_SERIES if f"{{again_{s}}}" in tpl]
+        if not carried:
+            assert named == plain, name
+            continue
+        assert "again" not in plain and "{" not in plain.replace("{}", ""), name
+        for series in carried:
+            clause = (
+                f" unless on ({queries.RUN_LABELS}) ((last_over_time(gpu_eta_training_{series}"
+                f"{again}[60s]) unless on ({queries.RUN_LABELS}) gpu_eta_training_{series}{again})"
+                f" and on ({queries.RUN_KEY_LABELS}) "
+                f"gpu_eta_training_last_report_timestamp_seconds{again})"
+            )
+            assert clause in named, (name, series)
+            named = named.replace(clause, "")
+        assert named == plain, name
+    wanted = {"planned", "epoch", "steps_planned", "step", "batch_size"}
+    assert {n for n, t in queries.INSTANT.items() if "{again_" in t} == wanted
+    # the longest match made still fits the longest template six times over
+    ids = [f"run-{i:04d}-{'x' * 30}" for i in range(200)]
+    most = max(n for n in range(1, 201) if queries.again_match(ids[:n]))
+    assert 30 <= most < 200  # about 40 runs of 40-character ids
+    longest = queries.again_match(ids[:most])
+    for name in wanted:
+        rendered = queries.render(queries.INSTANT[name], 3600, 300, again=longest)
+        assert len(rendered) <= queries.MAX_QUERY_CHARS, name
+    assert queries.again_match([]) == "" and queries.again_match(["é"]) == ""
+
+
 def test_the_means_for_some_pods_match_every_selector_in_both_pod_labels() -> None:
     for name in queries.SPAN:
         tpl = queries.INSTANT[name]

@@ -155,6 +155,10 @@ def test_a_run_that_ended_is_done_at_what_it_reached_whatever_its_plan() -> None
 
 
 def test_a_run_without_a_plan_that_ended_is_not_forecast() -> None:
+    """Nor is it stored (it reached no plan). An end from before its start is an earlier
+    attempt's (a notebook training a named run again, the old end still in the window's
+    answers: ``last_over_time``): the new attempt runs, a plan-less run, as a run with a
+    plan does."""
     lab = run_labels("loop")
     instant = {
         "epoch": [s(3, **lab)],
@@ -163,8 +167,11 @@ def test_a_run_without_a_plan_that_ended_is_not_forecast() -> None:
         "ended": [s(NOW - 10, **lab)],
     }
     assert assemble(instant, {}, NOW, 60).planless == []
-    del instant["ended"]
-    assert [p.key for p in assemble(instant, {}, NOW, 60).planless] == [key("loop")]
+    instant["ended"] = [s(NOW - 300, **lab)]  # at its start: its own
+    assert assemble(instant, {}, NOW, 60).planless == []
+    for ended in ([], [s(NOW - 400, **lab)]):  # none, or the earlier attempt's
+        instant["ended"] = ended
+        assert [p.key for p in assemble(instant, {}, NOW, 60).planless] == [key("loop")]
 
 
 def test_range_pairs_recover_every_epoch_end() -> None:

@@ -1,0 +1,145 @@
+"""gpu_eta.forecaster.cycle through a real Prometheus: a named run trained again under
+its key without what its earlier attempt sent (no plan, or steps only). The exporter
+stops sending those series and Prometheus marks them stale, but ``last_over_time``
+over the read window skips the marker: the new attempt must not be read with the
+earlier attempt's plan, epoch or batch size (queries.AGAIN_SERIES, docs/forecaster.md,
+"Unchanging series")."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
+from gpu_eta.forecaster.config import CycleSettings
+from gpu_eta.forecaster.cycle import Cycle
+from gpu_eta.forecaster.forecast import ForecastSet
+from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.pending import PendingSettings
+from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.launch.prometheus import PrometheusServer, ScrapeJob
+
+_RUN = 'namespace="ml",pod="nb",container="c",run_id="exp",node="n1"'
+_ALLOCATED = 'gpu_eta_pod_gpu_allocated{namespace="ml",pod="nb",container="c",node="n1",gpu="0",UUID="GPU-1"} 1'
+
+
+@dataclass
+class Notebook:
+    """A notebook's exporter serving one named run, ``exp``, whose series the test sets
+    (``show``), scraped every second by a real Prometheus, and a cycle reading it."""
+
+    prom: PrometheusServer
+    store: HistoryStore
+    cycle: Cycle
+    series: dict[str, float] = field(default_factory=dict)
+
+    def show(self, **values: float) -> None:
+        """Serve these series of the run (the names after ``gpu_eta_training_``), a new
+        last report with them, and wait until Prometheus has scraped them."""
+        report = float(round(time.time(), 3))
+        self.series = {**values, "last_report_timestamp_seconds": report}
+        self.prom.wait_for(
+            f"gpu_eta_training_last_report_timestamp_seconds{{{_RUN}}} == {report!r}"
+        )
+
+    def exposition(self) -> bytes:
+        lines = [f"gpu_eta_training_{name}{{{_RUN}}} {v!r}" for name, v in self.series.items()]
+        return "\n".join([*lines, _ALLOCATED, ""]).encode()
+
+
+@pytest.fixture
+def notebook(tmp_path: Path, prometheus_factory) -> Iterator[Notebook]:
+    holder: list[Notebook] = []
+    target = MetricsServer(
+        "127.0.0.1", 0, lambda _accept: (holder[0].exposition() if holder else b"", TEXT_FORMAT)
+    ).serve()
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        prom = prometheus_factory([ScrapeJob("exporter", [f"127.0.0.1:{target.port}"])])
+        # a window of 20 s past the previous cycle: the earlier attempt's last samples
+        # stay in it for every cycle of the new attempt below
+        settings = CycleSettings(
+            background_refit=False,
+            pending=PendingSettings(enabled=False),
+            lookback_seconds=60.0,
+            overlap_seconds=20.0,
+            min_step_seconds=1.0,
+            refit_seconds=0.0,
+        )
+        holder.append(Notebook(prom, store, Cycle(PromClient(prom.url), store, settings)))
+        yield holder[0]
+    finally:
+        store.close()
+        target.stop()
+
+
+def _exp(fs: ForecastSet) -> list[tuple[float, float, float]]:
+    """The forecast jobs of ``exp``: (start, plan, done)."""
+    return [
+        (j.run.start_timestamp, j.run.epochs_planned, j.run.epochs_done)
+        for j in fs.jobs
+        if j.run.run_id == "exp"
+    ]
+
+
+def _finished(store: HistoryStore) -> list[tuple[float, float, bool | None]]:
+    return [(r.start_timestamp, r.epochs_planned, r.completed) for r in store.finished()]
+
+
+def test_a_run_trained_again_without_a_plan_is_not_given_the_earlier_plan(
+    notebook: Notebook,
+) -> None:
+    """A run without a plan ends at epoch 3 (its plan becomes 3, ``end``), then the
+    notebook trains it again, again without a plan. The new attempt is a run without a
+    plan: forecast from the durations of runs like it, not to the old plan of 3, and
+    not stored completed at 3 when it passes its third epoch."""
+    first = float(round(time.time())) - 30
+    notebook.show(epoch=1, run_start_timestamp_seconds=first)
+    notebook.cycle.run()
+    ended = time.time()
+    notebook.show(
+        epochs_planned=3,
+        epoch=3,
+        run_start_timestamp_seconds=first,
+        epoch_end_timestamp_seconds=ended - 1,
+        run_end_timestamp_seconds=ended,
+    )
+    notebook.cycle.run()
+    assert _finished(notebook.store) == [(first, 3, True)]
+    again = float(round(time.time(), 3)) + 0.1
+    for epoch in range(5):
+        ends = {"epoch_end_timestamp_seconds": time.time()} if epoch else {}
+        notebook.show(epoch=epoch, run_start_timestamp_seconds=again, **ends)
+        fs = notebook.cycle.run()
+        assert _exp(fs) == [(again, math.inf, 0.0)], (epoch, fs.job_errors, fs.n_running)
+        assert _finished(notebook.store) == [(first, 3, True)], epoch
+
+
+def test_a_run_trained_again_in_steps_is_followed_in_its_steps(
+    notebook: Notebook, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run of 3 planned epochs completes; the notebook trains it again reporting only
+    steps (100 planned). The new attempt is followed in its steps from its first cycle:
+    not stored at once as a run past the old plan, nor revived every cycle."""
+    first = float(round(time.time())) - 30
+    for epoch in range(4):
+        ends = {"epoch_end_timestamp_seconds": time.time()} if epoch else {}
+        notebook.show(epochs_planned=3, epoch=epoch, run_start_timestamp_seconds=first, **ends)
+        notebook.cycle.run()
+    assert _finished(notebook.store) == [(first, 3, True)]
+    again = float(round(time.time(), 3)) + 0.1
+    caplog.set_level(logging.INFO, logger="gpu_eta.forecaster")
+    for k in range(5):
+        notebook.show(steps_planned=100, step=10 * k, run_start_timestamp_seconds=again)
+        fs = notebook.cycle.run()
+        (job,) = [j for j in fs.jobs if j.run.run_id == "exp"]
+        assert (job.run.start_timestamp, job.run.epochs_planned) == (again, 100), k
+        assert job.run.epochs_done == 10 * k and job.run.features["progress_unit"] == "steps"
+        assert _finished(notebook.store) == [(first, 3, True)], k
+    assert not [r.message for r in caplog.records if "present again" in r.message]
