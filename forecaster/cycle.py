@@ -102,6 +102,8 @@ class Cycle:
         # the store version after the latest revive: a model fitted on a history older
         # than that learns nothing incrementally (``_fitted``)
         self._relearn_from = 0
+        # the runs whose revive forced a refit, with when (``revive_refit``)
+        self._revive_refits: dict[RunKey, float] = {}
         # Persisted: after a restart (or in `once` mode) the next cycle reads only
         # since the previous one instead of the whole lookback (``_load_state``).
         self._stored_query: str | None = None  # the stored query time as read or written
@@ -269,8 +271,12 @@ class Cycle:
         self._partial_since, self._partial_last = partial_since, partial_last
         self._finished_present.note_running_again(revived)  # read as any running run
         if revived:  # the model learnt them as cancelled runs: refitted without them now
-            self._last_fit = -math.inf
             self._relearn_from = self.store.version
+            force, self._revive_refits = revive_refit(
+                self._revive_refits, revived, now, s.refit_seconds
+            )
+            if force:
+                self._last_fit = -math.inf
         self._stored_query = meta[LAST_QUERY_KEY]
         self._means_until = means_until  # with a full read, every run's means reach now
         if full:
@@ -1170,6 +1176,26 @@ def went_back(
         if before is not None and any(now < then for now, then in zip(mark, before, strict=True)):
             out.add(key)
     return out
+
+
+def revive_refit(
+    forced: Mapping[RunKey, float], revived: Sequence[RunKey], now: float, refit_seconds: float
+) -> tuple[bool, dict[RunKey, float]]:
+    """Whether reviving ``revived`` at ``now`` forces a refit, and the runs whose revive
+    forced one within the last ``refit_seconds`` after it (``forced``: the same before).
+    Pure.
+
+    A revive forces a refit (the model learnt the run as cancelled: refitted without it
+    at once, not after ``refit_seconds``), unless every run revived forced one within
+    the last ``refit_seconds``. Why: a run that keeps coming back (finished again each
+    cycle by a plan or epoch that is not its own, an exporter flapping past the vanish
+    grace) forced a full refit every cycle, seconds of a core each at scale; the regular
+    refit, due ``refit_seconds`` after the one it forced, learns it as it is then."""
+    kept = {k: t for k, t in forced.items() if now - t < refit_seconds}
+    force = any(k not in kept for k in revived)
+    if force:
+        kept.update((k, now) for k in revived)
+    return force, kept
 
 
 def uncovered_since(

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import pytest
 
-from gpu_eta.forecaster.cycle import Cycle, uncovered_since, unseen_seconds
+from gpu_eta.forecaster.cycle import Cycle, revive_refit, uncovered_since, unseen_seconds
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.pending import run_durations
 from gpu_eta.forecaster.promapi import PromAPIError
@@ -106,6 +106,56 @@ def test_a_run_finished_as_vanished_comes_back_running(store: HistoryStore) -> N
     assert store.count_finished() == 0 and store.finished() == []
     assert store.version > version
     assert StandInModel.fits[fits:] == [0]  # refitted at once, without the fake cancellation
+
+
+def test_a_run_that_keeps_coming_back_forces_one_refit_per_refit_interval(
+    store: HistoryStore,
+) -> None:
+    """A run finished as vanished and revived, again and again (an exporter flapping past
+    the grace, a run finished each cycle by a plan not its own): its first revive forces
+    a refit at once; its next ones within ``refit_seconds`` wait for the regular refit,
+    which comes ``refit_seconds`` after the one forced (a refit a cycle, else)."""
+    t = [NOW]
+    live = job("a", 10, [(1, NOW - 10)], NOW - 100)
+    client = CannedClient(live)
+    cycle = make_cycle(
+        client, store, clock=lambda: t[0], vanish_grace_seconds=120, refit_seconds=600
+    )
+    cycle.run()
+
+    def away_and_back() -> list[int]:
+        """Three cycles away (finished), one back (revived): the fits meanwhile."""
+        fits = len(StandInModel.fits)
+        client.answers = {}
+        for _ in range(3):
+            t[0] += 60
+            cycle.run()
+        assert [r.completed for r in store.finished()] == [False]
+        t[0] += 60
+        client.answers = live
+        assert [j.run.run_id for j in cycle.run().jobs] == ["a"]
+        assert store.finished() == []
+        return StandInModel.fits[fits:]
+
+    assert away_and_back() == [0]  # revived: refitted at once, without it
+    assert away_and_back() == []  # again 240 s later: no refit forced
+    t[0] += 360  # the regular refit, 600 s after the forced one: the history changed
+    cycle.run()
+    assert StandInModel.fits[-1:] == [0] and len(StandInModel.fits) == 3
+    # 600 s on: finished, it is learnt by the regular refit; revived, past the refit
+    # interval since the refit it forced, it forces one again
+    t[0] += 600
+    assert away_and_back() == [1, 0]
+
+
+def test_revive_refit() -> None:
+    a, b = ("ml", "p", "c", "a"), ("ml", "p", "c", "b")
+    force, forced = revive_refit({}, [a], NOW, 600)
+    assert force and forced == {a: NOW}
+    assert revive_refit(forced, [a], NOW + 599, 600) == (False, {a: NOW})
+    assert revive_refit(forced, [a, b], NOW + 60, 600) == (True, {a: NOW + 60, b: NOW + 60})
+    assert revive_refit(forced, [a], NOW + 600, 600) == (True, {a: NOW + 600})
+    assert revive_refit(forced, [a], NOW, 0) == (True, {a: NOW})  # refits each cycle
 
 
 class _Learning(StandInModel):
