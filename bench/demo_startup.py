@@ -1,9 +1,10 @@
 """How long the demo takes to become useful, and what its history costs.
 
-Prints: history simulation time, OpenMetrics size and promtool backfill time for N
-days; then the whole stack's start time, the time until every node is scraped `up`,
-and until the first forecast is in Prometheus. Run: ``python bench/demo_startup.py
-[--history-days 1]``.
+Prints: history simulation time, OpenMetrics size and promtool backfill time for the
+history the demo backfills (``--history-jobs`` jobs at the live cluster's load, at most
+``--history-days``: ``live_load_seconds``); then the whole stack's start time, the
+time until every node is scraped `up`, and until the first forecast is in Prometheus.
+Run: ``python bench/demo_startup.py [--history-days 1] [--history-jobs 1000]``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from gpu_eta.demo.stack import Stack, StackConfig
 from gpu_eta.launch.prometheus import backfill
-from gpu_eta.simulation.backfill import simulate_history, write_history
+from gpu_eta.simulation.backfill import live_load_seconds, simulate_history, write_history
 from gpu_eta.simulation.cluster import ClusterConfig
 
 
@@ -27,9 +28,8 @@ def main() -> None:
     cluster = ClusterConfig()
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        hist = simulate_history(
-            cluster, time.time() - 400, args.history_days * 86400, args.history_jobs
-        )
+        span = live_load_seconds(cluster, args.history_days * 86400, args.history_jobs)
+        hist = simulate_history(cluster, time.time() - 400, span, args.history_jobs)
         t1 = time.perf_counter()
         om, _runs = write_history(hist, Path(tmp) / "h")
         t2 = time.perf_counter()
@@ -37,7 +37,7 @@ def main() -> None:
         backfill(om, Path(tmp) / "data")
         t3 = time.perf_counter()
     print(
-        f"history: {len(hist.pods)} jobs ({len(hist.completed)} finished) over {args.history_days:g} days"
+        f"history: {len(hist.pods)} jobs ({len(hist.completed)} finished) over {span / 3600:.1f} h"
     )
     print(
         f"  simulate {t1 - t0:.2f}s, write {t2 - t1:.2f}s ({size_mb:.1f} MB OpenMetrics, "

@@ -55,6 +55,7 @@ from gpu_eta.launch.prometheus import (
 from gpu_eta.launch.victoria import import_openmetrics, start_victoriametrics, start_vmalert
 from gpu_eta.simulation import ksm
 from gpu_eta.simulation.backfill import (
+    live_load_seconds,
     render_runs_csv,
     simulate_history,
     warm_history,
@@ -282,13 +283,14 @@ class Stack:
         history_end = self.anchor - max(400.0, cfg.cluster.warm_start_seconds)
         if cfg.history_days > 0:
             t0 = time.monotonic()
-            history = simulate_history(
-                cfg.cluster, history_end, cfg.history_days * 86400, cfg.history_jobs
-            )
+            # at the live cluster's load, so its past has time-sliced runs as its present
+            # does: the forecaster learns from it (live_load_seconds)
+            span = live_load_seconds(cfg.cluster, cfg.history_days * 86400, cfg.history_jobs)
+            history = simulate_history(cfg.cluster, history_end, span, cfg.history_jobs)
             history_files.append(write_openmetrics(history, history_dir / "history.om"))
             finished_pods.extend(history.pods)
             self.say(
-                f"history: {len(history.pods)} jobs over {cfg.history_days:g} days "
+                f"history: {len(history.pods)} jobs over {span / 3600:.1f} h "
                 f"({len(history.completed)} finished) simulated in {time.monotonic() - t0:.1f}s"
             )
         trainer_pods = [self.sim.reserve_pod(node) for node in reserve]

@@ -272,7 +272,7 @@ def test_docs_warm_start_numbers_are_the_demo_cluster() -> None:
     """docs/demo.md's "at t = 0" paragraph describes the cluster ``./demo.sh`` runs:
     the flags' defaults with the planted alert causes (``cluster_config``), warmed up
     as the stack does, its history as the stack simulates it."""
-    from gpu_eta.simulation.backfill import simulate_history
+    from gpu_eta.simulation.backfill import live_load_seconds, simulate_history
     from gpu_eta.simulation.cluster import warm_start
 
     doc = " ".join((REPO / "docs" / "demo.md").read_text(encoding="utf-8").split())
@@ -290,9 +290,8 @@ def test_docs_warm_start_numbers_are_the_demo_cluster() -> None:
     mid_run = [p for p in training if p.run_start is not None and 1 <= done(p, 0.0) < p.epochs]
     planless = [p for p in training if not p.reports_plan]
     # the runs the forecaster is seeded with: the old history and the warm-up's ends
-    history = simulate_history(
-        cluster, -max(400.0, args.warm_start), args.history_days * 86400, args.history_jobs
-    )
+    span = live_load_seconds(cluster, args.history_days * 86400, args.history_jobs)
+    history = simulate_history(cluster, -max(400.0, args.warm_start), span, args.history_jobs)
     finished = [p for p in (*history.pods, *sim.pods) if p.completed and p.end <= 0.0]
 
     def config(pod) -> tuple:

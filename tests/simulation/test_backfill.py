@@ -1,8 +1,11 @@
-"""History: OpenMetrics that promtool accepts, and a runs CSV the forecaster reads."""
+"""History: OpenMetrics that promtool accepts, a runs CSV the forecaster reads, and a
+past at the live cluster's load."""
 
 from __future__ import annotations
 
 import io
+import itertools
+import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -11,12 +14,13 @@ import pytest
 
 from gpu_eta.forecaster.runs_csv import parse_runs
 from gpu_eta.simulation.backfill import (
+    live_load_seconds,
     openmetrics_lines,
     render_runs_csv,
     simulate_history,
     write_history,
 )
-from gpu_eta.simulation.cluster import ClusterConfig
+from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig
 from gpu_eta.simulation.epochs import FAMILIES, JobMix
 
 END = 1_763_700_000.0
@@ -111,3 +115,44 @@ def test_runs_without_a_plan_have_totals_only_from_their_end() -> None:
         if line.startswith("gpu_eta_training_epochs_planned{") and planned.run_id in line
     )
     assert float(first.rsplit(" ", 1)[1]) < planned.epoch_ends[0]
+
+
+def test_live_load_seconds_is_the_span_of_the_jobs_at_the_live_rate() -> None:
+    cluster = ClusterConfig()  # a job every 200 simulated s, 20 of them a wall second
+    assert live_load_seconds(cluster, 86400.0, 1000) == 10_000.0
+    assert live_load_seconds(cluster, 3600.0, 1000) == 3600.0  # at most the span asked
+    with pytest.raises(ValueError):
+        live_load_seconds(cluster, 0.0, 1000)
+
+
+def test_the_demos_history_holds_time_sliced_runs_as_its_live_cluster_does() -> None:
+    """The demo's default history (1,000 jobs at the live load: ``live_load_seconds``)
+    has runs that shared a time-sliced GPU, about as many as the live cluster has
+    (a third of its runs), and they went about three times slower than the same
+    job alone on the same GPU model. A day of the same 1,000 jobs had none at all:
+    a cluster that quiet always has an exclusive GPU free."""
+    cluster = ClusterConfig(**ALERT_CAUSES)  # the demo's defaults
+    span = live_load_seconds(cluster, 86400.0, 1000)
+    history = simulate_history(cluster, END, span, 1000)
+
+    def sliced(pod) -> bool:
+        return any(history.nodes[pod.node].gpus[g].replicas > 1 for g, _ in pod.gpus)
+
+    def epoch_seconds(pod) -> float:
+        return statistics.median(b - a for a, b in itertools.pairwise(pod.epoch_ends))
+
+    runs = [p for p in history.completed if p.kind == "training" and len(p.epoch_ends) >= 3]
+    shared = [p for p in runs if sliced(p)]
+    assert len(shared) >= 0.15 * len(runs), (len(shared), len(runs))
+    alone = {}
+    for pod in runs:
+        if not sliced(pod):
+            alone.setdefault((pod.job_name, pod.batch_size, pod.gpu_model), []).append(pod)
+    slowdowns = [
+        epoch_seconds(pod) / statistics.median(epoch_seconds(q) for q in peers)
+        for pod in shared
+        if (peers := alone.get((pod.job_name, pod.batch_size, pod.gpu_model)))
+    ]
+    assert len(slowdowns) >= 20 and statistics.median(slowdowns) >= 2.0, slowdowns
+    quiet = simulate_history(cluster, END, 86400.0, 1000)  # the same jobs over a day
+    assert not [p for p in quiet.completed if p.kind == "training" and sliced(p)]
