@@ -500,6 +500,11 @@ def contract_openmetrics(end: int) -> str:
         put("gpu_eta_forecaster_last_success_timestamp_seconds", forecaster, t, t - 20)
         put("gpu_eta_forecaster_stale", forecaster, t, 0)
         put("gpu_eta_model_history_jobs", forecaster, t, 120 + elapsed // 600)
+        # the history file on its volume (a 1 GiB PVC, the file growing)
+        put("gpu_eta_forecaster_history_bytes", forecaster, t, 2 * 2**20 + elapsed * 100)
+        put("gpu_eta_forecaster_history_free_bytes", forecaster, t, 4096)
+        put("gpu_eta_forecaster_history_volume_available_bytes", forecaster, t, 900 * 2**20)
+        put("gpu_eta_forecaster_history_volume_capacity_bytes", forecaster, t, 2**30)
         for result in ("success", "error"):
             put(
                 "gpu_eta_forecaster_queries_total",
