@@ -104,7 +104,7 @@ _DRIVER_GONE = (
 # nvmlDeviceGetMemoryInfo_v2's, read v1 instead
 _MEMORY_V1 = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH")
 # an MPS or graphics process list's, the driver has none to list; nvmlDeviceGetMigMode's,
-# a GPU without MIG
+# a GPU without MIG; nvmlDeviceGetMemoryInfo's (v1), a GPU without memory of its own
 _NOT_SUPPORTED = ("NVML_ERROR_NOT_SUPPORTED",)
 
 
@@ -400,12 +400,13 @@ class NvmlGpuSource:
         mem = self._memory(handle)
         return {
             "utilization_ratio": None if util is None else min(1.0, util.gpu / 100.0),
-            "memory_used_bytes": int(mem.used),
-            "memory_total_bytes": int(mem.total),
+            "memory_used_bytes": None if mem is None else int(mem.used),
+            "memory_total_bytes": None if mem is None else int(mem.total),
         }
 
-    def _memory(self, handle: Any) -> Any:
-        """Memory info whose ``used`` is the memory allocated on the device.
+    def _memory(self, handle: Any) -> Any | None:
+        """Memory info whose ``used`` is the memory allocated on the device; None for a
+        device with no memory figure.
 
         ``nvmlMemory_v2_t.used`` is allocated memory alone, the driver's and
         firmware's reserve apart in ``reserved`` (nvidia-smi's "used"); the v1
@@ -413,6 +414,10 @@ class NvmlGpuSource:
         so it is never 0 and a sole holder would be charged the driver's memory. A
         driver whose library has no ``nvmlDeviceGetMemoryInfo_v2``, or that refuses
         it or the struct version, is read with v1.
+
+        A GPU that shares the host's memory (DGX Spark's GB10, Jetson Thor) answers
+        NOT_SUPPORTED to v1 too: it has no device memory to report, which is no
+        failing GPU (its utilisation and processes read as any other's).
         """
         nv = self._nvml
         version = getattr(nv, "nvmlMemory_v2", None)
@@ -425,7 +430,14 @@ class NvmlGpuSource:
                 version=version,
                 not_here=self._memory_v1_codes,
             )
-        return nv.nvmlDeviceGetMemoryInfo(handle) if mem is None else mem
+        if mem is not None:
+            return mem
+        return self._unless_absent(
+            "nvmlDeviceGetMemoryInfo",
+            nv.nvmlDeviceGetMemoryInfo,
+            handle,
+            not_here=self._not_supported_codes,
+        )
 
     def _mig_parent(self, handle: Any, index: int, uuid: str, model: str) -> DeviceReading:
         """A MIG-enabled GPU with no instance yet (the MIG manager between enabling MIG
@@ -435,7 +447,7 @@ class NvmlGpuSource:
         nv = self._nvml
         try:
             mem = self._memory(handle)
-        except (nv.NVMLError_NoPermission, nv.NVMLError_NotSupported):
+        except nv.NVMLError_NoPermission:
             mem = None
         return DeviceReading(
             index=index,

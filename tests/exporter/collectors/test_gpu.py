@@ -314,7 +314,7 @@ def test_process_util_uses_last_seen_timestamp_and_not_found_means_idle() -> Non
         ("nvmlDeviceGetMemoryInfo", real.NVML_ERROR_GPU_IS_LOST, "gpu_lost"),
         ("nvmlDeviceGetName", real.NVML_ERROR_UNKNOWN, "unknown"),
         ("nvmlDeviceGetUtilizationRates", real.NVML_ERROR_RESET_REQUIRED, "reset_required"),
-        ("nvmlDeviceGetMemoryInfo", real.NVML_ERROR_NOT_SUPPORTED, "not_supported"),
+        ("nvmlDeviceGetName", real.NVML_ERROR_NOT_SUPPORTED, "not_supported"),
         ("nvmlDeviceGetMemoryInfo", real.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "version_mismatch"),
         ("nvmlDeviceGetMemoryInfo", real.NVML_ERROR_OPERATING_SYSTEM, "nvml_error"),
     ],
@@ -835,6 +835,50 @@ def test_memory_v2_failing_the_device_is_not_hidden_by_v1() -> None:
 
 NOW = 1_760_000_000.0  # the source's clock in these tests (unix seconds)
 NOW_US = int(NOW * 1e6)
+
+
+def test_a_unified_memory_gpu_is_read_without_a_memory_figure() -> None:
+    """A GPU sharing the host's memory (DGX Spark's GB10, Jetson Thor) answers
+    NOT_SUPPORTED to both memory calls. That is "no device memory figure", not a
+    failing GPU: taken for one, the GPU read failing every poll (read_success 0,
+    GpuEtaGpuReadFailing firing for good), without its info series, utilisation or
+    processes. It is read like any other, its memory series left out, and its only
+    holder gets the device's utilisation and its processes' own memory."""
+    dev = _gpu(
+        0,
+        name=b"NVIDIA GB10",
+        util=70,
+        procs=[(4242, 3 * GIB, 0)],
+        samples=[(4242, NOW_US - 1_000_000, 60)],
+        errors={"nvmlDeviceGetMemoryInfo": real.NVML_ERROR_NOT_SUPPORTED},
+    )
+    nv = fake_nvml([dev])
+    poll = NvmlGpuSource(nv, clock=lambda: NOW).poll()
+    assert poll.failures == ()
+    assert "nvmlDeviceGetMemoryInfo_v2" in nv.calls and "nvmlDeviceGetMemoryInfo" in nv.calls
+    assert [
+        (d.uuid, d.model, d.utilization_ratio, d.memory_used_bytes, d.memory_total_bytes)
+        for d in poll.devices
+    ] == [(dev.uuid, "NVIDIA GB10", pytest.approx(0.7), None, None)]
+    assert [(p.pid, p.memory_used_bytes, p.utilization_ratio) for p in poll.processes] == [
+        (4242, 3 * GIB, pytest.approx(0.6))
+    ]
+    pods = [PodMeta("ml", "train", "u", container_ids={"main": "c1"})]
+    allocs = [Allocation("ml", "train", "main", "nvidia.com/gpu", dev.uuid)]
+    rows = attribute(poll, allocs, pods, {4242: ContainerRef("c1")})
+    assert [(r.pod, r.utilization_ratio, r.memory_used_bytes) for r in rows] == [
+        ("train", pytest.approx(0.6), 3 * GIB)
+    ]
+    no_process_data = attribute(poll, allocs, pods, None)
+    assert [(r.utilization_ratio, r.memory_used_bytes) for r in no_process_data] == [
+        (pytest.approx(0.7), None)
+    ]
+    snap = Snapshot(node="n1", timestamp=0.0, devices=poll.devices, pod_gpus=rows)
+    text = SnapshotExposition(SnapshotHolder(snap), version="0").exposition().decode()
+    assert f'gpu_eta_gpu_read_success{{UUID="{dev.uuid}",gpu="0",node="n1"}} 1.0' in text
+    assert 'gpu_eta_gpu_info{UUID="' + dev.uuid in text
+    assert "gpu_eta_gpu_memory_used_bytes{" not in text
+    assert "gpu_eta_gpu_memory_total_bytes{" not in text
 
 
 def test_garbage_process_samples_are_skipped() -> None:
