@@ -712,12 +712,30 @@ class NvmlGpuSource:
 
         NVML has answered garbage entries (Syllo/nvtop#110: pid 0 padding, smUtil
         37100 beside real ones): pid 0 is skipped, an entry with a share over 100 %
-        or a timestamp later than now (beyond the slack) is not read. The last seen
-        timestamp is never later than now: NVML answers only samples newer than it,
-        so one kept from the future would make every process idle until a restart.
+        or a timestamp later than now (beyond the slack) is not read.
+
+        NVML answers only samples newer than the last seen timestamp passed, so one
+        later than the clock would make every process idle until the clock caught
+        up. Kept, it is at most the slack past the clock it was read by (later
+        samples are garbage); a kept one beyond the slack past the clock now means
+        the clock stepped back (an NTP step, a VM resumed) and NVML stamps the new
+        samples with the stepped clock: it is forgotten, and the device read as at
+        start (0: every sample NVML holds, the ones stamped before the step now
+        garbage). Cutting it back to now instead would miss the samples taken since
+        the last poll (all older than now), and cutting a kept one within the slack
+        back would hand its sample back next time, counted twice.
         """
         nv = self._nvml
+        now_us = int(self._clock() * 1_000_000)
         last_seen = self._last_seen.get(uuid, 0)
+        if last_seen > now_us + SAMPLE_CLOCK_SLACK_US:
+            log.info(
+                "device %s: last utilisation sample %.0fs past the clock (stepped back?): "
+                "reading the device's samples afresh",
+                uuid,
+                (last_seen - now_us) / 1e6,
+            )
+            last_seen = self._last_seen[uuid] = 0
         try:
             samples = nv.nvmlDeviceGetProcessUtilization(handle, last_seen)
         except nv.NVMLError_NotFound:
@@ -725,7 +743,6 @@ class NvmlGpuSource:
         except nv.NVMLError as err:
             log.debug("device %s: process utilisation unavailable: %s", uuid, err)
             return None
-        now_us = int(self._clock() * 1_000_000)
         sums: dict[int, list[float]] = {}
         garbage: set[int] = set()
         newest = last_seen
@@ -745,7 +762,7 @@ class NvmlGpuSource:
         if garbage:
             log.debug("device %s: garbage utilisation samples of pids %s", uuid, sorted(garbage))
         # the newest sample read, at most SAMPLE_CLOCK_SLACK_US past the clock (later
-        # ones are garbage, above): cut back to now, NVML would hand the samples
+        # ones are garbage, above); not cut back to now: NVML would hand the samples
         # between now and it back next time, and they would count twice
         self._last_seen[uuid] = newest
         shares: dict[int, float | None] = {pid: None for pid in garbage}

@@ -947,6 +947,29 @@ def test_a_sample_from_the_future_does_not_silence_later_samples() -> None:
     }
 
 
+def test_a_clock_stepped_back_does_not_make_busy_processes_idle() -> None:
+    """The host clock steps back ten minutes (an NTP step, a VM resumed): NVML stamps
+    the new samples with the stepped clock, all older than the last seen timestamp
+    kept from before. Passed on, NVML would answer NOT_FOUND, every busy process read
+    0 % until the clock caught up, and GpuEtaGpuAllocatedIdle fired on busy pods. A
+    kept timestamp beyond the slack past the clock is forgotten: the GPU is read as
+    at start (0: what NVML holds), the samples stamped before the step, now in the
+    future, are not read, and the poll after reads on from the new samples."""
+    clock = [NOW]
+    dev = _gpu(0, procs=[(7, GIB, 0)], samples=[(7, NOW_US - 100_000, 90)])
+    nv = fake_nvml([dev])
+    source = NvmlGpuSource(nv, clock=lambda: clock[0])
+    assert [p.utilization_ratio for p in source.poll().processes] == [pytest.approx(0.9)]
+    stepped_us = NOW_US - 600 * 1_000_000
+    clock[0] = NOW - 600 + 5
+    dev.samples = [(7, NOW_US - 100_000, 90), (7, stepped_us + 4_000_000, 80)]
+    assert [p.utilization_ratio for p in source.poll().processes] == [pytest.approx(0.8)]
+    clock[0] += 5
+    dev.samples.append((7, stepped_us + 9_000_000, 40))
+    assert [p.utilization_ratio for p in source.poll().processes] == [pytest.approx(0.4)]
+    assert nv.last_seen_args == [0, 0, stepped_us + 4_000_000]
+
+
 def test_a_sample_within_the_clock_slack_is_read_once() -> None:
     """A 90 % sample stamped half a second ahead, then 5 s later one new 10 % sample:
     the second poll reads 10 %, not the mean with the first sample read again."""
