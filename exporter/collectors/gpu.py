@@ -118,6 +118,12 @@ def _codes_of(nvml: Any, names: Sequence[str]) -> set[int]:
     return {getattr(nvml, name) for name in names if hasattr(nvml, name)}
 
 
+def _gpu_instance(info: Any) -> Any:
+    """The GPU instance a process record is on (``gpuInstanceId``: a MIG GPU's
+    aggregate list gives each record's; the same value for every record of another)."""
+    return getattr(info, "gpuInstanceId", None)
+
+
 def _text(value: Any) -> str:
     """pynvml returns ``bytes`` or ``str`` depending on its version."""
     if isinstance(value, bytes):
@@ -619,10 +625,11 @@ class NvmlGpuSource:
         return out
 
     def _running_processes(self, handle: Any) -> tuple[list[Any], frozenset[int]] | None:
-        """Every process with a context on the device, one record per pid, and the
-        pids that are MPS clients; None where the driver's library has no compute list
-        (older than R450: neither ``_v3`` nor ``_v2``), remembered like any symbol it
-        lacks (``_unless_absent``): the processes are unknown, never "none".
+        """Every process with a context on the device, one record per pid, the MPS
+        server left out, and the pids that are MPS clients; None where the driver's
+        library has no compute list (older than R450: neither ``_v3`` nor ``_v2``),
+        remembered like any symbol it lacks (``_unless_absent``): the processes are
+        unknown, never "none".
 
         NVML lists processes in three lists: compute contexts, MPS clients' compute
         contexts (``nvmlDeviceGetMPSComputeRunningProcesses``: under MPS, as the device
@@ -632,6 +639,18 @@ class NvmlGpuSource:
         compute list failing leaves the device's processes unknown; the other two
         are left out where the driver has not got them (no symbol, NOT_SUPPORTED),
         and fail the list like the compute one otherwise.
+
+        While the MPS list names a client, a compute-list process that is none is the
+        MPS server (of that GPU instance, under MIG) (the device plugin's control daemon puts the GPU in
+        EXCLUSIVE_PROCESS mode: the server holds the one compute context and the
+        clients work through it). It is left out: it runs in the plugin's
+        mps-control-daemon pod, which holds no GPU, and kept it gave that pod a row
+        on every MPS GPU and made the GPU's real holder share it. Told by the lists,
+        not by its name: ``/proc/<pid>/comm`` holds 15 characters
+        (``nvidia-cuda-mps``, the control daemon's too) and is readable only where
+        the exporter sees the host's ``/proc``, which this collector does not read.
+        A server with no client left is not told apart (an idle process of the
+        daemon's pod, without allocation).
         """
         compute = self._unless_absent(
             "nvmlDeviceGetComputeRunningProcesses_v2",
@@ -643,11 +662,16 @@ class NvmlGpuSource:
             return None
         mps = self._extra_process_list(handle, "nvmlDeviceGetMPSComputeRunningProcesses")
         graphics = self._extra_process_list(handle, "nvmlDeviceGetGraphicsRunningProcesses")
+        compute_pids = {int(i.pid) for i in compute}
+        mps_pids = {int(i.pid) for i in mps}
+        # per GPU instance: a MIG GPU's aggregate lists give each record's
+        with_clients = {_gpu_instance(i) for i in mps}
+        servers = {int(i.pid) for i in compute if _gpu_instance(i) in with_clients} - mps_pids
         by_pid: dict[int, Any] = {}
         for info in (*compute, *mps, *graphics):
-            by_pid.setdefault(int(info.pid), info)
-        clients = {int(i.pid) for i in mps} - {int(i.pid) for i in compute}
-        return list(by_pid.values()), frozenset(clients)
+            if int(info.pid) not in servers:
+                by_pid.setdefault(int(info.pid), info)
+        return list(by_pid.values()), frozenset(mps_pids - compute_pids)
 
     def _extra_process_list(self, handle: Any, name: str) -> Sequence[Any]:
         """An MPS or graphics process list: empty where the driver (or nvidia-ml-py)

@@ -531,7 +531,8 @@ def test_mig_processes_are_listed_per_instance_without_the_monitor_privilege() -
     """The DaemonSet has no MIG monitor privilege: NVML refuses the MIG GPU's
     aggregate process lists (NO_PERMISSION) and gives each instance's on its MIG
     device handle. Every process is read, on its own GPU instance, once even where
-    two compute instances of one GPU instance both list it. The instance's sole
+    two compute instances of one GPU instance both list it, except the MPS server
+    of instance 9 (41: a compute process beside an MPS client). The instance's sole
     holder gets the instance's memory: NVML gives no figure for its MPS client, so its
     processes' sum would leave that client out."""
     parent, ci_a, ci_b = _compute_instances_of_one_2g()
@@ -552,7 +553,6 @@ def test_mig_processes_are_listed_per_instance_without_the_monitor_privilege() -
     ] == [
         (31, parent.uuid, 3, 2 * GIB, None),
         (32, parent.uuid, 3, GIB, None),
-        (41, parent.uuid, 9, 512 * 2**20, None),
         (42, parent.uuid, 9, None, None),
     ]
     allocs = [Allocation("ml", "small", "nb", "nvidia.com/mig-1g.5gb", other.uuid)]
@@ -1094,12 +1094,14 @@ def test_compute_instances_of_one_gpu_instance_are_one_device() -> None:
     assert text.count('gpu_eta_gpu_memory_total_bytes{GPU_I_ID="3"') == 1
 
 
-def test_mps_clients_are_read_beside_the_server() -> None:
+def test_mps_clients_are_the_devices_processes_and_the_server_is_none() -> None:
     """Under MPS (the device plugin's ``sharing.mps``) NVML lists the clients through
     ``nvmlDeviceGetMPSComputeRunningProcesses``; the compute list holds the MPS
     server. Each client is a process of the device with its own memory; one without
     a utilisation sample of its own has an unknown share, not 0 (NVML may credit
-    the server with its work)."""
+    the server with its work). The server is left out: it runs in the device
+    plugin's mps-control-daemon pod, which holds no GPU, and as a process of that
+    pod it gave the pod a row of its own on every MPS GPU of the node."""
     server, c1, c2 = 900, 4242, 4343
     dev = _gpu(
         0,
@@ -1107,11 +1109,10 @@ def test_mps_clients_are_read_beside_the_server() -> None:
         used=6 * GIB,
         procs=[(server, 512 * 2**20, 0)],
         mps_procs=[(c1, 2 * GIB, 0), (c2, 3 * GIB, 0)],
-        samples=[(c1, NOW_US - 1_000_000, 40)],
+        samples=[(server, NOW_US - 1_000_000, 30), (c1, NOW_US - 1_000_000, 40)],
     )
     poll = NvmlGpuSource(fake_nvml([dev]), clock=lambda: NOW).poll()
     assert [(p.pid, p.memory_used_bytes, p.utilization_ratio) for p in poll.processes] == [
-        (server, 512 * 2**20, 0.0),
         (c1, 2 * GIB, pytest.approx(0.4)),
         (c2, 3 * GIB, None),
     ]
@@ -1122,20 +1123,76 @@ def test_mps_clients_are_read_beside_the_server() -> None:
     pods = [
         PodMeta("ml", "a", "u-a", container_ids={"main": "ca"}),
         PodMeta("ml", "b", "u-b", container_ids={"main": "cb"}),
-        PodMeta("nvidia", "mps-control", "u-m", container_ids={"mps": "cm"}),
+        PodMeta("nvidia", "mps-control-daemon", "u-m", container_ids={"mps": "cm"}),
     ]
     containers = {server: ContainerRef("cm"), c1: ContainerRef("ca"), c2: ContainerRef("cb")}
     rows = attribute(poll, allocs, pods, containers)
-    assert [(r.pod, r.memory_used_bytes) for r in rows if r.allocated] == [
-        ("a", 2 * GIB),
-        ("b", 3 * GIB),
+    assert [(r.pod, r.allocated, r.utilization_ratio, r.memory_used_bytes) for r in rows] == [
+        ("a", True, pytest.approx(0.4), 2 * GIB),
+        ("b", True, None, 3 * GIB),
+    ]
+
+
+def test_an_mps_server_is_told_per_gpu_instance_in_a_mig_aggregate() -> None:
+    """A privileged caller reads a MIG GPU's processes from its aggregate lists, every
+    instance's in one: MPS clients on GPU instance 1 make its other compute process
+    the MPS server, not the ordinary process of GPU instance 5 beside it."""
+    server, client, plain = 500, 501, 600
+    mps_instance = _mig_3g(b"NVIDIA A100-SXM4-40GB MIG 3g.20gb")
+    mps_instance.procs = [(server, 256 * 2**20, 1)]
+    mps_instance.mps_procs = [(client, 2 * GIB, 1)]
+    other = Dev(
+        uuid="MIG-22222222-0000-0000-0000-000000000000",
+        name=b"NVIDIA A100-SXM4-40GB MIG 2g.10gb",
+        gpu_instance_id=5,
+        total=10 * GIB,
+        procs=[(plain, GIB, 5)],
+    )
+    parent = _a100_mig(migs={0: mps_instance, 1: other})
+    poll = NvmlGpuSource(fake_nvml([parent], mig_monitor=True)).poll()
+    assert sorted((p.pid, p.gpu_instance_id) for p in poll.processes) == [
+        (client, 1),
+        (plain, 5),
+    ]
+
+
+def test_the_only_mps_client_is_its_gpus_sole_holder() -> None:
+    """One pod on an MPS GPU, its client without a sample of its own (NVML credited
+    its work to the server): with the server a process of the mps-control-daemon
+    pod, the GPU had two holders, the real one lost "sole" and its utilisation was
+    unknown while the daemon's pod showed the GPU's 80 % and the server's memory.
+    The server is no holder: the pod is the GPU's only one and gets its 80 %."""
+    server, client = 100, 200
+    dev = _gpu(
+        0,
+        util=80,
+        used=3 * GIB,
+        procs=[(server, 300 * 2**20, 0)],
+        mps_procs=[(client, 2 * GIB, 0)],
+        samples=[(server, NOW_US - 100_000, 80)],
+    )
+    poll = NvmlGpuSource(fake_nvml([dev]), clock=lambda: NOW).poll()
+    allocs = [Allocation("ml", "train", "trainer", "nvidia.com/gpu", f"{dev.uuid}::0")]
+    pods = [
+        PodMeta("ml", "train", "u1", container_ids={"trainer": "a" * 64}),
+        PodMeta(
+            "nvidia-device-plugin",
+            "mps-control-daemon-x",
+            "u2",
+            container_ids={"mps-control-daemon": "d" * 64},
+        ),
+    ]
+    containers = {server: ContainerRef("d" * 64, "u2"), client: ContainerRef("a" * 64, "u1")}
+    rows = attribute(poll, allocs, pods, containers)
+    assert [(r.pod, r.allocated, r.utilization_ratio, r.memory_used_bytes) for r in rows] == [
+        ("train", True, pytest.approx(0.8), 2 * GIB)
     ]
 
 
 @pytest.mark.parametrize(
     ("missing", "errors", "listed"),
     [
-        (("nvmlDeviceGetMPSComputeRunningProcesses_v3",), {}, [7, 8]),
+        (("nvmlDeviceGetMPSComputeRunningProcesses_v3",), {}, [8]),
         (
             (
                 "nvmlDeviceGetMPSComputeRunningProcesses_v3",
@@ -1156,7 +1213,8 @@ def test_mps_list_a_driver_lacks_or_refuses(
     missing: tuple[str, ...], errors: dict[str, int], listed: list[int]
 ) -> None:
     """The MPS list read from ``_v2`` where the library has no ``_v3`` (as the compute
-    list); a driver with neither, or answering NOT_SUPPORTED, has no MPS client to
+    list): its client 8 is the device's process, the compute list's 7 the MPS
+    server. A driver with neither, or answering NOT_SUPPORTED, has no MPS client to
     list: the compute list stands, complete."""
     dev = _gpu(0, procs=[(7, GIB, 0)], mps_procs=[(8, GIB, 0)], errors=errors)
     poll = NvmlGpuSource(fake_nvml([dev], missing=missing)).poll()
