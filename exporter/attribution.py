@@ -44,6 +44,8 @@ __all__ = [
     "DeviceId",
     "DeviceIdError",
     "attribute",
+    "finished_pods",
+    "kept_allocations",
     "parse_device_id",
     "unresolved_allocations",
 ]
@@ -220,6 +222,47 @@ def finished_pods(
     return frozenset(done - {(p.namespace, p.name) for p in pods if not pod_finished(p)})
 
 
+def kept_allocations(
+    allocations: Sequence[Allocation],
+    pods: Sequence[PodMeta],
+    *,
+    read_timestamp: float,
+    listed_timestamp: float | None,
+    grace_seconds: float,
+) -> tuple[tuple[Allocation, ...], frozenset[tuple[str, str]]]:
+    """The allocations of an earlier pod-resources read (``read_timestamp``) that still
+    count while the kubelet cannot be read, and (namespace, name) of the pods among
+    them the pod list cannot confirm (``attribute``'s ``unconfirmed``).
+
+    ``listed_timestamp`` is when ``pods`` was last known complete (a connected watch:
+    now), None when no pod list can be trusted. A pod the kubelet read named holds
+    the same devices for its whole life (the kubelet never moves a running pod's);
+    it is confirmed when the list holds it, started no later than the read. A pod
+    the list does not hold, or holds started after the read (another object of that
+    name, whose devices the read cannot know), is dropped once the list was
+    complete ``grace_seconds`` past the read (a pod the kubelet admitted just before
+    the read may not be in a list a moment older or younger); before that it is
+    kept, unconfirmed, as is every pod without a start time or without a trusted
+    list.
+    """
+    by_name = {(p.namespace, p.name): p for p in pods}
+    checked = listed_timestamp is not None and listed_timestamp - read_timestamp >= grace_seconds
+    kept: list[Allocation] = []
+    unconfirmed: set[tuple[str, str]] = set()
+    for alloc in allocations:
+        name = (alloc.namespace, alloc.pod)
+        pod = by_name.get(name)
+        started = None if pod is None else pod.start_timestamp
+        if listed_timestamp is not None and started is not None and started <= read_timestamp:
+            kept.append(alloc)  # confirmed
+        elif checked and (pod is None or (started is not None and started > read_timestamp)):
+            continue  # gone, or a pod re-created under the name since the read
+        else:
+            kept.append(alloc)
+            unconfirmed.add(name)
+    return tuple(kept), frozenset(unconfirmed)
+
+
 def unresolved_allocations(
     gpu: GpuPoll,
     allocations: Sequence[Allocation],
@@ -292,6 +335,7 @@ def attribute(
     pods: Sequence[PodMeta],
     containers: Mapping[int, ContainerRef] | None,
     finished: Collection[tuple[str, str]] | None = None,
+    unconfirmed: Collection[tuple[str, str]] = frozenset(),
 ) -> tuple[PodGpuRow, ...]:
     """Per (device, container) rows from allocations and process samples.
 
@@ -327,6 +371,11 @@ def attribute(
       (NVML does not measure it), so its sharers stay None.
       ``containers=None`` says there is no process data at all (the cgroup
       resolver is switched off or never read).
+    - Allocations of ``unconfirmed`` pods (namespace, name: kept from an earlier
+      kubelet read the pod list cannot confirm, ``kept_allocations``) may be a gone
+      pod's: a container of theirs with no process on the device gets None, neither
+      0 nor the device's reading (the GPU may be someone's allocated since the
+      read). Its rows still count as holders.
     - ``allocated`` tells whether the kubelet allocated the device to the
       container; ``allocated_since_timestamp`` is the pod's start time.
     """
@@ -400,6 +449,8 @@ def attribute(
                     utilization = _ratio(reading.utilization_ratio)
                 if memory is None:
                     memory = _bytes(reading.memory_used_bytes)
+        elif (namespace, pod_name) in unconfirmed:
+            utilization, memory = None, None
         elif _complete(key, containers, devices, sampled, unplaced):
             utilization, memory = 0.0, 0
         elif sole:

@@ -9,8 +9,10 @@ renders. This is the boundary of the error flow (docs/exporter.md):
   success=0, its error counter grows, the failure is logged once per state change
   (and again when it recovers), and its last good data is kept — except the
   readings that are measurements, not state: while the ``gpu`` collector fails,
-  every device of its last good poll is published unread (``_unread``), and a
-  collector whose tracker does not ``keep_last`` (``hostmemory``) publishes none;
+  every device of its last good poll is published unread (``_unread``), a
+  collector whose tracker does not ``keep_last`` (``hostmemory``) publishes none,
+  and the kept allocations of ``podresources`` lose the pods the pod watch shows
+  gone since (``Scheduler._kept``);
 - ``NoData`` is expected absence: success, empty data, a debug line;
 - a collector still running from an earlier cycle (a hung NFS read, a stuck gRPC
   call) is not started twice: it is reported failing until it returns.
@@ -40,7 +42,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpu_eta.exporter.attribution import attribute as attribute_rows
-from gpu_eta.exporter.attribution import finished_pods, unresolved_allocations
+from gpu_eta.exporter.attribution import (
+    finished_pods,
+    kept_allocations,
+    unresolved_allocations,
+)
 from gpu_eta.exporter.collectors import (
     AllocationSource,
     FamilySource,
@@ -120,7 +126,8 @@ class ProgressEndpoint(Protocol):
 # an internal step of the cycle: its tracker (not published), the job, its empty value
 _Step = tuple["_Tracker", Callable[[], Any], Any]
 
-# containers None: no process data at all (cgroup collector off or never read)
+# containers None: no process data at all (cgroup collector off or never read); then
+# the finished pods, and the pods whose allocations are kept unconfirmed
 Attribute = Callable[
     [
         GpuPoll,
@@ -128,6 +135,7 @@ Attribute = Callable[
         Sequence[PodMeta],
         Mapping[int, ContainerRef] | None,
         Collection[tuple[str, str]] | None,
+        Collection[tuple[str, str]],
     ],
     tuple[PodGpuRow, ...],
 ]
@@ -433,8 +441,11 @@ class Scheduler:
             if _fresh(kube_watch, self._clock()):
                 outside = _finished_outside(src.pods) if kube_known else ()
                 finished = finished_pods(pods, outside)
+            allocations, unconfirmed = self._kept(allocations, pods, kube_known, kube_watch)
             try:
-                pod_gpus = self._attribute(gpu, allocations, pods, containers, finished)
+                pod_gpus = self._attribute(
+                    gpu, allocations, pods, containers, finished, unconfirmed
+                )
                 # not while the gpu collector fails: nothing was read this cycle
                 # (``_unread`` has the last good poll's devices, none before the
                 # first); the last count stands then
@@ -471,6 +482,41 @@ class Scheduler:
             kube_watch=kube_watch,
             unresolved_allocations=unresolved,
             families=tuple((name, tuple(got.get(name, ()))) for name in sorted(src.families)),
+        )
+
+    def _kept(
+        self,
+        allocations: tuple[Allocation, ...],
+        pods: tuple[PodMeta, ...],
+        kube_known: bool,
+        kube_watch: tuple[bool, float | None] | None,
+    ) -> tuple[tuple[Allocation, ...], frozenset[tuple[str, str]]]:
+        """The allocations to attribute and the pods among them the pod list cannot
+        confirm: all of them, all confirmed, while ``podresources`` reads; while it
+        fails, its last good read less the pods gone since (``kept_allocations``).
+
+        Why: the kept read is state, but a pod deleted since kept its row and, with no
+        process, was its GPU's idle holder at 0 % for as long as the socket failed
+        (GpuEtaGpuAllocatedIdle, ETAs for a pod that no longer exists).
+        """
+        n = self.sources.names
+        tracker = self._trackers.get(n["allocations"])
+        if tracker is None or tracker.success or tracker.last_success_timestamp is None:
+            return allocations, frozenset()
+        now = self._clock()
+        listed: float | None = None
+        if kube_known and _fresh(kube_watch, now):
+            if kube_watch is None:  # a plain list: as of its last good poll
+                listed = self._trackers[n["pods"]].last_success_timestamp
+            else:
+                connected, last_sync = kube_watch
+                listed = now if connected else last_sync
+        return kept_allocations(
+            allocations,
+            pods,
+            read_timestamp=tracker.last_success_timestamp,
+            listed_timestamp=listed,
+            grace_seconds=KEPT_ALLOCATION_GRACE_SECONDS,
         )
 
     def _count_unresolved(
@@ -649,6 +695,11 @@ STALE_POD_LIST_SECONDS = 120.0
 """A pod watch neither connected nor synced for this long may hold objects of pods
 deleted since (``_fresh``). Why not shorter: a watch reconnects now and then (server
 timeouts), and a list a minute old still knows which pods finished."""
+
+
+KEPT_ALLOCATION_GRACE_SECONDS = 30.0
+"""How long past the last good pod-resources read the pod list must be complete before
+a pod it does not hold loses its kept allocation (``kept_allocations``)."""
 
 
 def _fresh(watch: tuple[bool, float | None] | None, now: float) -> bool:

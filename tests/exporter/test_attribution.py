@@ -17,6 +17,7 @@ from gpu_eta.exporter.attribution import (
     DeviceIdError,
     attribute,
     finished_pods,
+    kept_allocations,
     parse_device_id,
     unresolved_allocations,
 )
@@ -616,3 +617,117 @@ def test_allocations_of_pods_not_known_finished_still_count() -> None:
     reused = PodMeta("ml", "old-job", "00000000-0000-4000-8000-000000000010")
     rows = attribute(gpu, allocs, [*pods, reused], None)
     assert [r.pod for r in rows] == ["new-train", "old-job"]
+
+
+# --- allocations kept from an earlier kubelet read (pod-resources failing) -------------
+
+READ_AT = 5000.0  # the last good pod-resources read
+GRACE = 30.0
+
+
+def _kept_holders() -> tuple[list[Allocation], list[PodMeta]]:
+    """Three pods the last good read named: ``live`` (started before it, still listed),
+    ``gone`` (no longer listed) and ``again`` (listed, but started after the read: a
+    pod re-created under the name, whose devices the read cannot know)."""
+    allocs = [
+        Allocation("ml", "live", "main", "nvidia.com/gpu", U0),
+        Allocation("ml", "gone", "main", "nvidia.com/gpu", U1),
+        Allocation("ml", "again", "main", "nvidia.com/gpu", U2),
+    ]
+    pods = [pod("live", 1, start=READ_AT - 100), pod("again", 3, start=READ_AT + 10)]
+    return allocs, pods
+
+
+@pytest.mark.parametrize(
+    ("listed_after_read", "kept", "unconfirmed"),
+    [
+        (GRACE, ["live"], set()),
+        (GRACE + 600, ["live"], set()),
+        # the pod list may not show a pod the kubelet had just admitted yet
+        (GRACE - 1, ["live", "gone", "again"], {("ml", "gone"), ("ml", "again")}),
+        (-60.0, ["live", "gone", "again"], {("ml", "gone"), ("ml", "again")}),
+    ],
+)
+def test_kept_allocations_of_pods_the_pod_list_no_longer_has_are_dropped_after_a_grace(
+    listed_after_read: float, kept: list[str], unconfirmed: set[tuple[str, str]]
+) -> None:
+    """While pod-resources fails its last good allocations are kept; a pod deleted
+    since kept its row, and with no process was its GPU's idle holder (0 %:
+    GpuEtaGpuAllocatedIdle, ETAs for a pod that no longer exists). A pod the list,
+    complete ``GRACE`` seconds after the read, does not hold (or holds started
+    after the read: another object of that name) is dropped; within the grace it is
+    kept, its use unknown."""
+    allocs, pods = _kept_holders()
+    got, doubt = kept_allocations(
+        allocs,
+        pods,
+        read_timestamp=READ_AT,
+        listed_timestamp=READ_AT + listed_after_read,
+        grace_seconds=GRACE,
+    )
+    assert [a.pod for a in got] == kept
+    assert doubt == unconfirmed
+
+
+def test_kept_allocations_without_a_current_pod_list_are_all_kept_unconfirmed() -> None:
+    """No pod list to check against (none read, or a watch stale for minutes): every
+    kept allocation stays, none of them confirmed."""
+    allocs, pods = _kept_holders()
+    got, doubt = kept_allocations(
+        allocs, pods, read_timestamp=READ_AT, listed_timestamp=None, grace_seconds=GRACE
+    )
+    assert got == tuple(allocs)
+    assert doubt == {("ml", "live"), ("ml", "gone"), ("ml", "again")}
+
+
+def test_a_pod_without_a_start_time_is_not_confirmed() -> None:
+    """The list names the pod, but not when the kubelet started it: it may be a pod
+    re-created under the name that the kubelet has not started yet; kept, unconfirmed."""
+    allocs = [Allocation("ml", "p", "main", "nvidia.com/gpu", U0)]
+    pending = PodMeta("ml", "p", "u-p", start_timestamp=None)
+    got, doubt = kept_allocations(
+        allocs,
+        [pending],
+        read_timestamp=READ_AT,
+        listed_timestamp=READ_AT + 600,
+        grace_seconds=GRACE,
+    )
+    assert got == tuple(allocs) and doubt == {("ml", "p")}
+
+
+def test_an_unconfirmed_holder_without_a_process_has_unknown_use_not_idle() -> None:
+    """A kept allocation the pod list cannot confirm may belong to a pod gone since:
+    without a process of its own its use is unknown (no series), never 0 (an idle
+    holder) nor, as the only holder, the device's reading (someone allocated the GPU
+    since the read may be using it). It still counts as a holder; its own processes
+    still give its figures."""
+    gpu = GpuPoll(
+        devices=(dev(0, U0, util=0.0, mem=0), dev(1, U1, util=0.6, mem=8 * GIB)),
+        processes=(ProcessSample(11, U1, None, 8 * GIB, 0.6),),
+    )
+    allocs = [
+        Allocation("ml", "a", "main", "nvidia.com/gpu", U0),
+        Allocation("ml", "b", "main", "nvidia.com/gpu", U1),
+    ]
+    pods = [pod("a", 1), pod("b", 2)]
+    doubt = {("ml", "a"), ("ml", "b")}
+    # complete process data: "a" is an idle holder, "b" has its process' figures
+    assert _use(attribute(gpu, allocs, pods, {11: ref(2)})) == [
+        ("a", 0.0, 0),
+        ("b", 0.6, 8 * GIB),
+    ]
+    rows = attribute(gpu, allocs, pods, {11: ref(2)}, unconfirmed=doubt)
+    assert [(r.pod, r.allocated, r.utilization_ratio, r.memory_used_bytes) for r in rows] == [
+        ("a", True, None, None),
+        ("b", True, 0.6, 8 * GIB),
+    ]
+    # no process data: each is its GPU's only holder, given the device's reading
+    assert _use(attribute(gpu, allocs, pods, None)) == [("a", 0.0, 0), ("b", 0.6, 8 * GIB)]
+    assert _use(attribute(gpu, allocs, pods, None, unconfirmed=doubt)) == [
+        ("a", None, None),
+        ("b", None, None),
+    ]
+    # a holder beside an unconfirmed one is not the GPU's only holder
+    shared = [*allocs, Allocation("ml", "c", "main", "nvidia.com/gpu.shared", f"{U1}::1")]
+    rows = attribute(gpu, shared, [*pods, pod("c", 3)], None, unconfirmed={("ml", "b")})
+    assert _use(rows) == [("a", 0.0, 0), ("b", None, None), ("c", None, None)]
