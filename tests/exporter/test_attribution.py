@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -21,10 +18,7 @@ from gpu_eta.exporter.attribution import (
     parse_device_id,
     unresolved_allocations,
 )
-from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.collectors.cgroup import CgroupResolver
-from gpu_eta.exporter.collectors.kube import KubePodSource
-from gpu_eta.exporter.collectors.podresources import PodResourcesSource
 from gpu_eta.exporter.readings import (
     Allocation,
     ContainerRef,
@@ -35,8 +29,8 @@ from gpu_eta.exporter.readings import (
     PodMeta,
     ProcessSample,
 )
-from tests.support.kubeapi import FakeKubeAPI, make_pod
-from tests.support.podresources_server import PodResourcesServer
+from tests.support.kubeapi import make_pod
+from tests.support.node_sources import real_node_sources
 
 U0 = "GPU-aaaaaaaa-0000-4000-8000-000000000000"
 U1 = "GPU-bbbbbbbb-1111-4000-8000-000000000001"
@@ -316,68 +310,38 @@ def test_chain_time_sliced_gpu_and_idle_holder_from_real_sources() -> None:
     proc = Path(__file__).resolve().parents[1] / "fixtures" / "proc"
     expected = json.loads((proc / "expected.json").read_text())
     runtimes = {"containerd": "containerd://", "cri-o": "cri-o://", "docker": "docker://"}
-    sock_dir = tempfile.mkdtemp(prefix="pr-")
-    kubelet = PodResourcesServer(
-        f"{sock_dir}/kubelet.sock",
-        {
-            ("ml", "a"): {"main": [("nvidia.com/gpu.shared", [f"{U0}::0"])]},
-            ("ml", "b"): {"main": [("nvidia.com/gpu.shared", [f"{U0}::1"])]},
-            ("ml", "c"): {"main": [("nvidia.com/gpu.shared", [f"{U0}::2"])]},
-            ("hub", "idle"): {"notebook": [("nvidia.com/gpu", ["1"])]},
-        },
+    pods = [
+        make_pod(
+            name,
+            "ml",
+            uid=expected[pid]["expect"]["pod_uid"],
+            node="gpu-node",
+            containers={
+                "main": runtimes[expected[pid]["expect"]["runtime"]]
+                + expected[pid]["expect"]["container_id"]
+            },
+        )
+        for name, pid in zip("abc", ("1001", "1002", "1003"), strict=True)
+    ]
+    pods.append(make_pod("idle", "hub", uid=UID_IDLE, node="gpu-node", containers={"notebook": ""}))
+    allocations = {
+        ("ml", "a"): {"main": [("nvidia.com/gpu.shared", [f"{U0}::0"])]},
+        ("ml", "b"): {"main": [("nvidia.com/gpu.shared", [f"{U0}::1"])]},
+        ("ml", "c"): {"main": [("nvidia.com/gpu.shared", [f"{U0}::2"])]},
+        ("hub", "idle"): {"notebook": [("nvidia.com/gpu", ["1"])]},
+    }
+    gpu = GpuPoll(
+        devices=(dev(0, U0, util=0.75, mem=30 * GIB), dev(1, U1, util=0.0, mem=0)),
+        processes=(
+            ProcessSample(1001, U0, None, 10 * GIB, 0.4),
+            ProcessSample(1002, U0, None, 12 * GIB, 0.25),
+            ProcessSample(1003, U0, None, 8 * GIB, 0.1),
+            ProcessSample(1009, U0, None, 1 * GIB, 0.05),  # host process: dropped
+        ),
     )
-    api = FakeKubeAPI()
-    pods_source = None
-    allocation_source = None
-    try:
-        kubelet.start()
-        api.start()
-        for name, pid in zip("abc", ("1001", "1002", "1003"), strict=True):
-            want = expected[pid]["expect"]
-            api.add_pod(
-                make_pod(
-                    name,
-                    "ml",
-                    uid=want["pod_uid"],
-                    node="gpu-node",
-                    containers={"main": runtimes[want["runtime"]] + want["container_id"]},
-                )
-            )
-        api.add_pod(
-            make_pod("idle", "hub", uid=UID_IDLE, node="gpu-node", containers={"notebook": ""})
-        )
-        pods_source = KubePodSource(
-            "gpu-node", api_url=api.url, backoff_initial_seconds=0.05
-        ).start()
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if len(pods_source.poll()) == 4:
-                    break
-            except CollectorError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        allocation_source = PodResourcesSource(kubelet.socket_path)
-        gpu = GpuPoll(
-            devices=(dev(0, U0, util=0.75, mem=30 * GIB), dev(1, U1, util=0.0, mem=0)),
-            processes=(
-                ProcessSample(1001, U0, None, 10 * GIB, 0.4),
-                ProcessSample(1002, U0, None, 12 * GIB, 0.25),
-                ProcessSample(1003, U0, None, 8 * GIB, 0.1),
-                ProcessSample(1009, U0, None, 1 * GIB, 0.05),  # host process: dropped
-            ),
-        )
+    with real_node_sources(allocations, pods, "gpu-node") as node:
         containers = CgroupResolver(str(proc)).resolve(p.pid for p in gpu.processes)
-        rows = attribute(gpu, allocation_source.poll(), pods_source.poll(), containers)
-    finally:
-        if pods_source is not None:
-            pods_source.stop()
-        if allocation_source is not None:
-            allocation_source.close()
-        api.stop()
-        kubelet.stop()
-        shutil.rmtree(sock_dir, ignore_errors=True)
+        rows = attribute(gpu, node.allocations.poll(), node.pods.poll(), containers)
     assert [
         (
             r.index,

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import threading
 import time
-from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
 
 from gpu_eta.exporter.collectors import CollectorError, NoData
-from gpu_eta.exporter.collectors.kube import KubePodSource
-from gpu_eta.exporter.collectors.podresources import PodResourcesSource
 from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.progress import Report
 from gpu_eta.exporter.progress_store import DEFAULT_GONE_GRACE_SECONDS, ProgressStore
@@ -30,8 +25,8 @@ from gpu_eta.exporter.readings import (
 )
 from gpu_eta.exporter.scheduler import KEPT_ALLOCATION_GRACE_SECONDS, Scheduler, Sources
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
-from tests.support.kubeapi import FakeKubeAPI, make_pod
-from tests.support.podresources_server import PodResourcesServer
+from tests.support.kubeapi import make_pod
+from tests.support.node_sources import real_node_sources, wait_for
 
 GPU = GpuPoll(
     devices=(DeviceReading(0, "GPU-a", "T4", 0.5, 10, 100),),
@@ -667,6 +662,30 @@ KEPT_AT = 1_800_000_000.0
 IDLE_GPU = GpuPoll(devices=(DeviceReading(0, "GPU-a", "T4", 0.0, 0, 100),))
 
 
+class _KeptRead:
+    """One pod, ``ns/p``, started before a good pod-resources read at ``KEPT_AT`` that
+    gave it the idle GPU ``GPU-a``; after ``fail_socket()`` every read fails. The
+    scheduler's clock is ``now[0]``; ``watch`` is the pod watch the test drives."""
+
+    def __init__(self) -> None:
+        self.now = [KEPT_AT]
+        self.allocations = Source((Allocation("ns", "p", "c", "nvidia.com/gpu", "GPU-a"),))
+        self.watch = _Watch((PodMeta("ns", "p", "u1", start_timestamp=KEPT_AT - 600),), True, None)
+        self.sched, _ = _scheduler(
+            Sources(gpu=Source(IDLE_GPU), allocations=self.allocations, pods=self.watch),
+            clock=lambda: self.now[0],
+        )
+        first = self.sched.collect_once()
+        assert _holders(first) == [("p", True, 0.0)]
+
+    def fail_socket(self) -> None:
+        self.allocations.fail = CollectorError("kubelet pod-resources List failed: UNAVAILABLE")
+
+
+def _holders(snap: Snapshot) -> list[tuple[str, bool, float | None]]:
+    return [(r.pod, r.allocated, r.utilization_ratio) for r in snap.pod_gpus]
+
+
 @pytest.mark.parametrize("connected", [True, False])
 def test_a_deleted_pod_loses_its_kept_allocation_while_the_kubelet_read_fails(
     connected: bool,
@@ -676,31 +695,18 @@ def test_a_deleted_pod_loses_its_kept_allocation_while_the_kubelet_read_fails(
     failed (GpuEtaGpuAllocatedIdle, ETAs for a pod that is gone). Within the grace
     (the watch may not show a pod the kubelet just admitted) its row stays with its
     use unknown; once the pod list is complete past the read by the grace, the row
-    goes. A watch synced a minute ago (not connected) counts from its last sync."""
-    now = [KEPT_AT]
-    allocations = Source((Allocation("ns", "old", "c", "nvidia.com/gpu", "GPU-a"),))
-    watch = _Watch((PodMeta("ns", "old", "u1", start_timestamp=KEPT_AT - 600),), True, None)
-    sched, _ = _scheduler(
-        Sources(gpu=Source(IDLE_GPU), allocations=allocations, pods=watch),
-        clock=lambda: now[0],
-    )
-    first = sched.collect_once()
-    assert [(r.pod, r.allocated, r.utilization_ratio) for r in first.pod_gpus] == [
-        ("old", True, 0.0)
-    ]
-    allocations.fail = CollectorError("kubelet pod-resources List failed: UNAVAILABLE")
-    watch.value = ()
-    watch.connected = connected
-    now[0] += 5
-    watch.last_sync = now[0]  # the DELETED event
-    within = sched.collect_once()
+    goes. A watch synced a moment ago (not connected) counts from its last sync."""
+    node = _KeptRead()
+    node.fail_socket()
+    node.watch.value, node.watch.connected = (), connected
+    node.now[0] += 5
+    node.watch.last_sync = node.now[0]  # the DELETED event
+    within = node.sched.collect_once()
     assert not _status(within, "podresources").success
-    assert [(r.pod, r.allocated, r.utilization_ratio) for r in within.pod_gpus] == [
-        ("old", True, None)
-    ]
-    now[0] += KEPT_ALLOCATION_GRACE_SECONDS + 10
-    watch.last_sync = now[0] - 5  # a bookmark since
-    after = sched.collect_once()
+    assert _holders(within) == [("p", True, None)]
+    node.now[0] += KEPT_ALLOCATION_GRACE_SECONDS + 10
+    node.watch.last_sync = node.now[0] - 5  # a bookmark since
+    after = node.sched.collect_once()
     assert not _status(after, "podresources").success
     assert after.pod_gpus == ()
     assert after.unresolved_allocations == 0
@@ -710,40 +716,22 @@ def test_a_live_pods_kept_allocation_keeps_its_use() -> None:
     """A pod the watch still lists, started before the last good read, still holds
     what the read said (the kubelet never moves a running pod's devices): its row and
     its use stay as they were while the socket fails."""
-    now = [KEPT_AT]
-    allocations = Source((Allocation("ns", "p", "c", "nvidia.com/gpu", "GPU-a"),))
-    live = PodMeta("ns", "p", "u1", start_timestamp=KEPT_AT - 600)
-    sched, _ = _scheduler(
-        Sources(gpu=Source(IDLE_GPU), allocations=allocations, pods=_Watch((live,), True, None)),
-        clock=lambda: now[0],
-    )
-    sched.collect_once()
-    allocations.fail = CollectorError("kubelet pod-resources List failed: UNAVAILABLE")
+    node = _KeptRead()
+    node.fail_socket()
     for _ in range(2):
-        now[0] += KEPT_ALLOCATION_GRACE_SECONDS
-        snap = sched.collect_once()
-        assert [(r.pod, r.allocated, r.utilization_ratio) for r in snap.pod_gpus] == [
-            ("p", True, 0.0)
-        ]
+        node.now[0] += KEPT_ALLOCATION_GRACE_SECONDS
+        assert _holders(node.sched.collect_once()) == [("p", True, 0.0)]
 
 
 def test_kept_allocations_from_a_stale_pod_list_stay_with_unknown_use() -> None:
     """A pod list neither connected nor synced for ten minutes cannot say who was
     deleted: every kept allocation stays (a row: someone may hold the GPU), none
     read as idle."""
-    now = [KEPT_AT]
-    allocations = Source((Allocation("ns", "p", "c", "nvidia.com/gpu", "GPU-a"),))
-    watch = _Watch((PodMeta("ns", "p", "u1", start_timestamp=KEPT_AT - 600),), True, None)
-    sched, _ = _scheduler(
-        Sources(gpu=Source(IDLE_GPU), allocations=allocations, pods=watch),
-        clock=lambda: now[0],
-    )
-    sched.collect_once()
-    allocations.fail = CollectorError("kubelet pod-resources List failed: UNAVAILABLE")
-    watch.connected, watch.last_sync, watch.value = False, KEPT_AT, ()
-    now[0] += 600
-    snap = sched.collect_once()
-    assert [(r.pod, r.allocated, r.utilization_ratio) for r in snap.pod_gpus] == [("p", True, None)]
+    node = _KeptRead()
+    node.fail_socket()
+    node.watch.connected, node.watch.last_sync, node.watch.value = False, KEPT_AT, ()
+    node.now[0] += 600
+    assert _holders(node.sched.collect_once()) == [("p", True, None)]
 
 
 def test_a_pod_deleted_while_the_kubelet_socket_is_down_from_real_sources() -> None:
@@ -752,72 +740,38 @@ def test_a_pod_deleted_while_the_kubelet_socket_is_down_from_real_sources() -> N
     pod watch sees it. While the socket stays down, ``ml/gone`` is dropped once the
     grace has passed and ``ml/live``, still running, keeps its GPU."""
     now = [KEPT_AT]
-    sock_dir = tempfile.mkdtemp(prefix="pr-")
-    kubelet = PodResourcesServer(
-        f"{sock_dir}/kubelet.sock",
-        {
-            ("ml", "live"): {"main": [("nvidia.com/gpu", ["GPU-a"])]},
-            ("ml", "gone"): {"main": [("nvidia.com/gpu", ["GPU-b"])]},
-        },
-    )
-    api = FakeKubeAPI()
-    pods_source: KubePodSource | None = None
-    allocation_source: PodResourcesSource | None = None
+    allocations = {
+        ("ml", "live"): {"main": [("nvidia.com/gpu", ["GPU-a"])]},
+        ("ml", "gone"): {"main": [("nvidia.com/gpu", ["GPU-b"])]},
+    }
+    pods = [
+        make_pod(name, "ml", uid=f"u-{name}", node="gpu-node", containers={"main": ""})
+        for name in ("live", "gone")
+    ]
     gpu = GpuPoll(
         devices=(
             DeviceReading(0, "GPU-a", "T4", 0.0, 0, 100),
             DeviceReading(1, "GPU-b", "T4", 0.0, 0, 100),
         )
     )
-    try:
-        kubelet.start()
-        api.start()
-        for name, uid in (("live", "u-live"), ("gone", "u-gone")):
-            api.add_pod(make_pod(name, "ml", uid=uid, node="gpu-node", containers={"main": ""}))
-        pods_source = KubePodSource(
-            "gpu-node", api_url=api.url, backoff_initial_seconds=0.05
-        ).start()
-        _wait_for(lambda: len(_listed(pods_source)) == 2)
-        allocation_source = PodResourcesSource(kubelet.socket_path)
+    with real_node_sources(allocations, pods, "gpu-node") as node:
         sched, _ = _scheduler(
-            Sources(gpu=Source(gpu), allocations=allocation_source, pods=pods_source),
+            Sources(gpu=Source(gpu), allocations=node.allocations, pods=node.pods),
             clock=lambda: now[0],
         )
         assert [(r.pod, r.utilization_ratio) for r in sched.collect_once().pod_gpus] == [
             ("live", 0.0),
             ("gone", 0.0),
         ]
-        kubelet.stop()
-        api.delete_pod("ml", "gone")
-        _wait_for(lambda: [p.name for p in _listed(pods_source)] == ["live"])
+        node.kubelet.stop()
+        node.api.delete_pod("ml", "gone")
+        wait_for(lambda: [p.name for p in node.listed()] == ["live"])
         now[0] += KEPT_ALLOCATION_GRACE_SECONDS
         snap = sched.collect_once()
-    finally:
-        if pods_source is not None:
-            pods_source.stop()
-        if allocation_source is not None:
-            allocation_source.close()
-        api.stop()
-        kubelet.stop()
-        shutil.rmtree(sock_dir, ignore_errors=True)
     assert not _status(snap, "podresources").success
     assert [(r.pod, r.allocated, r.utilization_ratio) for r in snap.pod_gpus] == [
         ("live", True, 0.0)
     ]
-
-
-def _listed(source: KubePodSource) -> tuple[PodMeta, ...]:
-    try:
-        return source.poll()
-    except CollectorError:  # not listed yet
-        return ()
-
-
-def _wait_for(condition: Callable[[], bool], timeout_seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 # -- a pod deleted right after its final report ----------------------------------------
