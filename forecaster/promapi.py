@@ -34,7 +34,7 @@ import requests.adapters
 import urllib3.exceptions
 from urllib3.exceptions import InsecureRequestWarning
 
-from gpu_eta.common.retry_after import parse_retry_after
+from gpu_eta.common.retry_after import parse_http_date, parse_retry_after
 from gpu_eta.common.text import without_credentials
 
 # PromAPIError is defined with the parsers (they raise it) and imported here too:
@@ -421,6 +421,7 @@ class PromClient:
             raise PromAPIError(f"{self.safe_url}: request failed: {_first_line(err)}") from None
         finally:
             REQUEST_DEADLINE.reset(token)  # the response holds the deadline itself, for the body
+        received = time.monotonic()
         with resp:
             status = resp.status_code
             if status in _RETRY_STATUS:
@@ -430,6 +431,10 @@ class PromClient:
             if 300 <= status < 400:
                 where = redirect_message(status, resp.headers.get("Location"), resp.url, path)
                 raise PromAPIError(f"{self.safe_url}: {where}")
+            # the server's clock as its answer says it (not a 429/5xx: often a proxy's)
+            date = parse_http_date(resp.headers.get("Date"))
+            if date is not None:
+                self.stats.date = (date, received)
             try:
                 declared = declared_length(resp.headers.get("Content-Length"))
             except ValueError as err:

@@ -60,3 +60,7 @@ class QueryStats:
     # storage node away: series may be missing); counted whatever the caller does with
     # them, ``gpu_eta_forecaster_partial_answers_total``
     partial: int = 0
+    # the latest answer's ``Date`` header (unix seconds, whole) and ``time.monotonic()``
+    # when its headers came in: Prometheus' clock as last seen (``prom_clock``); None
+    # before any answer carried one
+    date: tuple[float, float] | None = None

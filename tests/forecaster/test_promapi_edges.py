@@ -8,6 +8,7 @@ inside each test, so every test fails on its own against a client without the fi
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
@@ -21,9 +22,10 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from gpu_eta.common.retry_after import parse_retry_after
+from gpu_eta.common.retry_after import parse_http_date, parse_retry_after
 from gpu_eta.forecaster import promapi, promparse
 from gpu_eta.forecaster.promapi import PromAPIError, PromClient
+from gpu_eta.launch.victoria import start_victoriametrics
 from tests.forecaster.test_promapi import VECTOR, client, http_server, reply  # noqa: F401
 
 BODY = json.dumps(VECTOR).encode()
@@ -339,6 +341,78 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now) == 0.0
     for unusable in (None, "", "1.5", "-1", "\u00b2", "soon", "9" * 80, "Sun, 99 Nov 1994"):
         assert parse_retry_after(unusable, now) is None, unusable
+
+
+def test_parse_http_date() -> None:
+    """The dates an answer's ``Date`` carries (prom_clock reads Prometheus' clock from
+    them): the preferred form, a ``-0000`` zone, the obsolete RFC 850 form."""
+    assert parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT") == 784111777.0
+    assert parse_http_date(" Sun, 06 Nov 1994 08:49:37 -0000 ") == 784111777.0
+    assert parse_http_date("Sunday, 06-Nov-94 08:49:37 GMT") == 784111777.0
+    for unusable in (None, "", "soon", "9" * 80, "Sun, 99 Nov 1994 08:49:37 GMT"):
+        assert parse_http_date(unusable) is None, unusable
+
+
+# -- the answer's Date: Prometheus' clock ------------------------------------------
+
+
+def _dated(date: str, code: int = 200) -> Callable[[BaseHTTPRequestHandler], None]:
+    """A handler answering a vector dated ``date`` (the ``Date`` header) with ``code``."""
+
+    def handle(req: BaseHTTPRequestHandler) -> None:
+        body = json.dumps(VECTOR).encode()
+        req.send_response_only(code)  # no Date of the handler's own
+        req.send_header("Date", date)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Length", str(len(body)))
+        req.end_headers()
+        req.wfile.write(body)
+
+    return handle
+
+
+def test_the_client_keeps_the_latest_answers_date(http_server) -> None:  # noqa: F811
+    url, _ = http_server(_dated("Sun, 06 Nov 1994 08:49:37 GMT"))
+    c = client(url)
+    assert c.stats.date is None  # before any answer
+    before = time.monotonic()
+    c.instant("up")
+    date, received = c.stats.date  # type: ignore[misc]
+    assert date == 784111777.0
+    assert before <= received <= time.monotonic()
+
+
+def test_an_unreadable_or_retried_answers_date_is_not_kept(http_server) -> None:  # noqa: F811
+    """A 503 (often a proxy's own answer, on its own clock) and a Date that is no date
+    leave the Date last read as it was."""
+    url, _ = http_server(_dated("Sun, 06 Nov 1994 08:49:37 GMT"))
+    c = client(url)
+    c.instant("up")
+    kept = c.stats.date
+    for handle in (_dated("soon"), _dated("Mon, 07 Nov 1994 08:49:37 GMT", code=503)):
+        c.url, _ = http_server(handle)
+        with contextlib.suppress(PromAPIError):
+            c.instant("up")
+        assert c.stats.date == kept
+
+
+@pytest.mark.integration
+def test_prometheus_and_victoriametrics_answers_carry_their_clock(
+    tmp_path, prometheus_factory
+) -> None:
+    """Both stamp every answer with a Date (the cycle reads Prometheus' clock from it,
+    prom_clock): on a clock in step, the second the answer left."""
+    prom = prometheus_factory([])
+    vm = start_victoriametrics([], data_dir=tmp_path / "vm")
+    try:
+        for url in (prom.url, vm.url):
+            c = client(url)
+            c.instant("vector(1)")
+            date, received = c.stats.date  # type: ignore[misc]
+            # whole seconds, stamped as the answer left: within the second before now
+            assert -1.5 < date - (time.time() - (time.monotonic() - received)) < 0.5, url
+    finally:
+        vm.stop()
 
 
 # -- 6. redirects ---------------------------------------------------------------------
