@@ -20,6 +20,7 @@ from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.history_space import Retention
 from gpu_eta.forecaster.pending import PendingSettings
+from gpu_eta.forecaster.prom_clock import OFFSET_BOUND_SECONDS
 from gpu_eta.forecaster.secret_file import SecretFile
 
 # The longest cycle interval, lookback or idle window: ten years. Prometheus takes a
@@ -69,6 +70,10 @@ class CycleSettings:
     # sent one cycle in this many, covering the span since the last such read; in the
     # others each run's latest epoch end comes from the instant queries (cycle.py)
     range_every: int = 5
+    # when the forecaster's clock and Prometheus' (its answers' Date) are further apart,
+    # the cycle runs at Prometheus' time (prom_clock); inf: always at its own clock (a
+    # replay of the past against a real Prometheus, as tests do)
+    clock_offset_bound_seconds: float = OFFSET_BOUND_SECONDS
     pending: PendingSettings = field(default_factory=PendingSettings)
 
 

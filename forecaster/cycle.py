@@ -23,6 +23,7 @@ from gpu_eta.common.text import first_of
 from gpu_eta.forecaster import kube_state, queries, scrape_gap
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle_meta import (
+    CLOCK_OFFSET_KEY,
     LAST_QUERY_KEY,
     LAST_RANGE_KEY,
     MEANS_UNTIL_KEY,
@@ -42,6 +43,7 @@ from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict_queue,
 from gpu_eta.forecaster.pending_state import SavedStartTracker
 from gpu_eta.forecaster.planless import DurationsFit, Spread, fit_durations
 from gpu_eta.forecaster.planless import stub as planless_run
+from gpu_eta.forecaster.prom_clock import measured_offset, offset_to_apply
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.promparse import PromAPIError, PromQueryError
 from gpu_eta.forecaster.refit import (
@@ -71,6 +73,15 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T", RunUpdate, PlanlessRun)
 
 
+class _ClockMoved(Exception):
+    """Internal: the cycle's first answer gives an offset to Prometheus' clock more than
+    the bound from the one the cycle started at; ``offset``: the new one (``Cycle.run``)."""
+
+    def __init__(self, offset: float) -> None:
+        super().__init__(f"Prometheus' clock offset moved to {offset:.0f}s")
+        self.offset = offset
+
+
 class Cycle:
     """Runs cycles against one Prometheus and one history store, keeping the model."""
 
@@ -81,12 +92,15 @@ class Cycle:
         settings: CycleSettings | None = None,
         model_factory: Callable[[], Model] = default_model_factory,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.store = store
         self.settings = settings or CycleSettings()
         self.model_factory = model_factory
         self.clock = clock
+        # the clock the client stamps its answers' arrival with (``QueryStats.date``)
+        self.monotonic = monotonic
         self.model: Model | None = None
         self._model_version = -1
         self._last_fit = -math.inf
@@ -164,6 +178,12 @@ class Cycle:
         self._features: dict[RunKey, Mapping[str, float | str]] = {}
         # runs whose assembly raised in the previous cycle (``_log_failed``)
         self._failed_runs: frozenset[RunKey] = frozenset()
+        # the offset to Prometheus' clock the cycle's time takes (0: its own clock), and
+        # the one the log last said (``_note_offset``), kept in the history file as
+        # read or written (``_stored_offset``): a new process starts at it
+        self._offset = 0.0
+        self._offset_said = 0.0
+        self._stored_offset = 0.0
         self._load_state()
 
     def _load_state(self) -> None:
@@ -174,6 +194,8 @@ class Cycle:
         self._means_until = decode_means_until(self.store.get_meta(MEANS_UNTIL_KEY))
         self._partial_since = float_or_none(self.store.get_meta(PARTIAL_SINCE_KEY))
         self._partial_last = float_or_none(self.store.get_meta(PARTIAL_LAST_KEY))
+        self._stored_offset = float_or_none(self.store.get_meta(CLOCK_OFFSET_KEY)) or 0.0
+        self._offset = self._offset_said = self._stored_offset
 
     @property
     def _last_query_time(self) -> float | None:
@@ -186,11 +208,26 @@ class Cycle:
 
         The cyclic garbage collector is paused meanwhile (``gc_switched``), except
         during a model fit.
+
+        The cycle's time is the clock's, or Prometheus' when the two are more than
+        ``clock_offset_bound_seconds`` apart (``prom_clock``: the queries would find no
+        sample, every run would look gone). The offset is the one the latest answer's
+        ``Date`` gave (in a new process, the one the history file keeps); the cycle's
+        first answer measures it again, and when it moved by more than the bound (a
+        clock stepped since, a new process's first cycle without the offset kept) the
+        cycle starts over at the time it gives: one query more, that cycle only.
         """
-        now = self.clock()
+        before = self.client.stats.success + self.client.stats.error
+        offset = self._clock_offset(self._offset)
+        now = self.clock() + offset
         with gc_switched(False):
             try:
-                return self._run(now)
+                try:
+                    return self._run(now, offset, before, check_clock=True)
+                except _ClockMoved as moved:
+                    offset = moved.offset
+                    now = self.clock() + offset
+                    return self._run(now, offset, before, check_clock=False)
             except PromAPIError:
                 # the seconds up to this read are not covered by a read (_run)
                 self._failed_at = now
@@ -200,16 +237,68 @@ class Cycle:
                 self._present = frozenset()
                 raise
 
-    def _run(self, now: float) -> ForecastSet:
+    def _clock_offset(self, applied: float) -> float:
+        """The offset to Prometheus' clock the cycle's time takes, from the latest
+        answer's ``Date`` (``prom_clock.offset_to_apply``; ``applied``: the one in force
+        until now)."""
+        return offset_to_apply(
+            self._measured_offset(), applied, self.settings.clock_offset_bound_seconds
+        )
+
+    def _measured_offset(self) -> float | None:
+        """Prometheus' clock minus ``self.clock`` as the latest answer's ``Date`` says
+        (``prom_clock.measured_offset``); None before any answer carried one."""
+        date = self.client.stats.date
+        if date is None:
+            return None
+        seconds, received = date
+        return measured_offset(seconds, self.clock() - (self.monotonic() - received))
+
+    def _note_offset(self, offset: float) -> None:
+        """Keep ``offset`` as the one in force, and say when it starts, moves by more
+        than the bound, or ends: one WARNING each time it is taken or moved, one INFO
+        when the clocks agree again; not one per cycle (a node's clock can stay off for
+        days)."""
+        said = self._offset_said
+        self._offset = offset
+        if offset == said or (
+            offset != 0.0
+            and said != 0.0
+            and abs(offset - said) <= self.settings.clock_offset_bound_seconds
+        ):
+            return
+        self._offset_said = offset
+        if offset == 0.0:
+            log.info(
+                "this forecaster's clock agrees with Prometheus' again: cycles read at "
+                "their own time"
+            )
+            return
+        log.warning(
+            "Prometheus' clock is %.0fs %s this forecaster's (the Date of its answers): "
+            "cycles read and forecast at Prometheus' time while they are more than %.0fs "
+            "apart (gpu_eta_forecaster_prometheus_clock_offset_seconds); check NTP on "
+            "this node, or on Prometheus'",
+            abs(offset),
+            "ahead of" if offset > 0 else "behind",
+            self.settings.clock_offset_bound_seconds,
+        )
+
+    def _run(self, now: float, offset: float, before: int, check_clock: bool) -> ForecastSet:
+        """The cycle at ``now`` (the clock plus ``offset``); ``before``: the client's
+        query count when the cycle began. ``check_clock``: raise ``_ClockMoved`` when its
+        first answer gives an offset more than the bound from ``offset`` (``run``)."""
         s = self.settings
         if self._last_query_time is None:
             window = s.lookback_seconds
         else:
             window = min(s.lookback_seconds, now - self._last_query_time + s.overlap_seconds)
         window = max(window, s.min_step_seconds)
-        before = self.client.stats.success + self.client.stats.error
         said: list[str] = []  # the read's answers' warnings: a partial read
-        instant, ranges, span, ending, held_keys, frozen = self._query(now, window, said)
+        instant, ranges, span, ending, held_keys, frozen = self._query(
+            now, window, said, offset if check_clock else None
+        )
+        self._note_offset(offset)
         full = span is not None and ending is None
         # the seconds the means add: since the previous full read (or the whole span)
         new_seconds = 0.0 if span is None else span
@@ -233,6 +322,8 @@ class Cycle:
             meta[LAST_RANGE_KEY] = repr(now)
         if means_until != self._means_until:
             meta[MEANS_UNTIL_KEY] = encode_means_until(means_until)
+        if self._offset_said != self._stored_offset:
+            meta[CLOCK_OFFSET_KEY] = repr(self._offset_said)
         previous = self._last_query_time
         uncovered = uncovered_since(previous, now, self._failed_at, s.vanish_grace_seconds)
         unseen = unseen_seconds(previous, self._failed_at)
@@ -278,6 +369,7 @@ class Cycle:
             if force:
                 self._last_fit = -math.inf
         self._stored_query = meta[LAST_QUERY_KEY]
+        self._stored_offset = self._offset_said
         self._means_until = means_until  # with a full read, every run's means reach now
         if full:
             self._cycles_since_range = 0
@@ -369,6 +461,8 @@ class Cycle:
             history_persisted=self.store.persistent,
             history_rows_skipped=self.store.skipped_rows,
             n_held=len(self._held),
+            clock_offset_seconds=offset,
+            prometheus_clock_offset_seconds=self._measured_offset(),
         )
 
     def _note_held(self, held: frozenset[RunKey]) -> None:
@@ -644,7 +738,7 @@ class Cycle:
         return max(window, min(s.lookback_seconds, since)), full
 
     def _query(
-        self, now: float, window: float, said: list[str]
+        self, now: float, window: float, said: list[str], offset: float | None = None
     ) -> tuple[
         dict[str, list[Sample]],
         dict[str, list[Series]],
@@ -657,7 +751,9 @@ class Cycle:
         GPU-use and memory means, None without one; and the runs they were read for:
         None for every run (a full read), the ending runs otherwise (``_range_span``);
         and the runs a scrape gap held (``scrape_gap``). Every answer's warnings go to
-        ``said`` (``partial_hold``)."""
+        ``said`` (``partial_hold``). ``offset``: the one ``now`` took from the clock,
+        checked against the first answer's, ``_ClockMoved`` when it moved (``run``);
+        None: not checked."""
         s = self.settings
 
         static = self._static
@@ -678,6 +774,10 @@ class Cycle:
         instant = queries.unfold(
             self.client.instant(queries.fold(presence), at=now, warnings=said), presence
         )
+        if offset is not None:
+            fresh = self._clock_offset(offset)
+            if abs(fresh - offset) > s.clock_offset_bound_seconds:
+                raise _ClockMoved(fresh)
         # a run restarted under its key, found from this answer (below): named in the
         # progress reads too, so that its earlier attempt's epoch is not read as its own
         found = static.started_again(instant.get("started_again", ())) | (

@@ -24,6 +24,10 @@ MEANS_UNTIL_KEY = "means_until"
 PARTIAL_SINCE_KEY = "partial_since_timestamp"
 # the latest partial read of that run (a whole read ends the run only a grace after it)
 PARTIAL_LAST_KEY = "partial_last_timestamp"
+# the offset to Prometheus' clock the cycles run at, as the log last said it (absent or
+# "0.0": their own clock; prom_clock): a new process (a ``once`` CronJob's) starts at it
+# and says it again only when it moves
+CLOCK_OFFSET_KEY = "clock_offset_seconds"
 MAX_MEANS_UNTIL_CHARS = 4_000_000  # about 20,000 runs; a larger value is not ours
 
 

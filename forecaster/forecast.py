@@ -80,3 +80,10 @@ class ForecastSet:
     # runs forecast from a scrape gap: hidden by a failed scrape of their exporter,
     # held from their last samples (gpu_eta.forecaster.scrape_gap)
     n_held: int = 0
+    # the cycle's time minus the forecaster's clock: 0, or the offset to Prometheus'
+    # clock when the two are further apart than the bound (prom_clock); a scrape's
+    # remaining seconds count from the clock plus this, as the completions do
+    clock_offset_seconds: float = 0.0
+    # Prometheus' clock minus the forecaster's as the cycle's last answer's Date said;
+    # None when no answer carried one
+    prometheus_clock_offset_seconds: float | None = None

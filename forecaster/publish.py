@@ -325,8 +325,10 @@ def forecast_families(
 ) -> tuple[list[Metric], QuantileFamily, list[Metric]]:
     """The families that follow from one ``ForecastSet``: (before, remaining, after).
 
-    Only ``gpu_eta_job_predicted_remaining_seconds`` depends on ``now``; the others
-    are fixed for a set, so ``Exposition`` encodes them once per set.
+    Only ``gpu_eta_job_predicted_remaining_seconds`` depends on ``now`` (the clock; the
+    remaining seconds count from it plus the set's ``clock_offset_seconds``, on the
+    time the completions are on); the others are fixed for a set, so ``Exposition``
+    encodes them once per set.
     """
     completion = QuantileFamily(
         "gpu_eta_job_predicted_completion_timestamp_seconds",
@@ -382,7 +384,12 @@ def forecast_families(
         "gpu_eta_forecaster_runs_held",
         "Runs of the last good cycle forecast from a scrape gap: hidden by a failed scrape of their exporter (up == 0), held from their last samples for up to 5 minutes.",
     )
+    clock = GaugeMetricFamily(
+        "gpu_eta_forecaster_prometheus_clock_offset_seconds",
+        "Prometheus' clock minus the forecaster's, from the Date header of the last good cycle's answers (within about a second); beyond 30 s the cycle reads and forecasts at Prometheus' time.",
+    )
     if fs is not None:
+        now += fs.clock_offset_seconds
         for job in fs.jobs:
             run = job.run
             base = [run.namespace, run.pod, run.container, run.run_id]
@@ -409,6 +416,8 @@ def forecast_families(
         jobs_g.add_metric(["running"], float(fs.n_running))
         jobs_g.add_metric(["finished"], float(fs.n_finished))
         held.add_metric([], float(fs.n_held))
+        if fs.prometheus_clock_offset_seconds is not None:
+            clock.add_metric([], float(fs.prometheus_clock_offset_seconds))
     tail: list[Metric] = [info, stalled, gpu_free, mape, coverage]
     tail += pending_families(fs.pending if fs is not None else None)
     if fs is not None:
@@ -418,6 +427,8 @@ def forecast_families(
     tail.append(jobs_g)
     if fs is not None:
         tail.append(held)
+        if clock.samples:
+            tail.append(clock)
     return [completion], remaining, tail
 
 
@@ -590,8 +601,10 @@ class _Encoded:
     remaining_header: bytes
     remaining: tuple[tuple[bytes, float], ...]
     tail: bytes
+    clock_offset_seconds: float = 0.0  # the set's (``forecast_families``)
 
     def body(self, now: float) -> bytes:
+        now += self.clock_offset_seconds
         lines = [
             prefix + floatToGoString(max(0.0, ts - now)).encode() + b"\n"
             for prefix, ts in self.remaining
@@ -616,6 +629,7 @@ def _encoded(fs: ForecastSet | None, encoder: Callable[[_Families], bytes]) -> _
             for line, ts in zip(samples, ends, strict=True)
         ),
         tail=_encode(encoder, tail),
+        clock_offset_seconds=fs.clock_offset_seconds if fs is not None else 0.0,
     )
 
 

@@ -139,7 +139,9 @@ class Service:
             if self._failing_since is None:
                 self._failing_since = self.monotonic()
             return False
-        self.state.success(fs, time.monotonic() - started, self.clock())
+        # on the set's time (Prometheus' when the clocks disagree: GpuEtaForecasterStale
+        # compares it with time())
+        self.state.success(fs, time.monotonic() - started, self.clock() + fs.clock_offset_seconds)
         if self._failing:
             log.info("cycle recovered: %d running jobs forecast", len(fs.jobs))
         self._failing = False

@@ -510,6 +510,7 @@ def _forecaster_text() -> str:
         n_running=1,
         n_finished=3,
         job_errors={"predict_failed": 1},
+        prometheus_clock_offset_seconds=-0.4,
         pending=PendingSet(
             pods=tuple(
                 PodStart(

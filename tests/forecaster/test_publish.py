@@ -38,6 +38,7 @@ def forecast_set() -> ForecastSet:
         n_running=1,
         n_finished=3,
         job_errors={"predict_failed": 2},
+        prometheus_clock_offset_seconds=-0.4,
     )
 
 
@@ -86,6 +87,37 @@ def test_rendered_values() -> None:
     assert got[("gpu_eta_forecaster_stale", ())] == 0
     assert got[("gpu_eta_forecaster_job_errors_total", (("reason", "predict_failed"),))] == 2
     assert got[("gpu_eta_forecaster_last_success_timestamp_seconds", ())] == NOW
+
+
+def test_remaining_counts_from_the_sets_time_when_the_clocks_disagree() -> None:
+    """A cycle run at Prometheus' time, 400 s behind the forecaster's clock: the
+    remaining seconds count from that time (the clock plus the set's offset), as the
+    completions do, and so does the end of the good cycle; the offset measured is
+    published."""
+    behind = replace(
+        forecast_set(),
+        timestamp=NOW - 400,
+        clock_offset_seconds=-400.0,
+        prometheus_clock_offset_seconds=-400.3,
+    )
+    behind = replace(
+        behind,
+        jobs=tuple(
+            replace(j, completion_timestamps=tuple(t - 400 for t in j.completion_timestamps))
+            for j in behind.jobs
+        ),
+    )
+    state = ServiceState()
+    state.success(behind, 0.5, NOW - 400)
+    got = scrape(state, now=NOW + 50)
+    remaining = sorted(
+        v for (name, _), v in got.items() if name == "gpu_eta_job_predicted_remaining_seconds"
+    )
+    assert remaining == [50, 150, 350]
+    assert got[("gpu_eta_forecaster_prometheus_clock_offset_seconds", ())] == -400.3
+    body = Exposition(state, clock=lambda: NOW + 50).render("")[0].decode()
+    key = 'container="c",namespace="ml",pod="p",quantile="0.5",run_id="r1"'
+    assert f"gpu_eta_job_predicted_remaining_seconds{{{key}}} 150.0" in body
 
 
 def test_remaining_never_negative_when_stale() -> None:

@@ -48,6 +48,16 @@ def test_stale_while_failing_then_recovers() -> None:
     assert state.job_errors["cycle_failed"] == 3
 
 
+def test_a_good_cycles_end_is_on_the_time_its_set_was_made_at() -> None:
+    """A cycle run at Prometheus' time, its clock 400 s behind the forecaster's
+    (prom_clock): the end of the good cycle is on that time, so that GpuEtaForecasterStale
+    (``time()`` minus it) reads its age, not 400 s less."""
+    state = ServiceState()
+    behind = ForecastSet(timestamp=123.0 - 400, clock_offset_seconds=-400.0)
+    assert Service(ScriptedCycle([behind]), state, 60, clock=lambda: 123.0).run_once()
+    assert state.last_success_timestamp == 123.0 - 400
+
+
 def test_loop_runs_on_its_interval_and_stops() -> None:
     cycle = ScriptedCycle([])
     svc = Service(cycle, ServiceState(), 0.05)
