@@ -15,6 +15,7 @@ import argparse
 import importlib
 import importlib.util
 import logging
+import math
 import signal
 import sys
 import threading
@@ -36,6 +37,7 @@ from gpu_eta.forecaster.config import (
 )
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.pending import PendingSettings
+from gpu_eta.forecaster.prom_clock import OFFSET_BOUND_SECONDS
 from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
 from gpu_eta.forecaster.queue_replay import parse_toleration
 
@@ -287,6 +289,16 @@ def _common_flags() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="step of the epoch-end range queries (about the scrape interval)",
     )
+    c.add_argument(
+        "--query.prometheus-clock",
+        dest="follow_prometheus_clock",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="when this host's clock is more than 30 s from Prometheus' (the Date of its "
+        "answers), read and forecast at Prometheus' time (docs/forecaster.md, Clocks); "
+        "--no-query.prometheus-clock: always this host's clock (a proxy in front of "
+        "Prometheus that dates answers from a wrong clock)",
+    )
     q = p.add_argument_group("pending GPU pods (docs/pending.md)")
     q.add_argument(
         "--pending",
@@ -440,6 +452,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
         fit_runs=args.fit_runs,
         fit_points=args.fit_points,
         pending=pending_settings(args),
+        # inf: no offset is ever beyond it, so the cycle keeps this host's clock
+        clock_offset_bound_seconds=(
+            OFFSET_BOUND_SECONDS if args.follow_prometheus_clock else math.inf
+        ),
     )
     if not settings.min_step_seconds >= 0.001:  # sent to the millisecond (promapi.range)
         raise ConfigError("--query.step must be at least 0.001 (seconds)")

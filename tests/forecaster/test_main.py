@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import socket
 import subprocess
 import sys
@@ -631,3 +632,15 @@ def test_once_sends_the_extra_headers_mimir_needs(http_server, tmp_path: Path, c
     assert main([*argv, *db, "--prometheus.header", "X-Scope-OrgID=team-a"]) == ExitCode.OK
     assert seen and {r.headers["X-Scope-OrgID"] for r in seen} == {"team-a"}
     assert "team-a" not in capsys.readouterr().err
+
+
+def test_following_prometheus_clock_can_be_turned_off() -> None:
+    """A proxy in front of Prometheus that dates its answers from a wrong clock would
+    move every cycle to that clock: ``--no-query.prometheus-clock`` keeps this host's
+    (no offset is ever beyond an infinite bound); on by default, at 30 s."""
+    from gpu_eta.forecaster.prom_clock import OFFSET_BOUND_SECONDS
+
+    on = config_from_args(build_parser().parse_args(["once"])).cycle
+    off = config_from_args(build_parser().parse_args(["once", "--no-query.prometheus-clock"]))
+    assert on.clock_offset_bound_seconds == OFFSET_BOUND_SECONDS == 30
+    assert off.cycle.clock_offset_bound_seconds == math.inf
