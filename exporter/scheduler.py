@@ -372,6 +372,7 @@ class Scheduler:
         pods: tuple[PodMeta, ...] = tuple(got.get(n["pods"], ()))
         kube_known = n["pods"] in self._trackers and self._trackers[n["pods"]].has_data
         kube_watch = _watch_status(src.pods)
+        kube_complete = _cache_complete(src.pods)
 
         stage2: dict[str, tuple[Callable[[], Any], Any]] = {}
         if src.processes is not None:
@@ -441,7 +442,9 @@ class Scheduler:
             if _fresh(kube_watch, self._clock()):
                 outside = _finished_outside(src.pods) if kube_known else ()
                 finished = finished_pods(pods, outside)
-            allocations, unconfirmed = self._kept(allocations, pods, kube_known, kube_watch)
+            allocations, unconfirmed = self._kept(
+                allocations, pods, kube_known and kube_complete, kube_watch
+            )
             try:
                 pod_gpus = self._attribute(
                     gpu, allocations, pods, containers, finished, unconfirmed
@@ -725,6 +728,21 @@ def _finished_outside(pods: PodSource | None) -> tuple[tuple[str, str, str], ...
     except Exception as err:
         log.debug("kube finished_outside() failed: %s", err)
         return ()
+
+
+def _cache_complete(pods: PodSource | None) -> bool:
+    """Whether the pod source's cache holds every running pod of the node (``complete``
+    of its ``status()``; True for a source without one). A cache that refused a running
+    pod at ``--kube.max-pods`` cannot say a pod missing from it is gone: kept
+    allocations are then neither dropped nor confirmed by it."""
+    status_fn = getattr(pods, "status", None)
+    if pods is None or not callable(status_fn):
+        return True
+    try:
+        return bool(getattr(status_fn(), "complete", True))
+    except Exception as err:
+        log.debug("kube status() failed: %s", err)
+        return False
 
 
 def _watch_status(pods: PodSource | None) -> tuple[bool, float | None] | None:

@@ -372,7 +372,7 @@ def _listed(items: list[Any]) -> list[_Listed]:
 class KubeStatus:
     """How fresh the pod cache is (for logs and self-monitoring)."""
 
-    __slots__ = ("connected", "last_error", "last_sync_timestamp", "listed", "pods")
+    __slots__ = ("complete", "connected", "last_error", "last_sync_timestamp", "listed", "pods")
 
     def __init__(
         self,
@@ -381,18 +381,22 @@ class KubeStatus:
         last_sync_timestamp: float | None,
         last_error: str,
         pods: int,
+        complete: bool = True,
     ) -> None:
         self.listed = listed  # a first list has succeeded; poll() serves a cache
         self.connected = connected  # a watch is open right now
         self.last_sync_timestamp = last_sync_timestamp  # last list, event or clean watch end
         self.last_error = last_error
         self.pods = pods
+        # every running pod of the node is in the cache: none refused at --kube.max-pods
+        # since the last list (a pod absent from the cache is then gone, not left out)
+        self.complete = complete
 
     def __repr__(self) -> str:
         return (
             f"KubeStatus(listed={self.listed}, connected={self.connected}, "
             f"last_sync_timestamp={self.last_sync_timestamp}, pods={self.pods}, "
-            f"last_error={self.last_error!r})"
+            f"complete={self.complete}, last_error={self.last_error!r})"
         )
 
 
@@ -440,6 +444,7 @@ class KubePodSource:
         self._last_error = ""
         self._response: Any = None
         self._warned_full = False
+        self._refused_running = False  # a running pod left out since the last list
         self._warned_finished = False
         self.job_deadlines = job_deadlines
         self._batch: Any = None
@@ -500,7 +505,12 @@ class KubePodSource:
     def status(self) -> KubeStatus:
         with self._lock:
             return KubeStatus(
-                self._listed, self._connected, self._last_sync, self._last_error, len(self._objects)
+                self._listed,
+                self._connected,
+                self._last_sync,
+                self._last_error,
+                len(self._objects),
+                complete=not self._refused_running,
             )
 
     def stop(self, timeout_seconds: float = 10.0) -> None:
@@ -592,6 +602,7 @@ class KubePodSource:
         self._jobs = {key: value for key, value in self._jobs.items() if key in jobs}
         with self._lock:
             self._objects, self._ips, self._outside = objects, ips, outside
+            self._refused_running = len(live) > self.max_pods
             self._listed = True
             self._last_sync = time.time()
             self._rebuild()
@@ -717,6 +728,7 @@ class KubePodSource:
                 self._ips.pop(victim, None)
                 self._warn_finished()
                 return True
+            self._refused_running = True
             self._warn_full()
         else:
             self._keep_outside(meta)

@@ -774,6 +774,41 @@ def test_a_pod_deleted_while_the_kubelet_socket_is_down_from_real_sources() -> N
     ]
 
 
+def test_a_running_pod_a_full_pod_cache_left_out_keeps_its_kept_gpu() -> None:
+    """``--kube.max-pods`` 1 and two running pods: the cache holds one and the other
+    is missing from it, not deleted. While the kubelet's socket is down, its kept
+    allocation was dropped once the grace had passed (the cache read as the node's
+    whole pod list): a busy GPU shown held by nobody. A cache that refused a running
+    pod cannot say who is gone: every kept allocation stays, none confirmed."""
+    now = [KEPT_AT]
+    allocations = {
+        ("ml", "a"): {"main": [("nvidia.com/gpu", ["GPU-a"])]},
+        ("ml", "b"): {"main": [("nvidia.com/gpu", ["GPU-b"])]},
+    }
+    pods = [
+        make_pod(name, "ml", uid=f"u-{name}", node="gpu-node", containers={"main": ""})
+        for name in ("a", "b")
+    ]
+    gpu = GpuPoll(
+        devices=(
+            DeviceReading(0, "GPU-a", "T4", 0.0, 0, 100),
+            DeviceReading(1, "GPU-b", "T4", 0.7, 5, 100),
+        )
+    )
+    with real_node_sources(allocations, pods, "gpu-node", max_pods=1) as node:
+        wait_for(lambda: len(node.listed()) == 1)
+        sched, _ = _scheduler(
+            Sources(gpu=Source(gpu), allocations=node.allocations, pods=node.pods),
+            clock=lambda: now[0],
+        )
+        sched.collect_once()
+        node.kubelet.stop()
+        now[0] += KEPT_ALLOCATION_GRACE_SECONDS
+        snap = sched.collect_once()
+    assert not _status(snap, "podresources").success
+    assert sorted(r.pod for r in snap.pod_gpus) == ["a", "b"]
+
+
 # -- a pod deleted right after its final report ----------------------------------------
 
 FINISHED_AT = 1_800_000_000.0

@@ -53,10 +53,15 @@ def wait_for(condition: Callable[[], bool], timeout_seconds: float = 30.0) -> No
 
 @contextlib.contextmanager
 def real_node_sources(
-    allocations: PodAllocations, pods: Sequence[dict[str, Any]], node: str
+    allocations: PodAllocations,
+    pods: Sequence[dict[str, Any]],
+    node: str,
+    max_pods: int | None = None,
 ) -> Iterator[NodeSources]:
     """The kubelet serving ``allocations``, the API serving ``pods`` (API objects, as
-    ``make_pod`` builds them, on ``node``), and the sources once the watch lists them."""
+    ``make_pod`` builds them, on ``node``), and the sources once the watch lists them
+    (``max_pods``: the pod cache's cap, ``--kube.max-pods``; then once it has listed,
+    however many it holds)."""
     sock_dir = tempfile.mkdtemp(prefix="pr-")  # short: unix socket paths are ~107 bytes
     kubelet = PodResourcesServer(f"{sock_dir}/kubelet.sock", allocations)
     api = FakeKubeAPI()
@@ -67,10 +72,16 @@ def real_node_sources(
         api.start()
         for obj in pods:
             api.add_pod(obj)
-        pods_source = KubePodSource(node, api_url=api.url, backoff_initial_seconds=0.05).start()
+        capped = {} if max_pods is None else {"max_pods": max_pods}
+        pods_source = KubePodSource(
+            node, api_url=api.url, backoff_initial_seconds=0.05, **capped
+        ).start()
         allocation_source = PodResourcesSource(kubelet.socket_path)
         sources = NodeSources(kubelet, api, allocation_source, pods_source)
-        wait_for(lambda: len(sources.listed()) == len(pods))
+        if max_pods is None:
+            wait_for(lambda: len(sources.listed()) == len(pods))
+        else:
+            wait_for(lambda: pods_source.status().listed)
         yield sources
     finally:
         if pods_source is not None:
