@@ -195,7 +195,12 @@ class Cycle:
         self._partial_since = float_or_none(self.store.get_meta(PARTIAL_SINCE_KEY))
         self._partial_last = float_or_none(self.store.get_meta(PARTIAL_LAST_KEY))
         self._stored_offset = float_or_none(self.store.get_meta(CLOCK_OFFSET_KEY)) or 0.0
-        self._offset = self._offset_said = self._stored_offset
+        # following Prometheus' clock turned off (an infinite bound): an offset kept from
+        # before is not applied (nothing would ever measure it away: every `once` run
+        # read at it, found no run and finished them all as cancelled), and the next
+        # cycle writes the one it uses, 0
+        following = math.isfinite(self.settings.clock_offset_bound_seconds)
+        self._offset = self._offset_said = self._stored_offset if following else 0.0
 
     @property
     def _last_query_time(self) -> float | None:

@@ -11,6 +11,7 @@ forecast at the server's time, the runs kept; a clock in step is left as it was.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import pytest
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle
+from gpu_eta.forecaster.cycle_meta import CLOCK_OFFSET_KEY
 from gpu_eta.forecaster.forecast import ForecastSet
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.pending import PendingSettings
@@ -193,3 +195,32 @@ def test_a_clock_within_the_bound_is_the_cycles_time_as_before(
     finally:
         store.close()
         cycle.client.close()
+
+
+def test_an_offset_kept_from_before_is_not_applied_once_following_is_off(
+    tsdb: Tsdb, tmp_path: Path
+) -> None:
+    """A proxy dating answers from a wrong clock made the forecaster keep +3600 s; the
+    admin restarts it with ``--no-query.prometheus-clock`` (an infinite bound). The kept
+    offset was still applied, and nothing measured it away: each ``once`` run (a new
+    process) read an hour ahead, found no run, and after the vanish grace finished them
+    all as cancelled. Now every run reads at this host's clock and writes 0."""
+    import dataclasses
+
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    store.set_meta(CLOCK_OFFSET_KEY, "3600.0")
+    try:
+        for _ in range(2):  # two `once` runs: each a new process
+            base = new_cycle(tsdb.url, store, time.time)
+            base.client.close()
+            settings = dataclasses.replace(base.settings, clock_offset_bound_seconds=math.inf)
+            cycle = Cycle(PromClient(tsdb.url), store, settings, clock=time.time)
+            try:
+                fs = cycle.run()
+            finally:
+                cycle.client.close()
+            assert abs(fs.timestamp - time.time()) < 5
+            assert forecast(fs)[0], "no run forecast"
+        assert float(store.get_meta(CLOCK_OFFSET_KEY) or 0) == 0.0
+    finally:
+        store.close()
