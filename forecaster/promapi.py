@@ -431,9 +431,11 @@ class PromClient:
             if 300 <= status < 400:
                 where = redirect_message(status, resp.headers.get("Location"), resp.url, path)
                 raise PromAPIError(f"{self.safe_url}: {where}")
-            # the server's clock as its answer says it (not a 429/5xx: often a proxy's)
+            # the server's clock as its answer says it: from Prometheus' own statuses
+            # only (2xx; 400 and 422, a query refused), not a 401/403/5xx (often a
+            # proxy's, on its own clock)
             date = parse_http_date(resp.headers.get("Date"))
-            if date is not None:
+            if date is not None and (200 <= status < 300 or status in (400, 422)):
                 self.stats.date = (date, received)
             try:
                 declared = declared_length(resp.headers.get("Content-Length"))

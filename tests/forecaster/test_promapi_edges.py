@@ -383,13 +383,17 @@ def test_the_client_keeps_the_latest_answers_date(http_server) -> None:  # noqa:
 
 
 def test_an_unreadable_or_retried_answers_date_is_not_kept(http_server) -> None:  # noqa: F811
-    """A 503 (often a proxy's own answer, on its own clock) and a Date that is no date
-    leave the Date last read as it was."""
+    """A 503, 500, 401 or 403 (often a proxy's own answer, on its own clock: an
+    authenticating proxy refusing, a gateway failing) and a Date that is no date leave
+    the Date last read as it was. Prometheus' own answers are 2xx, 400 and 422."""
     url, _ = http_server(_dated("Sun, 06 Nov 1994 08:49:37 GMT"))
     c = client(url)
     c.instant("up")
     kept = c.stats.date
-    for handle in (_dated("soon"), _dated("Mon, 07 Nov 1994 08:49:37 GMT", code=503)):
+    for handle in (
+        _dated("soon"),
+        *(_dated("Mon, 07 Nov 1994 08:49:37 GMT", code=code) for code in (503, 500, 401, 403)),
+    ):
         c.url, _ = http_server(handle)
         with contextlib.suppress(PromAPIError):
             c.instant("up")
