@@ -920,11 +920,20 @@ class Cycle:
                 instant.update(self._ending_means(pods, span, now, said))
         if full:
             instant.update({name: ask(name, over=span) for name in queries.SPAN})
-        step = queries.range_step(span, s.min_step_seconds, s.max_points)
-        templates = {**queries.RANGE, **({"step_range": queries.STEP_RANGE} if steps_only else {})}
+        # every epoch end the scrapes saw, also over a long span (queries.range_reads);
+        # a run's steps are kept one per cell anyway: read at a coarser step there
+        templates, step = queries.range_reads(span, s.min_step_seconds, s.max_points)
+        steps = {"step_range": queries.STEP_RANGE} if steps_only else {}
+        coarse = queries.range_step(span, s.min_step_seconds, s.max_points)
         ranges = {
-            name: self.client.range(tpl.format(runs=runs), now - span, now, step, warnings=said)
-            for name, tpl in templates.items()
+            name: self.client.range(
+                tpl.format(runs=runs),
+                now - span,
+                now,
+                coarse if name in steps else step,
+                warnings=said,
+            )
+            for name, tpl in {**templates, **steps}.items()
         }
         return instant, ranges, span, ending, held_keys, frozen
 

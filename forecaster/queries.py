@@ -41,6 +41,7 @@ window left without their earlier attempt's last samples (``render``'s ``again``
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -277,6 +278,21 @@ POD_INFO = (
 # ``{runs}``: empty (every run), or a set match on the runs read (Cycle._range_span).
 EPOCH_RANGE = "gpu_eta_training_epoch{runs}"
 EPOCH_END_RANGE = "gpu_eta_training_epoch_end_timestamp_seconds{runs}"
+# A span longer than ``max_points`` scrape-like steps (a new forecaster's first cycle
+# over its lookback: 6 h at 15 s is 1,440 steps) is read at the scrape-like step all the
+# same, but only at the steps where a run's epoch end changed (``{offset}``: one step),
+# its epoch beside it: about one point per epoch, where the plain selectors at a step
+# of span / 239 (90 s over 6 h) kept one epoch end per step and lost the others.
+# ``unless … == … offset``, not ``!= … offset``: the step of a run's first epoch end,
+# whose series did not exist a step before, is kept too (range_reads).
+EPOCH_END_CHANGES = (
+    "gpu_eta_training_epoch_end_timestamp_seconds{runs} unless "
+    "gpu_eta_training_epoch_end_timestamp_seconds{runs} == "
+    "gpu_eta_training_epoch_end_timestamp_seconds{runs} offset {offset}"
+)
+EPOCH_AT_END_CHANGES = "gpu_eta_training_epoch{runs} and (" + EPOCH_END_CHANGES + ")"
+# Prometheus refuses a range answer of more than 11,000 points per series.
+PROMETHEUS_MAX_POINTS = 11_000
 # Runs that report only steps (a tqdm bar in the logs, max_steps trainers); sent
 # only when the instant queries found such a run. ``last_over_time(…[5m])``, not the
 # bare selector: VictoriaMetrics looks back about one step in a range query, so a
@@ -345,6 +361,9 @@ INSTANT: Mapping[str, str] = MappingProxyType(
 )
 RANGE: Mapping[str, str] = MappingProxyType(
     {"epoch_range": EPOCH_RANGE, "epoch_end_range": EPOCH_END_RANGE}
+)
+CHANGES_RANGE: Mapping[str, str] = MappingProxyType(
+    {"epoch_range": EPOCH_AT_END_CHANGES, "epoch_end_range": EPOCH_END_CHANGES}
 )
 # The kube-state-metrics queries of the GPU queue (gpu_eta.forecaster.kube_state),
 # sent folded into one, or into as few as fit MAX_QUERY_CHARS each where the site's
@@ -672,3 +691,27 @@ def range_step(window_seconds: float, min_step_seconds: float, max_points: int) 
     if max_points < 2:
         raise ValueError("max_points must be >= 2")
     return max(min_step_seconds, window_seconds / (max_points - 1))
+
+
+def range_reads(
+    window_seconds: float, min_step_seconds: float, max_points: int
+) -> tuple[dict[str, str], float]:
+    """The epoch and epoch-end range queries (templates of ``{runs}``) over a span of
+    ``window_seconds``, and their step.
+
+    Within ``max_points`` steps of ``min_step`` (every cycle but a long first one):
+    ``RANGE``'s plain selectors at ``min_step``. Beyond: ``CHANGES_RANGE`` at
+    ``min_step`` (no finer than Prometheus' 11,000 points allow, to the millisecond):
+    only the steps where an epoch end changed, so every epoch end the scrapes saw is
+    recovered as by the later cycles' reads, in an answer of about one point per
+    epoch instead of ``max_points`` per series. Why not the plain selectors at a
+    coarser step (``range_step``): every epoch end but the latest of each step was
+    lost, so a forecaster started while runs were in progress stored them with gaps
+    (a run of 20 s epochs: 40 of its 179 epochs over a 6 h lookback, 90 s apart).
+    """
+    if range_step(window_seconds, min_step_seconds, max_points) <= min_step_seconds:
+        return dict(RANGE), min_step_seconds
+    fine = max(min_step_seconds, window_seconds / (PROMETHEUS_MAX_POINTS - 1))
+    millis = math.ceil(round(fine * 1000, 6))  # as sent (promapi: to the millisecond)
+    offset = f"{millis}ms"
+    return {n: t.replace("{offset}", offset) for n, t in CHANGES_RANGE.items()}, millis / 1000

@@ -67,9 +67,11 @@ _SECOND_ROUND = (
     kube_state.PENDING_SINCE_PART,
     kube_state.ARRIVALS_SEEN_PART,
 )
+# a long first read's change-only form (queries.range_reads) is answered as the plain one
 _RANGE = {
-    _shape(t.format(runs="")): name
-    for name, t in {**queries.RANGE, "step_range": queries.STEP_RANGE}.items()
+    _shape(t.format(runs="", offset="1s")): name
+    for templates in (queries.RANGE, queries.CHANGES_RANGE, {"step_range": queries.STEP_RANGE})
+    for name, t in templates.items()
 }
 # the raw samples the GPU-use mean of some pods is computed from (queries.util_samples)
 _RAW_MARK = '{__name__=~"gpu_eta_pod_gpu_utilization_ratio|'

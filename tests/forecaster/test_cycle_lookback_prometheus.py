@@ -1,0 +1,90 @@
+"""gpu_eta.forecaster.cycle's first read of a long lookback through a real Prometheus and
+VictoriaMetrics: a forecaster started (or given a new history file) while runs are in
+progress stores every epoch end the scrapes saw, not one per coarse step
+(queries.range_reads, docs/forecaster.md, "Queries")."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster.config import CycleSettings
+from gpu_eta.forecaster.cycle import Cycle
+from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.pending import PendingSettings
+from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.launch.victoria import import_openmetrics, start_victoriametrics
+
+_RUN = 'namespace="ml",pod="p",container="c",run_id="r1",node="n1"'
+EPOCH_SECONDS = 20.0  # shorter than the 90 s step a 6 h lookback at 240 points gives
+SCRAPE_SECONDS = 10.0
+
+
+def scraped_run(now: float, hours: float = 1.0) -> tuple[str, list[tuple[int, float]]]:
+    """OpenMetrics text of a run ``hours`` old with an epoch every ``EPOCH_SECONDS``,
+    as a scrape every ``SCRAPE_SECONDS`` would have stored it up to ``now``, and its
+    (epoch, end time) list."""
+    start = float(int(now - hours * 3600))
+    ends = []
+    t = start + EPOCH_SECONDS
+    while t < now - SCRAPE_SECONDS:
+        ends.append((len(ends) + 1, t))
+        t += EPOCH_SECONDS
+    lines: dict[str, list[str]] = {}
+
+    def add(name: str, value: float, at: float) -> None:
+        lines.setdefault(name, []).append(f"gpu_eta_training_{name}{{{_RUN}}} {value!r} {at:.3f}")
+
+    at = start
+    while at < now:
+        done = [e for e in ends if e[1] <= at]
+        add("epochs_planned", 1000.0, at)
+        add("epoch", float(len(done)), at)
+        add("run_start_timestamp_seconds", start, at)
+        add("last_report_timestamp_seconds", done[-1][1] if done else start, at)
+        if done:
+            add("epoch_end_timestamp_seconds", done[-1][1], at)
+        at += SCRAPE_SECONDS
+    text = []
+    for name, samples in lines.items():
+        text += [f"# TYPE gpu_eta_training_{name} gauge", *samples]
+    return "\n".join([*text, "# EOF", ""]), ends
+
+
+@pytest.mark.parametrize("tsdb", ["prometheus", "victoriametrics"])
+def test_a_first_cycle_over_a_long_lookback_stores_every_scraped_epoch_end(
+    tsdb: str, tmp_path: Path, prometheus_factory
+) -> None:
+    """A run with an epoch every 20 s, scraped every 10 s for an hour, read by a new
+    forecaster's first cycle over the default 6 h lookback: every one of its epoch ends
+    is stored, as the later cycles store the new ones."""
+    now = time.time()
+    text, ends = scraped_run(now)
+    om = tmp_path / "run.om"
+    om.write_text(text)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    vm = None
+    try:
+        if tsdb == "prometheus":
+            prom = prometheus_factory([], backfill_files=[om])
+        else:
+            prom = vm = start_victoriametrics([], data_dir=tmp_path / "vm")
+            import_openmetrics([om], vm.url)
+        prom.wait_for(f"gpu_eta_training_epoch{{{_RUN}}} == {len(ends)}")
+        settings = CycleSettings(
+            background_refit=False,
+            pending=PendingSettings(enabled=False),
+            min_step_seconds=SCRAPE_SECONDS,
+        )
+        assert settings.lookback_seconds == 6 * 3600  # the default, 90 s at 240 points
+        fs = Cycle(PromClient(prom.url), store, settings).run()
+        assert [j.run.run_id for j in fs.jobs] == ["r1"], fs.job_errors
+        (stored,) = store.running()
+        got = sorted((e, t) for e, t in stored.run.epoch_times if e > 0)
+        assert got == [(float(e), t) for e, t in ends]
+    finally:
+        store.close()
+        if vm is not None:
+            vm.stop()
