@@ -922,7 +922,8 @@ class Cycle:
             instant.update({name: ask(name, over=span) for name in queries.SPAN})
         # every epoch end the scrapes saw, also over a long span (queries.range_reads);
         # a run's steps are kept one per cell anyway: read at a coarser step there
-        templates, step = queries.range_reads(span, s.min_step_seconds, s.max_points)
+        read_runs = len(seen) if ending is None else len(ending)
+        templates, step = queries.range_reads(span, s.min_step_seconds, s.max_points, read_runs)
         steps = {"step_range": queries.STEP_RANGE} if steps_only else {}
         coarse = queries.range_step(span, s.min_step_seconds, s.max_points)
         ranges = {

@@ -339,3 +339,16 @@ def test_the_gpu_use_of_some_pods_is_read_in_the_fewer_queries_util_mean_first(
     ]
     monkeypatch.setattr(queries, "MAX_RAW_SAMPLES", 100)
     assert [read(n) for n in (50, 130)] == [(False, 3), (False, -1)]
+
+
+def test_a_long_read_takes_every_epoch_end_up_to_a_thousand_runs() -> None:
+    """A first cycle over 6 h at a 15 s step: the fine read of the epoch ends' changes
+    (every epoch end the scrapes saw) up to ``MAX_CHANGES_RUNS`` runs; beyond, the plain
+    selectors at the coarse step (span / 239), whose cost does not grow with the steps:
+    the fine read's 1.45 s a query at 1,000 runs would pass the 10 s timeout near
+    10,000. A short span is read plain at the step whatever the runs."""
+    fine, step = queries.range_reads(21600, 15, 240, runs=queries.MAX_CHANGES_RUNS)
+    assert step == 15 and "offset 15000ms" in fine["epoch_end_range"]
+    plain, coarse = queries.range_reads(21600, 15, 240, runs=queries.MAX_CHANGES_RUNS + 1)
+    assert plain == dict(queries.RANGE) and coarse == 21600 / 239
+    assert queries.range_reads(600, 15, 240, runs=50_000) == (dict(queries.RANGE), 15)
