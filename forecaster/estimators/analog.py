@@ -24,9 +24,9 @@ lengths: each analog's start-up as it was, the rest scaled to this run's plan
 rounds v0.5–v1.1 and confirmed on v2.0–v2.1 (docs/forecasting.md). Mid-run the
 estimate also carries the same analogs read at *their* pace
 (``AnalogEstimate.log_at_their_pace``: their seconds still to go, the run's speed
-taken as theirs), and the two weighed by how well each foresaw the analogs' own rest
-(``pace_weight``, ``AnalogEstimate.log_weighed``); which is published is the
-choice's (``choice.py``).
+taken as theirs; the run's own where its pace so far is not theirs, ``unlike_them``),
+and the two weighed by how well each foresaw the analogs' own rest (``pace_weight``,
+``AnalogEstimate.log_weighed``); which is published is the choice's (``choice.py``).
 
 Identity (``identity``): namespace, job name, node type and batch size and GPU count
 where known. The live service has no node type label: it is derived as
@@ -78,6 +78,7 @@ from dataclasses import dataclass
 
 from gpu_eta.forecaster.estimators.as_of import AsOf, as_of
 from gpu_eta.forecaster.estimators.base import (
+    Z90,
     InsufficientData,
     NotFittedError,
     at_now,
@@ -157,7 +158,8 @@ class AnalogEstimate:
     log_at_their_pace: float | None = None
     """The same analogs read at their own pace (``readings``' second): what they had
     still to do from the run's progress, the run's speed taken as theirs. At the start
-    (no speed yet) the same as ``log_remaining``; None for a self-check's target."""
+    (no speed yet), and where the run's pace so far is not theirs (``unlike_them``), the
+    same as ``log_remaining``; None for a self-check's target."""
     log_weighed: float | None = None
     """The two readings weighed by how well each foresaw the analogs' own rest
     (``pace_weight``); with fewer than two analogs scored, as its job's configurations
@@ -415,6 +417,92 @@ def pace_weight(
     return _weight(sq_ours, sq_theirs) if scored >= 2 else usual
 
 
+def _beyond(ratios: Sequence[float], typical: float) -> float:
+    """The median of ``ratios`` (one log ratio of the run's seconds to an analog's per
+    analog) where it lies beyond the P10–P90 half-width (``Z90``) of their scale, shrunk
+    toward ``typical`` and widened for a new run as ``AnalogEstimator.estimate``'s
+    spread is; else 0. The run's seconds are common to all, so the scale is how much
+    the analogs differ in pace among themselves."""
+    n = len(ratios)
+    if n == 0:
+        return 0.0
+    slower = median_list(ratios)
+    spread = shrunk_spread(_scale(ratios, slower), n, typical)
+    spread *= math.sqrt(1.0 + math.pi / (2.0 * n))
+    return slower if abs(slower) > Z90 * spread else 0.0
+
+
+def interval_ratios(
+    times: Sequence[tuple[float, float]],
+    planned: float,
+    unit: str,
+    curves: Sequence[Curve],
+    end: int,
+) -> list[float]:
+    """Per analog of ``curves``, the log ratio of the seconds the run (progress points
+    ``times`` of plan ``planned`` in ``unit``) spent over its interval ending at point
+    ``end`` to the seconds the analog spent over the same work, read as ``readings``
+    reads it (at the same progress where it got that far in one unit, else at the same
+    fraction of its plan, its work scaled by the ratio of plans in one unit)."""
+    (e0, t0), (e1, t1) = times[end - 1], times[end]
+    done = times[-1][0]
+    out = []
+    for c in curves:
+        if unit == c.unit and done < c.planned:
+            scale, work = c.planned, 1.0
+        else:
+            scale, work = planned, planned / c.planned if unit == c.unit else 1.0
+        theirs = interp(e1 / scale, c.fractions, c.elapsed) - interp(
+            e0 / scale, c.fractions, c.elapsed
+        )
+        if theirs > 0 and t1 > t0:
+            out.append(math.log(t1 - t0) - math.log(theirs * work))
+    return out
+
+
+def unlike_them(
+    times: Sequence[tuple[float, float]],
+    planned: float,
+    unit: str,
+    answered: Sequence[tuple[Curve, tuple[float, float]]],
+    typical: float,
+) -> bool:
+    """Whether the run (progress points ``times``, plan ``planned`` in ``unit``) goes at
+    a pace unlike its analogs': ``answered`` pairs each analog with ``readings``' two
+    forecasts for the run, ``typical`` is the spread the analogs' is shrunk toward.
+
+    Each analog's ratio of its two forecasts is the ratio of the run's seconds to the
+    analog's over the same stretch of work since the reference point (``readings``).
+    The run is unlike them where, beyond the analogs' own spread (``_beyond``), it went
+    slower (or faster) than they over that whole stretch *and* over each of its last
+    two intervals alone (``interval_ratios``), all the same way: a pace that holds now
+    and held before, not a slow epoch that its analogs also had by turns (an evaluation
+    pass, a neighbour passing), which their pace reads better than the run's. Two
+    intervals at least after the run's first progress point, so that both are past its
+    start-up, which differs from run to run and is no part of its speed (``readings``).
+
+    Why: a node type does not tell a time-sliced GPU from an exclusive one, nor a node
+    with a neighbour from one without. Where a configuration's finished runs all had
+    their GPU to themselves, a run sharing one three ways went ~3× slower than every
+    analog, and their pace read its rest at a third of the truth, while the run's own
+    time read it right. No constant is fitted: the analogs' own spread is the unit.
+    Why two intervals and not one: on MLPerf (v0.5–v1.1) at 10 % of a plan the run has
+    one interval past its first point, and a run read as unlike its analogs on that
+    one alone (29 % of moments) still went on at their pace more often than at its
+    own (their pace 0.62 % off, its own 1.21 %).
+    """
+    if len(times) < 4:
+        return False
+    whole = _beyond([math.log(a / b) for _c, (a, b) in answered], typical)
+    if whole == 0.0:
+        return False
+    curves = [c for c, _pair in answered]
+    return all(
+        _beyond(interval_ratios(times, planned, unit, curves, end), typical) * whole > 0.0
+        for end in (len(times) - 2, len(times) - 1)
+    )
+
+
 def _squared_errors(pairs: Sequence[tuple[float, float]], rest: float) -> tuple[float, float]:
     """The squared log errors of the medians of ``readings``' two forecasts (``pairs``)
     against the ``rest`` (seconds) the run they read really took."""
@@ -635,7 +723,9 @@ class AnalogEstimator:
         if at_start:
             at_their_pace = weighed = center  # no speed yet: one reading
         elif their_logs is not None:
-            at_their_pace = median_list(their_logs)
+            # the run's own pace where it is not theirs, else theirs
+            unlike = unlike_them(run.epoch_times, planned, unit, answered, mid_typical)
+            at_their_pace = center if unlike else median_list(their_logs)
             done = run.epoch_times[-1][0]
             usual = interp(done / planned, MID_RUN_SHARES, usual_at)
             weight = pace_weight(answering, done, planned, unit, usual)

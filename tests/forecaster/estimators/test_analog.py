@@ -6,6 +6,7 @@ import dataclasses
 import math
 import pickle
 import random
+import statistics
 
 import pytest
 
@@ -20,6 +21,7 @@ from gpu_eta.forecaster.estimators.analog import (
     identity,
     node_type,
     pace_weight,
+    readings,
     shrunk_spread,
 )
 from gpu_eta.forecaster.estimators.base import InsufficientData, NotFittedError
@@ -433,13 +435,35 @@ def test_a_configuration_whose_runs_differ_in_speed_weighs_the_runs_own_pace() -
     curves = [curve(r) for r in history]
     assert pace_weight(curves, 3.0, 10.0, "", usual=0.0) == pytest.approx(1.0)
     est = AnalogEstimator().fit(history)
-    run = shaped("now", 2e6, 1.5)
+    run = shaped("now", 2e6, 1.2)  # within their speeds (``unlike_them`` would read it alone)
     part = truncate(run, 0.3)
     got = est.estimate(part)
     truth = run.last_timestamp - part.last_timestamp
     assert math.exp(got.log_remaining) == pytest.approx(truth, rel=1e-6)
-    assert math.exp(got.log_at_their_pace) < 0.8 * truth  # their median speed: 1.05
+    assert math.exp(got.log_at_their_pace) < 0.9 * truth  # their median speed: 1.05
     assert math.exp(got.log_weighed) == pytest.approx(truth, rel=1e-6)
+
+
+def test_a_run_far_slower_than_every_analog_is_not_read_at_their_pace() -> None:
+    """A configuration whose finished runs all had a GPU to themselves, and a run
+    sharing one three ways (the demo's time-sliced GPUs): 29 s an epoch against their
+    9.7 ± 0.2. At 8 of 10 epochs its own time reads the 58 s left; the analogs' pace
+    read 19 s. Both readings that assume their pace give way to its own."""
+    history = [
+        make_run(f"h{i}", [9.7 * k] * 10, start=1e6 + i * 1e3, **CONFIG)
+        for i, k in enumerate((1.0, 1.02, 0.98, 1.01))
+    ]
+    run = make_run("now", [29.0] * 10, start=2e6, **CONFIG)
+    part = truncate(run, 0.8)
+    got = AnalogEstimator().fit(history).estimate(part)
+    assert math.exp(got.log_remaining) == pytest.approx(58.0, rel=1e-6)
+    assert math.exp(got.log_at_their_pace) == pytest.approx(58.0, rel=1e-6)
+    assert math.exp(got.log_weighed) == pytest.approx(58.0, rel=1e-6)
+    # a run at their pace still reads it (the guard is the analogs' own spread)
+    alike = truncate(make_run("alike", [9.9] * 10, start=2e6, **CONFIG), 0.8)
+    near = AnalogEstimator().fit(history).estimate(alike)
+    assert near.log_at_their_pace != near.log_remaining
+    assert math.exp(near.log_at_their_pace) == pytest.approx(9.7 * 2 * 1.005, rel=0.01)
 
 
 def slow_second(run_id: str, start: float, slow: float, **features: str):
@@ -464,14 +488,19 @@ def test_a_configuration_whose_runs_differ_in_one_epoch_weighs_their_pace() -> N
 def reckoned_weight(history: list[Run], done: float) -> float:
     """The weight of the run's pace, reckoned without ``pace_weight``: each run of
     ``history`` cut at its epoch ``done`` and forecast by an estimator fitted on the
-    others alone, both readings scored against the rest it took."""
+    others alone, both readings scored against the rest it took: the run's pace as
+    published, the analogs' as read (their median, whatever ``unlike_them`` says of
+    the run: the weight is of the two readings, the guard is the live run's)."""
     sq_ours = sq_theirs = 0.0
     for j, run in enumerate(history):
         cut = Run(run.run_id, run.epochs_planned, run.epoch_times[: int(done) + 1], run.features)
-        got = AnalogEstimator().fit(history[:j] + history[j + 1 :]).estimate(cut)
+        est = AnalogEstimator().fit(history[:j] + history[j + 1 :])
+        got = est.estimate(cut)
+        pairs = [readings(cut.epoch_times, cut.epochs_planned, "", c) for c in est.analogs(cut)]
+        theirs = statistics.median(math.log(b) for _a, b in pairs)
         truth = math.log(run.last_timestamp - cut.last_timestamp)
         sq_ours += (got.log_remaining - truth) ** 2
-        sq_theirs += (got.log_at_their_pace - truth) ** 2
+        sq_theirs += (theirs - truth) ** 2
     return sq_theirs / (sq_ours + sq_theirs)
 
 

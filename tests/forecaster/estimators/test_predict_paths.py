@@ -32,7 +32,12 @@ from gpu_eta.forecaster.estimators.analog import (
     interp,
     pace_weight,
 )
-from gpu_eta.forecaster.estimators.base import InsufficientData, intervals, remaining_epochs
+from gpu_eta.forecaster.estimators.base import (
+    Z90,
+    InsufficientData,
+    intervals,
+    remaining_epochs,
+)
 from gpu_eta.forecaster.estimators.baselines import PredictLinear, numpy_sum
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.pooled import PooledRegression
@@ -330,11 +335,35 @@ def numpy_estimate(
         their_work = np.where(same, work, np.where(same_unit, run.epochs_planned / planned, 1.0))
         rest = np.maximum((ends[ok] - at[ok]) * their_work[ok], 1e-9 * theirs[ok])
         paced = float(np.median(np.log(rest))) if target is None else None
+        job = str(run.features.get("job_name", ""))
+        mid = self.typical("mid", job, before)[0]
+        if paced is not None and len(progress) > 3:
+            # the run's own pace where it is unlike theirs over the whole stretch and
+            # over each of its last two intervals, all beyond their spread, one way
+            own = np.where(same, planned, run.epochs_planned)
+            theirs_work = np.where(
+                same, 1.0, np.where(same_unit, run.epochs_planned / planned, 1.0)
+            )
+            whole = beyond(np.log(left) - np.log(rest), mid)
+            unlike = whole != 0
+            for end in (len(progress) - 2, len(progress) - 1):
+                (e0, t0), (e1, t1) = run.epoch_times[end - 1], run.epoch_times[end]
+                span = np.array(
+                    [
+                        np.interp(e1 / x, c.fractions, c.elapsed)
+                        - np.interp(e0 / x, c.fractions, c.elapsed)
+                        for x, c in zip(own, curves, strict=True)
+                    ]
+                )
+                kept = ok & (span > 0)
+                step = np.log(t1 - t0) - np.log(span[kept] * theirs_work[kept]) if t1 > t0 else []
+                unlike = unlike and beyond(np.asarray(step), mid) * whole > 0
+            if unlike:
+                paced = center
         # the two weighed by the record of the analogs that answered, shrunk toward
         # the usual weight of the job's configurations
         weighed = None
         if paced is not None:
-            job = str(run.features.get("job_name", ""))
             usual_at = self.typical("pace", job, before)
             usual = float(np.interp(done / run.epochs_planned, MID_RUN_SHARES, usual_at))
             answering = [c for c, k in zip(curves, ok, strict=True) if k]
@@ -349,6 +378,19 @@ def numpy_estimate(
     shrunk = ((n - 1) * measured**2 + SHRINK * typical**2) / (n - 1 + SHRINK)
     spread = max(MIN_SPREAD, float(np.sqrt(shrunk))) * float(np.sqrt(1 + np.pi / (2 * n)))
     return AnalogEstimate(center, spread, n, paced, weighed)
+
+
+def beyond(ratios: np.ndarray, typical: float) -> float:
+    """The median log ratio where it lies beyond Z90 of the analogs' shrunk, widened
+    scale, else 0."""
+    n = len(ratios)
+    if n == 0:
+        return 0.0
+    med = float(np.median(ratios))
+    measured = 1.4826 * float(np.median(np.abs(ratios - med)))
+    shrunk = ((n - 1) * measured**2 + SHRINK * typical**2) / (n - 1 + SHRINK)
+    spread = max(MIN_SPREAD, float(np.sqrt(shrunk))) * float(np.sqrt(1 + np.pi / (2 * n)))
+    return med if abs(med) > Z90 * spread else 0.0
 
 
 def cut(run: Run, keep: int, suffix: str) -> Run:
