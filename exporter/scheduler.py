@@ -371,8 +371,7 @@ class Scheduler:
         allocations: tuple[Allocation, ...] = tuple(got.get(n["allocations"], ()))
         pods: tuple[PodMeta, ...] = tuple(got.get(n["pods"], ()))
         kube_known = n["pods"] in self._trackers and self._trackers[n["pods"]].has_data
-        kube_watch = _watch_status(src.pods)
-        kube_complete = _cache_complete(src.pods)
+        kube_watch, kube_complete = _watch_status(src.pods)
 
         stage2: dict[str, tuple[Callable[[], Any], Any]] = {}
         if src.processes is not None:
@@ -730,32 +729,24 @@ def _finished_outside(pods: PodSource | None) -> tuple[tuple[str, str, str], ...
         return ()
 
 
-def _cache_complete(pods: PodSource | None) -> bool:
-    """Whether the pod source's cache holds every running pod of the node (``complete``
-    of its ``status()``; True for a source without one). A cache that refused a running
-    pod at ``--kube.max-pods`` cannot say a pod missing from it is gone: kept
-    allocations are then neither dropped nor confirmed by it."""
+def _watch_status(
+    pods: PodSource | None,
+) -> tuple[tuple[bool, float | None] | None, bool]:
+    """From one ``status()`` of a pod source that is a watch (``KubePodSource``):
+    ``(connected, last_sync_timestamp)``, None for the simulator, a disabled source, or
+    a status that cannot be read (it never fails the cycle); and whether its cache holds
+    every running pod of the node (``complete``; True for a source without a status,
+    False for one that cannot be read). A cache that refused a running pod at
+    ``--kube.max-pods`` cannot say a pod missing from it is gone: kept allocations are
+    then neither dropped nor confirmed by it."""
     status_fn = getattr(pods, "status", None)
     if pods is None or not callable(status_fn):
-        return True
-    try:
-        return bool(getattr(status_fn(), "complete", True))
-    except Exception as err:
-        log.debug("kube status() failed: %s", err)
-        return False
-
-
-def _watch_status(pods: PodSource | None) -> tuple[bool, float | None] | None:
-    """``(connected, last_sync_timestamp)`` of a pod source that is a watch (has
-    ``status()``, as ``KubePodSource``); None for the simulator, a disabled source, or
-    a status that cannot be read (it never fails the cycle)."""
-    status_fn = getattr(pods, "status", None)
-    if pods is None or not callable(status_fn):
-        return None
+        return None, True
     try:
         status: WatchStatus = status_fn()
         last = status.last_sync_timestamp
-        return bool(status.connected), None if last is None else float(last)
+        watch = bool(status.connected), None if last is None else float(last)
+        return watch, bool(getattr(status, "complete", True))
     except Exception as err:
         log.debug("kube status() failed: %s", err)
-        return None
+        return None, False
