@@ -38,8 +38,9 @@ import math
 # presence read well inside Prometheus' 5-minute lookback with any scrape interval the
 # chart allows (2 min at most), so nothing is lost by not correcting it.
 OFFSET_BOUND_SECONDS = 30.0
-# A Date further than this from the forecaster's clock is no clock's (a placeholder, a
-# proxy's garbage): not read.
+# A Date (or, to `top`, a sample's stamp) further than this from the reader's clock is
+# no clock's (a placeholder, a proxy's garbage, milliseconds taken for seconds): a clock
+# off by years is still a clock (a VM restored from an old snapshot, a dead RTC).
 MAX_OFFSET_SECONDS = 10 * 366 * 86400.0
 
 

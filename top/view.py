@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from gpu_eta.forecaster.prom_clock import MAX_OFFSET_SECONDS
 from gpu_eta.forecaster.series import Sample, unexported
 from gpu_eta.top.queries import QUANTILE_KEYS
 
@@ -616,10 +617,9 @@ def refused_cause(refused: Collection[str], *names: str) -> str:
 
 
 # How far from the workstation's clock a sample's stamp may be and still be the server's
-# time: a clock off by years is still a clock (a VM restored from an old snapshot, a
-# laptop's dead RTC), a stamp in milliseconds (1000 times as far) or past year 9999 is
-# no time at all, and as "now" it ended top in a traceback.
-MAX_CLOCK_OFFSET_SECONDS = 10 * 366 * 86400.0
+# time (the forecaster's bound on Prometheus' Date): a stamp in milliseconds (1000 times
+# as far) or past year 9999 is no time at all, and as "now" it ended top in a traceback.
+MAX_CLOCK_OFFSET_SECONDS = MAX_OFFSET_SECONDS
 
 
 def plausible_stamp(stamp: float, clock: float | None) -> bool:
