@@ -66,7 +66,7 @@ from gpu_eta.forecaster.runs_from_series import (
     run_keys,
     sample_run_key,
 )
-from gpu_eta.forecaster.series import Sample, Series
+from gpu_eta.forecaster.series import Sample, Series, joined
 from gpu_eta.forecaster.static_series import StaticSeries
 
 log = logging.getLogger(__name__)
@@ -926,17 +926,26 @@ class Cycle:
         templates, step = queries.range_reads(span, s.min_step_seconds, s.max_points, read_runs)
         steps = {"step_range": queries.STEP_RANGE} if steps_only else {}
         coarse = queries.range_step(span, s.min_step_seconds, s.max_points)
+        fine = read_runs if step < coarse else 0  # a long read at the fine step: windows
         ranges = {
-            name: self.client.range(
-                tpl.format(runs=runs),
-                now - span,
-                now,
-                coarse if name in steps else step,
-                warnings=said,
-            )
-            for name, tpl in {**templates, **steps}.items()
+            name: self._range(tpl.format(runs=runs), now - span, now, step, fine, said)
+            for name, tpl in templates.items()
         }
+        for name, tpl in steps.items():
+            ranges[name] = self.client.range(
+                tpl.format(runs=runs), now - span, now, coarse, warnings=said
+            )
         return instant, ranges, span, ending, held_keys, frozen
+
+    def _range(
+        self, query: str, start: float, end: float, step: float, runs: int, said: list[str]
+    ) -> list[Series]:
+        """An epoch range read of ``runs`` runs, in the time windows that keep each query
+        within ``queries.MAX_CHANGES_RUNS`` runs' cost (``queries.range_windows``; one
+        window almost always), joined into the one answer."""
+        windows = queries.range_windows(start, end, step, runs)
+        answers = [self.client.range(query, a, b, step, warnings=said) for a, b in windows]
+        return answers[0] if len(answers) == 1 else joined(answers)
 
     def _ending_queries(self, keys: Sequence[RunKey]) -> tuple[str, list[str]] | None:
         """For the runs ``keys`` only: the set match on their ``run_id`` the range queries

@@ -693,10 +693,17 @@ def range_step(window_seconds: float, min_step_seconds: float, max_points: int) 
     return max(min_step_seconds, window_seconds / (max_points - 1))
 
 
-# The most runs a long read takes at the fine step (``range_reads``): its cost grows
-# with the runs (1.45 s of Prometheus' time a query at 1,000 runs over 6 h, measured),
-# and near 10,000 it would pass --prometheus.timeout (10 s) at every first cycle.
+# The most runs one query of a long read takes at the fine step (``range_reads``): its
+# cost grows with the runs times the steps it evaluates (1.45 s of Prometheus' time a
+# query at 1,000 runs over 6 h, measured), and near 10,000 it would pass
+# --prometheus.timeout (10 s) at every first cycle. More runs are read in as many time
+# windows (``range_windows``), each about as costly as 1,000 runs over the whole span.
 MAX_CHANGES_RUNS = 1000
+# The most windows a long read is cut into: 10,000 runs read at the fine step in ten
+# queries per range template (about 15 s of Prometheus' time each at 6 h, once, at a
+# new forecaster's first cycle). Why a bound: the first cycle's time grows with the
+# windows, and a cluster past it still gets every run read, at the coarse step.
+MAX_RANGE_WINDOWS = 10
 
 
 def range_reads(
@@ -714,15 +721,41 @@ def range_reads(
     coarser step (``range_step``): every epoch end but the latest of each step was
     lost, so a forecaster started while runs were in progress stored them with gaps
     (a run of 20 s epochs: 40 of its 179 epochs over a 6 h lookback, 90 s apart).
-    Above ``MAX_CHANGES_RUNS`` runs read: the plain selectors at the coarse step, as
-    before (the fine read's cost grows with the runs).
+    Above ``MAX_CHANGES_RUNS`` runs read, the fine read is cut into time windows
+    (``range_windows``); above ``MAX_CHANGES_RUNS`` × ``MAX_RANGE_WINDOWS``: the plain
+    selectors at the coarse step, with their gaps (the fine read's cost grows with the
+    runs).
     """
     coarse = range_step(window_seconds, min_step_seconds, max_points)
     if coarse <= min_step_seconds:
         return dict(RANGE), min_step_seconds
-    if runs > MAX_CHANGES_RUNS:  # ``runs``: how many the read covers, at most
+    if runs > MAX_CHANGES_RUNS * MAX_RANGE_WINDOWS:  # ``runs``: how many it covers
         return dict(RANGE), coarse
     fine = max(min_step_seconds, window_seconds / (PROMETHEUS_MAX_POINTS - 1))
     millis = math.ceil(round(fine * 1000, 6))  # as sent (promapi: to the millisecond)
     offset = f"{millis}ms"
     return {n: t.replace("{offset}", offset) for n, t in CHANGES_RANGE.items()}, millis / 1000
+
+
+def range_windows(
+    start: float, end: float, step_seconds: float, runs: int
+) -> list[tuple[float, float]]:
+    """``start`` to ``end`` at ``step_seconds`` cut into consecutive windows (each a range
+    query's start and end) so that none evaluates more than ``MAX_CHANGES_RUNS`` runs'
+    worth of the whole span's steps: one window up to ``MAX_CHANGES_RUNS`` runs, at most
+    ``MAX_RANGE_WINDOWS``. Every window's steps lie on the whole range's grid
+    (``start + i · step``) and no step is in two, so the windows' answers joined
+    (``series.joined``) are the one query's answer. Why windows and not fewer runs a
+    query: the long read names no runs (a first cycle reads every run, ``{runs}``
+    empty), and a time cut needs no names. Pure."""
+    if not end >= start or not step_seconds > 0:
+        raise ValueError(f"bad range: {start}..{end} step {step_seconds}")
+    steps = int((end - start) // step_seconds) + 1  # evaluation times, as the server counts
+    parts = min(MAX_RANGE_WINDOWS, max(1, math.ceil(runs / MAX_CHANGES_RUNS)))
+    per = math.ceil(steps / parts)
+    out = []
+    for first in range(0, steps, per):
+        last = min(first + per, steps) - 1
+        out.append((start + first * step_seconds, start + last * step_seconds))
+    out[-1] = (out[-1][0], end)  # the last window ends where the whole range does
+    return out

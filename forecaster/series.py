@@ -3,7 +3,7 @@ query counters; what the cycle, top and the run assembly read, without ``request
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -45,6 +45,20 @@ def unexported(item: _S) -> _S:
         if key.startswith("exported_") and key != "exported_":
             fixed[key[len("exported_") :]] = value
     return replace(item, labels=fixed)
+
+
+def joined(parts: Iterable[Sequence[Series]]) -> list[Series]:
+    """The answers of one range query asked in consecutive time windows
+    (``queries.range_windows``), as the one answer: each series' points in window order,
+    a series found in several windows once, in the order first seen. Pure."""
+    points: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+    labels: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+    for answer in parts:
+        for series in answer:
+            key = tuple(sorted(series.labels.items()))
+            labels.setdefault(key, series.labels)
+            points.setdefault(key, []).extend(series.points)
+    return [Series(labels[key], tuple(pts)) for key, pts in points.items()]
 
 
 @dataclass

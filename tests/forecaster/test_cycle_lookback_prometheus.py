@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_eta.forecaster import queries
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.history import HistoryStore
@@ -22,11 +23,13 @@ EPOCH_SECONDS = 20.0  # shorter than the 90 s step a 6 h lookback at 240 points 
 SCRAPE_SECONDS = 10.0
 
 
-def scraped_run(now: float, hours: float = 1.0) -> tuple[str, list[tuple[int, float]]]:
-    """OpenMetrics text of a run ``hours`` old with an epoch every ``EPOCH_SECONDS``,
-    as a scrape every ``SCRAPE_SECONDS`` would have stored it up to ``now``, and its
-    (epoch, end time) list."""
-    start = float(int(now - hours * 3600))
+def scraped_run(
+    now: float, hours: float = 1.0, labels: str = _RUN, lag: float = 0.0
+) -> tuple[str, list[tuple[int, float]]]:
+    """OpenMetrics text of a run ``hours`` old (its start ``lag`` seconds later) with an
+    epoch every ``EPOCH_SECONDS``, as a scrape every ``SCRAPE_SECONDS`` would have
+    stored it up to ``now`` with ``labels``, and its (epoch, end time) list."""
+    start = float(int(now - hours * 3600 + lag))
     ends = []
     t = start + EPOCH_SECONDS
     while t < now - SCRAPE_SECONDS:
@@ -35,7 +38,7 @@ def scraped_run(now: float, hours: float = 1.0) -> tuple[str, list[tuple[int, fl
     lines: dict[str, list[str]] = {}
 
     def add(name: str, value: float, at: float) -> None:
-        lines.setdefault(name, []).append(f"gpu_eta_training_{name}{{{_RUN}}} {value!r} {at:.3f}")
+        lines.setdefault(name, []).append(f"gpu_eta_training_{name}{{{labels}}} {value!r} {at:.3f}")
 
     at = start
     while at < now:
@@ -84,6 +87,54 @@ def test_a_first_cycle_over_a_long_lookback_stores_every_scraped_epoch_end(
         (stored,) = store.running()
         got = sorted((e, t) for e, t in stored.run.epoch_times if e > 0)
         assert got == [(float(e), t) for e, t in ends]
+    finally:
+        store.close()
+        if vm is not None:
+            vm.stop()
+
+
+@pytest.mark.parametrize("tsdb", ["prometheus", "victoriametrics"])
+def test_more_runs_than_one_query_takes_are_read_in_windows_with_every_epoch_end(
+    tsdb: str, tmp_path: Path, prometheus_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More runs than one fine query takes (``queries.MAX_CHANGES_RUNS``, one here for
+    three runs) are read in time windows (``queries.range_windows``): every epoch end of
+    every run is stored, across the windows' seams (the 6 h lookback in three windows of
+    2 h; the runs 4.5 h old span two seams), as with one query. Read at the coarse step
+    instead, each run kept about one epoch end in four."""
+    monkeypatch.setattr(queries, "MAX_CHANGES_RUNS", 1)
+    now = time.time()
+    runs = {
+        f"r{i}": scraped_run(
+            now, hours=4.5, labels=_RUN.replace('run_id="r1"', f'run_id="r{i}"'), lag=7 * i
+        )
+        for i in (1, 2, 3)
+    }
+    paths = []
+    for run_id, (text, _ends) in runs.items():
+        paths.append(tmp_path / f"{run_id}.om")
+        paths[-1].write_text(text)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    vm = None
+    try:
+        if tsdb == "prometheus":
+            prom = prometheus_factory([], backfill_files=paths)
+        else:
+            prom = vm = start_victoriametrics([], data_dir=tmp_path / "vm")
+            import_openmetrics(paths, vm.url)
+        for run_id, (_text, ends) in runs.items():
+            prom.wait_for(f'gpu_eta_training_epoch{{run_id="{run_id}"}} == {len(ends)}')
+        settings = CycleSettings(
+            background_refit=False,
+            pending=PendingSettings(enabled=False),
+            min_step_seconds=SCRAPE_SECONDS,
+        )
+        fs = Cycle(PromClient(prom.url), store, settings).run()
+        assert sorted(j.run.run_id for j in fs.jobs) == ["r1", "r2", "r3"], fs.job_errors
+        for stored in store.running():
+            got = sorted((e, t) for e, t in stored.run.epoch_times if e > 0)
+            _text, ends = runs[stored.run.run_id]
+            assert got == [(float(e), t) for e, t in ends], stored.run.run_id
     finally:
         store.close()
         if vm is not None:

@@ -9,7 +9,7 @@ import pytest
 
 from gpu_eta.common.gpu_use import ALLOCATED_SINCE, UTIL
 from gpu_eta.forecaster import queries
-from gpu_eta.forecaster.series import Sample, Series
+from gpu_eta.forecaster.series import Sample, Series, joined
 
 
 def test_fixed_count_within_budget() -> None:
@@ -341,14 +341,56 @@ def test_the_gpu_use_of_some_pods_is_read_in_the_fewer_queries_util_mean_first(
     assert [read(n) for n in (50, 130)] == [(False, 3), (False, -1)]
 
 
-def test_a_long_read_takes_every_epoch_end_up_to_a_thousand_runs() -> None:
+def test_a_long_read_takes_every_epoch_end_up_to_ten_thousand_runs() -> None:
     """A first cycle over 6 h at a 15 s step: the fine read of the epoch ends' changes
-    (every epoch end the scrapes saw) up to ``MAX_CHANGES_RUNS`` runs; beyond, the plain
-    selectors at the coarse step (span / 239), whose cost does not grow with the steps:
-    the fine read's 1.45 s a query at 1,000 runs would pass the 10 s timeout near
-    10,000. A short span is read plain at the step whatever the runs."""
-    fine, step = queries.range_reads(21600, 15, 240, runs=queries.MAX_CHANGES_RUNS)
+    (every epoch end the scrapes saw) up to ``MAX_CHANGES_RUNS`` runs a window and
+    ``MAX_RANGE_WINDOWS`` windows; beyond, the plain selectors at the coarse step
+    (span / 239), whose cost does not grow with the steps: the fine read's 1.45 s a
+    query at 1,000 runs would pass the 10 s timeout near 10,000 in one query. A short
+    span is read plain at the step whatever the runs."""
+    most = queries.MAX_CHANGES_RUNS * queries.MAX_RANGE_WINDOWS
+    fine, step = queries.range_reads(21600, 15, 240, runs=most)
     assert step == 15 and "offset 15000ms" in fine["epoch_end_range"]
-    plain, coarse = queries.range_reads(21600, 15, 240, runs=queries.MAX_CHANGES_RUNS + 1)
+    plain, coarse = queries.range_reads(21600, 15, 240, runs=most + 1)
     assert plain == dict(queries.RANGE) and coarse == 21600 / 239
     assert queries.range_reads(600, 15, 240, runs=50_000) == (dict(queries.RANGE), 15)
+
+
+def _grid(windows: list[tuple[float, float]], step: float) -> list[float]:
+    """The evaluation times a server takes from each window, in order."""
+    return [a + i * step for a, b in windows for i in range(int((b - a) // step) + 1)]
+
+
+@pytest.mark.parametrize("runs", [0, 1, 1000, 1001, 2500, 9999, 10_000, 40_000])
+def test_range_windows_cut_the_one_query_s_steps_without_gap_or_overlap(runs: int) -> None:
+    """The windows' evaluation times are the one query's, each once, on its grid (so
+    the joined answer is the one answer); as many windows as thousands of runs (one up
+    to ``MAX_CHANGES_RUNS``), at most ``MAX_RANGE_WINDOWS``; the last ends at ``end``."""
+    start, end, step = 1_700_000_000.0, 1_700_000_000.0 + 21600.5, 15.0
+    windows = queries.range_windows(start, end, step, runs)
+    assert _grid(windows, step) == _grid([(start, end)], step)
+    expected = min(queries.MAX_RANGE_WINDOWS, max(1, -(-runs // queries.MAX_CHANGES_RUNS)))
+    assert len(windows) == expected and windows[-1][1] == end
+    with pytest.raises(ValueError):
+        queries.range_windows(end, start, step, runs)
+
+
+def test_more_windows_than_steps_leave_none_empty() -> None:
+    """A span of fewer steps than windows: one step a window, none empty or repeated."""
+    windows = queries.range_windows(0.0, 30.0, 10.0, 50_000)
+    assert windows == [(0.0, 0.0), (10.0, 10.0), (20.0, 20.0), (30.0, 30.0)]
+
+
+def test_windows_answers_joined_as_one_answer() -> None:
+    """A series in several windows' answers is one series with its points in window
+    order; one found in a single window (a run that started or ended between them) is
+    kept as it is; labels are compared whatever their order."""
+    a = {"run_id": "a", "pod": "p"}
+    first = [Series(a, ((1.0, 1.0),)), Series({"run_id": "b"}, ((1.0, 5.0),))]
+    second = [Series({"pod": "p", "run_id": "a"}, ((2.0, 2.0), (3.0, 3.0)))]
+    third = [Series({"run_id": "c"}, ((4.0, 9.0),)), Series(a, ((4.0, 4.0),))]
+    assert joined([first, second, third]) == [
+        Series(a, ((1.0, 1.0), (2.0, 2.0), (3.0, 3.0), (4.0, 4.0))),
+        Series({"run_id": "b"}, ((1.0, 5.0),)),
+        Series({"run_id": "c"}, ((4.0, 9.0),)),
+    ]
