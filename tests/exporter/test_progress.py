@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
@@ -292,8 +293,7 @@ def test_a_run_reported_epoch_by_epoch_publishes_every_epoch_end(
 def test_an_epoch_held_within_its_cell_is_checked_and_published_at_the_end() -> None:
     """A report inside the cell of the last end leaves the published epoch and its end
     as they were, but is still checked against the plan; an ``end`` publishes its epoch
-    at once; a run without planned epochs publishes every increase (its plan is what it
-    reaches: no cells to count until it ends)."""
+    at once."""
     p = _adv(None, Report(run_id="r", epoch=0.5, epochs=3, step=5), NOW)
     held = _adv(p, Report(run_id="r", epoch=0.501, step=6), NOW + 10)
     assert (held.epoch, held.epoch_end_timestamp, held.step) == (0.5, NOW, 6)
@@ -302,9 +302,47 @@ def test_an_epoch_held_within_its_cell_is_checked_and_published_at_the_end() -> 
         _adv(held, Report(run_id="r", epoch=3.5), NOW + 20)
     ended = _adv(held, Report(run_id="r", event="end", epoch=0.502), NOW + 30)
     assert (ended.epoch, ended.epoch_end_timestamp) == (0.502, NOW + 30)
-    assert _published_ends([0.001 * k for k in range(1, 101)], None) == [
-        (0.001 * k, NOW + 10.0 * k) for k in range(1, 101)
-    ]
+
+
+def _most_planless_ends(reached: float) -> int:
+    """The most epoch ends a run without planned epochs publishes on its way to
+    ``reached``, whatever its number of reports (``progress.stamps_epoch_end``): the
+    first, one per 1/``STEP_CELLS`` of an epoch below ``MIN_PLANNED``, then one each
+    time the epoch grows by 1/``STEP_CELLS`` of itself."""
+    above = math.log(max(reached, MIN_PLANNED) / MIN_PLANNED) / math.log1p(1 / STEP_CELLS)
+    return 1 + STEP_CELLS + math.ceil(above)
+
+
+@pytest.mark.parametrize(
+    ("increment", "n_reports"),
+    [
+        (1e-4, 20_000),  # Hugging Face's raw state.epoch without a plan: 2 epochs
+        (1e-5, 200_000),  # the same 2 epochs in ten times the reports
+        (1e-4, 200_000),  # 20 epochs
+        (32.0, 200_000),  # samples counted in the epoch field, batch size 32
+    ],
+)
+def test_a_run_without_a_plan_publishes_a_bounded_number_of_epoch_ends(
+    increment: float, n_reports: int
+) -> None:
+    """A run that plans no epochs and moves its epoch on at every report published an
+    epoch end per report (200,000 reports: 200,000 pairs). Now at most
+    ``_most_planless_ends`` of its progress, whatever its number of reports (2 epochs:
+    674 pairs in 20,000 reports, 678 in 200,000); each pair is true (its epoch was
+    reported at its end time), and the pairs are as fine as the cells of the plan it
+    ends with (what it reached): no two consecutive ones further apart than one such
+    cell (and a report), so the forecaster, which keeps a finished run's points one per
+    cell, finds one in each."""
+    values = [increment * k for k in range(1, n_reports + 1)]
+    pairs = _published_ends(values, None)
+    reached = values[-1]
+    assert len(pairs) <= _most_planless_ends(reached)
+    reported_at = {v: NOW + 10.0 * k for k, v in enumerate(values, 1)}
+    assert all(reported_at[epoch] == end for epoch, end in pairs)
+    assert pairs[0] == (values[0], NOW + 10.0)
+    cell = max(reached, MIN_PLANNED) / STEP_CELLS
+    epochs = [epoch for epoch, _ in pairs]
+    assert max(b - a for a, b in pairwise(epochs)) <= cell + increment
 
 
 def test_new_run_when_counter_goes_back_or_plan_changes():
