@@ -26,6 +26,8 @@ from gpu_eta.exporter.progress import GONE_GRACE_SECONDS, MAX_GONE_GRACE_SECONDS
 
 COLLECTORS = names()  # one module per collector in exporter/collectors/
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+# --collection.timeout: how long a cycle waits for each collector
+DEFAULT_COLLECTION_TIMEOUT_SECONDS = 4.0
 # Pods the pod cache holds at most: a node runs a few hundred (kubelet default 110);
 # finished pods beyond that are the ones left out (collectors/kube.py).
 DEFAULT_KUBE_MAX_PODS = 1000
@@ -68,7 +70,7 @@ class Config:
     web_listen_address: ListenAddress = ListenAddress("", 9842)
     progress_listen_address: ListenAddress = ListenAddress("", 9843)
     collection_interval_seconds: float = 5.0
-    collection_timeout_seconds: float = 4.0
+    collection_timeout_seconds: float = DEFAULT_COLLECTION_TIMEOUT_SECONDS
     node_name: str | None = None
     pod_labels: tuple[str, ...] = ()
     kubelet_socket: str = DEFAULT_KUBELET_SOCKET

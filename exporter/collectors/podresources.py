@@ -36,7 +36,7 @@ from gpu_eta.exporter._proto import api_pb2, api_pb2_grpc
 from gpu_eta.exporter.attribution import MAX_DEVICE_ID_CHARS
 from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
-from gpu_eta.exporter.config import DEFAULT_KUBELET_SOCKET
+from gpu_eta.exporter.config import DEFAULT_COLLECTION_TIMEOUT_SECONDS, DEFAULT_KUBELET_SOCKET
 from gpu_eta.exporter.readings import Allocation
 
 __all__ = ["DEFAULT_SOCKET", "MAX_RECEIVE_BYTES", "PodResourcesSource", "is_gpu_resource"]
@@ -64,12 +64,18 @@ def is_gpu_resource(name: str, extra: Collection[str] = ()) -> bool:
 
 class PodResourcesSource:
     """Polls the kubelet's ``List`` and returns the allocations of GPU resources
-    (``is_gpu_resource``, with ``extra_gpu_resources`` added)."""
+    (``is_gpu_resource``, with ``extra_gpu_resources`` added).
+
+    ``timeout_seconds`` is the List's gRPC deadline: the exporter passes its collection
+    timeout (``build``), the time the scheduler waits for a poll. Why not more: an
+    answer after it is thrown away, while the call keeps the kubelet and the poll's
+    thread busy into the next cycle (which then fails as still running); why not less:
+    a List the scheduler would still wait for would be given up for nothing."""
 
     def __init__(
         self,
         socket_path: str = DEFAULT_SOCKET,
-        timeout_seconds: float = 5.0,
+        timeout_seconds: float = DEFAULT_COLLECTION_TIMEOUT_SECONDS,
         extra_gpu_resources: Collection[str] = (),
     ) -> None:
         self.socket_path = socket_path
@@ -192,11 +198,14 @@ def allocations_from_response(
 
 def build(ctx: BuildContext) -> Any:
     """The kubelet's pod-resources socket (``--kubelet.socket``) keeping GPU resources
-    and ``--kubelet.gpu-resource``'s, or the simulated node's allocations."""
+    and ``--kubelet.gpu-resource``'s, its List given up at ``--collection.timeout``,
+    or the simulated node's allocations."""
     if ctx.simulated is not None:
         return ctx.simulated.allocations
     source = PodResourcesSource(
-        ctx.cfg.kubelet_socket, extra_gpu_resources=ctx.cfg.kubelet_gpu_resources
+        ctx.cfg.kubelet_socket,
+        timeout_seconds=ctx.cfg.collection_timeout_seconds,
+        extra_gpu_resources=ctx.cfg.kubelet_gpu_resources,
     )
     ctx.closers.append(source.close)
     return source

@@ -192,6 +192,42 @@ def test_the_flag_reaches_the_source(server: PodResourcesServer) -> None:
                 close()
 
 
+def test_the_list_deadline_is_the_collection_timeout(
+    server: PodResourcesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The List is given up when the scheduler stops waiting for it
+    (``--collection.timeout``), not later: with a fixed 5 s deadline beside the
+    default 4 s timeout, a List of 4-5 s was read to its end only to be thrown away,
+    the kubelet and the poll's thread kept busy into the next cycle (which then fails
+    as "still running ... from an earlier cycle"). A List answered within the timeout
+    is read. The kubelet here is the real gRPC server, slowed in its List handler."""
+    from gpu_eta.exporter.collectors.podresources import build
+    from gpu_eta.exporter.collectors.registry import BuildContext
+    from gpu_eta.exporter.main import parse_config
+
+    answer = server.response
+    delay_seconds = [2.5]
+
+    def slow_response():  # the server's List handler calls it for its answer
+        time.sleep(delay_seconds[0])
+        return answer()
+
+    monkeypatch.setattr(server, "response", slow_response)
+    argv = ["--kubelet.socket", server.socket_path, "--collection.timeout", "1s"]
+    ctx = BuildContext(cfg=parse_config(argv, env={}), node="n")
+    source = build(ctx)
+    try:
+        started = time.monotonic()
+        with pytest.raises(CollectorError, match="DEADLINE_EXCEEDED"):
+            source.poll()
+        assert time.monotonic() - started < 2.0  # 1 s, not the List's 2.5 s
+        delay_seconds[0] = 0.3
+        assert len(source.poll()) == 4
+    finally:
+        for close in ctx.closers:
+            close()
+
+
 @pytest.mark.parametrize(
     ("name", "gpu"),
     [
