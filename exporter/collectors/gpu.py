@@ -736,7 +736,7 @@ class NvmlGpuSource:
 
         NVML has answered garbage entries (Syllo/nvtop#110: pid 0 padding, smUtil
         37100 beside real ones): pid 0 is skipped, an entry with a share over 100 %
-        or a timestamp later than now (beyond the slack) is not read.
+        or a timestamp later than the call's return (beyond the slack) is not read.
 
         NVML answers only samples newer than the last seen timestamp passed, so one
         later than the clock would make every process idle until the clock caught
@@ -750,14 +750,14 @@ class NvmlGpuSource:
         back would hand its sample back next time, counted twice.
         """
         nv = self._nvml
-        now_us = int(self._clock() * 1_000_000)
+        asked_us = int(self._clock() * 1_000_000)
         last_seen = self._last_seen.get(uuid, 0)
-        if last_seen > now_us + SAMPLE_CLOCK_SLACK_US:
+        if last_seen > asked_us + SAMPLE_CLOCK_SLACK_US:
             log.info(
                 "device %s: last utilisation sample %.0fs past the clock (stepped back?): "
                 "reading the device's samples afresh",
                 uuid,
-                (last_seen - now_us) / 1e6,
+                (last_seen - asked_us) / 1e6,
             )
             last_seen = self._last_seen[uuid] = 0
         try:
@@ -767,6 +767,10 @@ class NvmlGpuSource:
         except nv.NVMLError as err:
             log.debug("device %s: process utilisation unavailable: %s", uuid, err)
             return None
+        # the samples' bound is the clock at the call's return: NVML stamps the ones it
+        # takes during the call up to then, and bounded by the clock read before it a
+        # call over the slack (1 s) made them garbage, the processes' shares unknown
+        answered_us = int(self._clock() * 1_000_000)
         sums: dict[int, list[float]] = {}
         garbage: set[int] = set()
         newest = last_seen
@@ -777,7 +781,7 @@ class NvmlGpuSource:
             if (
                 sample.smUtil > 100
                 or sample.memUtil > 100
-                or stamp > now_us + SAMPLE_CLOCK_SLACK_US
+                or stamp > answered_us + SAMPLE_CLOCK_SLACK_US
             ):
                 garbage.add(pid)
                 continue

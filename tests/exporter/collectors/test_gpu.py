@@ -983,6 +983,41 @@ def test_a_sample_within_the_clock_slack_is_read_once() -> None:
     assert [p.utilization_ratio for p in source.poll().processes] == [pytest.approx(0.1)]
 
 
+def test_samples_taken_during_a_slow_utilisation_call_are_read() -> None:
+    """``nvmlDeviceGetProcessUtilization`` taking 2.5 s (a busy driver, many
+    processes): NVML stamps the samples it takes meanwhile with the host clock, up to
+    the call's return. Bounded by the clock read before the call, those more than the
+    slack (1 s) after it were garbage and the process's share unknown for the poll;
+    bounded by the clock at the call's return, they are read, and a sample later than
+    that (beyond the slack) is still garbage."""
+    clock = [NOW]
+    dev = _gpu(
+        0,
+        procs=[(7, GIB, 0), (8, GIB, 0)],
+        samples=[
+            (7, NOW_US + 500_000, 30),
+            (7, NOW_US + 2_000_000, 50),  # taken during the call
+            (8, NOW_US + 2_400_000, 20),  # the same
+            (9, NOW_US + 3_600_000, 90),  # 3.6 s: beyond the return's slack
+        ],
+    )
+    nv = fake_nvml([dev])
+    answer = nv.nvmlDeviceGetProcessUtilization
+
+    def slow_call(handle: Dev, timeStamp: int) -> list:
+        clock[0] += 2.5
+        return answer(handle, timeStamp)
+
+    nv.nvmlDeviceGetProcessUtilization = slow_call
+    dev.procs.append((9, GIB, 0))
+    poll = NvmlGpuSource(nv, clock=lambda: clock[0]).poll()
+    assert {p.pid: p.utilization_ratio for p in poll.processes} == {
+        7: pytest.approx(0.4),
+        8: pytest.approx(0.2),
+        9: None,
+    }
+
+
 @pytest.mark.parametrize("privileged", [True, False], ids=["privileged", "unprivileged"])
 def test_mig_gpu_without_instances_is_still_reported(privileged: bool) -> None:
     """MIG on, no instance created yet (the MIG manager between its two steps, or a
