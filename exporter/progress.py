@@ -673,7 +673,14 @@ def advance(
     when it is the run's first, comes with an ``end``, or ``stamps_epoch_end`` says so;
     else it is held: checked against the plan, but the run keeps its epoch and end, so
     the two published series stay a true pair and a run gets at most one end per
-    1/``STEP_CELLS`` of its plan, whatever its number of reports.
+    1/``STEP_CELLS`` of its plan, whatever its number of reports. The held epoch and
+    its report time are kept (``held_epoch``, ``held_epoch_timestamp``): checked
+    against a changed plan as the run's epoch, and published as they are by an ``end``
+    that names no epoch (a bare ``end``, one with a step only) and taken into the
+    totals a plan-less run reaches. Why: the run's last reports are often held, and
+    without them the run ended at the end of the cell before, under 1/``STEP_CELLS``
+    of its plan behind what it reported; an unthinned run would publish that epoch
+    with that time.
 
     Raises ``SupersededReport`` for a report of a run a later start replaced
     (``superseded``), before anything else: its counters are another training's.
@@ -726,18 +733,28 @@ def advance(
     def pick(new: float | None, old: float | None) -> float | None:
         return old if new is None else new
 
+    ends = report.event == "end" and not new_run
     epoch = pick(report.epoch, base.epoch)
+    epoch_end = base.epoch_end_timestamp
+    # the epoch held back (none in a new run's base), kept until a report names an
+    # epoch of its own
+    held_epoch, held_at = base.held_epoch, base.held_epoch_timestamp
+    if report.epoch is not None:
+        held_epoch = held_at = None
+    if ends and held_epoch is not None:
+        epoch, epoch_end = held_epoch, held_at  # the run ends at it, as it was reported
+        held_epoch = held_at = None
     epochs = pick(report.epochs, base.epochs)
     step = pick(report.step, base.step)
     steps = pick(report.steps, base.steps)
-    if report.event == "end" and not new_run and epochs is None and steps is None:
+    if ends and epochs is None and steps is None:
         epochs, steps = _reached_totals(epoch, step)
-    if epoch is not None and epochs is not None and epoch > epochs:
-        raise InvalidReport(f"epoch {epoch:g} > epochs {epochs:g} of run {base.run_id}")
+    latest = epoch if held_epoch is None else held_epoch
+    if latest is not None and epochs is not None and latest > epochs:
+        raise InvalidReport(f"epoch {latest:g} > epochs {epochs:g} of run {base.run_id}")
     if step is not None and steps is not None and step > steps:
         raise InvalidReport(f"step {step:g} > steps {steps:g} of run {base.run_id}")
     metrics, removed_metrics = merged_metrics(base.metrics, base.removed_metrics, report)
-    epoch_end = base.epoch_end_timestamp
     if report.epoch is not None and prev_epoch is not None and report.epoch > prev_epoch:
         if (
             epoch_end is None  # the run's first end
@@ -747,6 +764,7 @@ def advance(
             epoch_end = now
         else:  # held: the published epoch stays the one its end time is of
             epoch = prev_epoch
+            held_epoch, held_at = report.epoch, now
     elif report.epoch is not None and prev_epoch is None and report.epoch > 0 and epoch_end is None:
         epoch_end = now  # first word we hear of this run already counts an epoch
     return Progress(
@@ -767,6 +785,8 @@ def advance(
         sender_start_timestamp=base.sender_start_timestamp,
         metrics=metrics,
         removed_metrics=removed_metrics,
+        held_epoch=held_epoch,
+        held_epoch_timestamp=held_at,
     )
 
 
@@ -777,9 +797,10 @@ def ended_by_exit(progress: Progress, now: float) -> Progress | None:
 
     For HTTP senders that forgot ``end()``: their pod succeeding (a Job's pod
     completing, every container exited 0) is the end they did not send, so it is
-    applied as ``advance`` applies an ``end`` of the run: the totals become what it
-    reached (``_reached_totals``, none for a run short of one whole epoch or step)
-    and ``ended_timestamp`` is ``now`` (at least its last report). The caller (the
+    applied as ``advance`` applies an ``end`` of the run: its epoch held back is
+    published, the totals become what it reached (``_reached_totals``, none for a run
+    short of one whole epoch or step) and ``ended_timestamp`` is ``now`` (at least its
+    last report). The caller (the
     store, from the scheduler) decides which runs: HTTP entries of pods that
     succeeded (``ProgressStore.end_finished`` says why not log entries); this is the
     rule only.
@@ -799,13 +820,36 @@ def ended_by_exit(progress: Progress, now: float) -> Progress | None:
         return None
     if progress.ended_timestamp is not None:
         return None
-    epochs, steps = _reached_totals(progress.epoch, progress.step)
+    epoch, epoch_end = progress.epoch, progress.epoch_end_timestamp
+    if progress.held_epoch is not None:  # the run's last epoch, held back: as ``advance``
+        epoch, epoch_end = progress.held_epoch, progress.held_epoch_timestamp
+    epochs, steps = _reached_totals(epoch, progress.step)
     return replace(
         progress,
+        epoch=epoch,
+        epoch_end_timestamp=epoch_end,
+        held_epoch=None,
+        held_epoch_timestamp=None,
         epochs=epochs,
         steps=steps,
         ended_timestamp=max(now, progress.last_report_timestamp),
     )
+
+
+def _check_held(progress: Progress) -> None:
+    """``InvalidReport`` unless ``progress``'s held epoch is one ``advance`` could have
+    kept: none, or a number with its report time, above the published epoch and within
+    the planned epochs."""
+    held, at = progress.held_epoch, progress.held_epoch_timestamp
+    if held is None and at is None:
+        return
+    if held is None or at is None:
+        raise InvalidReport("held_epoch and held_epoch_timestamp go together")
+    _number("held_epoch", held)
+    if progress.epoch is None or held <= progress.epoch:
+        raise InvalidReport("held_epoch must be above epoch")
+    if progress.epochs is not None and held > progress.epochs:
+        raise InvalidReport(f"held_epoch {held:g} > epochs {progress.epochs:g}")
 
 
 _POD_NAME = DNS_SUBDOMAIN
@@ -837,10 +881,12 @@ def check_progress(progress: Progress) -> Progress:
         "epoch_end_timestamp",
         "ended_timestamp",
         "sender_start_timestamp",
+        "held_epoch_timestamp",
     ):
         value = getattr(progress, name)
         if value is not None:
             _number(name, value)
+    _check_held(progress)
     check_report(
         Report(
             epoch=progress.epoch,

@@ -264,6 +264,11 @@ def progress_to_row(progress: Progress) -> dict:
     # exporter: after a rollback the removed names only lose their places
     if progress.removed_metrics:
         row["removed_metrics"] = sorted(progress.removed_metrics)
+    # absent unless an epoch is held back (most rows: none): read as None, and ignored
+    # by an exporter from before they were kept, which loses only that epoch
+    for name in _HELD_FIELDS:
+        if getattr(progress, name) is not None:
+            row[name] = getattr(progress, name)
     return row
 
 
@@ -281,6 +286,7 @@ _OPT_FIELDS = (
     # (``progress.superseded``)
     "sender_start_timestamp",
 )
+_HELD_FIELDS = ("held_epoch", "held_epoch_timestamp")
 
 
 def progress_from_row(row: object) -> Progress:
@@ -299,7 +305,7 @@ def progress_from_row(row: object) -> Progress:
     for name in _NUM_FIELDS:
         if isinstance(row.get(name), bool) or not isinstance(row.get(name), int | float):
             raise ValueError(f"{name} is not a number")
-    for name in _OPT_FIELDS:
+    for name in (*_OPT_FIELDS, *_HELD_FIELDS):
         value = row.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ValueError(f"{name} is not a number")
@@ -322,7 +328,10 @@ def progress_from_row(row: object) -> Progress:
     try:
         progress = replace(
             base,
-            **{name: None if row.get(name) is None else float(row[name]) for name in _OPT_FIELDS},
+            **{
+                name: None if row.get(name) is None else float(row[name])
+                for name in (*_OPT_FIELDS, *_HELD_FIELDS)
+            },
             metrics=MappingProxyType({k: float(v) for k, v in metrics.items()}),
             removed_metrics=frozenset(removed),
         )

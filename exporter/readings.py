@@ -213,7 +213,7 @@ class Progress:
     last_report_timestamp: float
     source: str  # "http" or "log"
     # the epoch ``epoch_end_timestamp`` is the end of: a report inside the same
-    # 1/400 of the plan is held, not stored (``progress.stamps_epoch_end``)
+    # 1/400 of the plan is held in ``held_epoch`` (``progress.stamps_epoch_end``)
     epoch: float | None = None
     epochs: float | None = None
     step: float | None = None
@@ -233,6 +233,11 @@ class Progress:
     # free-form names whose sender said they have no current value: not exported, but
     # they keep their place among the run's 16 names (``progress.merged_metrics``)
     removed_metrics: frozenset[str] = frozenset()
+    # the latest epoch reported above ``epoch`` and held (inside ``epoch``'s 1/400 of
+    # the plan, ``progress.stamps_epoch_end``), and when it was reported: not exported,
+    # but the run's epoch for its checks, and published when the run ends
+    held_epoch: float | None = None
+    held_epoch_timestamp: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

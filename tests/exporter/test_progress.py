@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from itertools import pairwise
 
 import pytest
@@ -302,6 +303,76 @@ def test_an_epoch_held_within_its_cell_is_checked_and_published_at_the_end() -> 
         _adv(held, Report(run_id="r", epoch=3.5), NOW + 20)
     ended = _adv(held, Report(run_id="r", event="end", epoch=0.502), NOW + 30)
     assert (ended.epoch, ended.epoch_end_timestamp) == (0.502, NOW + 30)
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        Report(run_id="r", event="end"),  # a bare end (the client's end())
+        Report(run_id="r", event="end", step=9),  # an end with a step only
+    ],
+    ids=["bare", "step-only"],
+)
+def test_an_end_without_an_epoch_publishes_the_epoch_held_back(last: Report) -> None:
+    """Reports held inside a cell of the plan, then an end that names no epoch: the
+    run's final epoch is the last one reported, published with the time it was
+    reported (the pair an unthinned run would show), not the end of the cell before
+    (0.5 here, under 1/400 of the plan behind)."""
+    p = _adv(None, Report(run_id="r", epoch=0.5, epochs=3, step=5), NOW)
+    p = _adv(p, Report(run_id="r", epoch=0.501, step=6), NOW + 10)
+    p = _adv(p, Report(run_id="r", epoch=0.502, step=7), NOW + 20)
+    p = _adv(p, Report(run_id="r", step=8), NOW + 25)  # no epoch: the held one stays
+    assert (p.epoch, p.epoch_end_timestamp) == (0.5, NOW)  # held: the cell's first
+    ended = _adv(p, last, NOW + 30)
+    assert (ended.epoch, ended.epoch_end_timestamp) == (0.502, NOW + 20)
+    assert ended.ended_timestamp == NOW + 30 and ended.epochs == 3
+
+
+def test_a_planless_run_ends_at_the_epoch_held_back() -> None:
+    """Without a plan the end's totals are what the run reached (``_reached_totals``):
+    the epoch held back, not the one last published; so too when its pod's exit ends
+    it (``ended_by_exit``)."""
+    p = _adv(None, Report(run_id="r", epoch=0), NOW)
+    p = _adv(p, Report(run_id="r", epoch=1.0), NOW + 10)  # the first end
+    p = _adv(p, Report(run_id="r", epoch=1.001), NOW + 20)  # inside 1/400 of 1 epoch
+    assert (p.epoch, p.epoch_end_timestamp) == (1.0, NOW + 10)
+    for ended in (_adv(p, Report(run_id="r", event="end"), NOW + 30), ended_by_exit(p, NOW + 30)):
+        assert ended is not None
+        assert (ended.epoch, ended.epochs, ended.epoch_end_timestamp) == (1.001, 1.001, NOW + 20)
+
+
+def test_the_epoch_held_back_is_checked_against_a_lowered_plan() -> None:
+    """The epoch held back is the run's epoch for the plan's checks: a report lowering
+    ``epochs`` below it is refused, as it would be had that epoch been published."""
+    p = _adv(None, Report(run_id="r", epoch=100, epochs=300), NOW)
+    p = _adv(p, Report(run_id="r", epoch=100.4), NOW + 10)  # a cell is 0.75 epochs
+    assert p.epoch == 100
+    with pytest.raises(InvalidReport, match=r"epoch 100\.4 > epochs 100\.2"):
+        _adv(p, Report(run_id="r", epochs=100.2), NOW + 20)
+
+
+@pytest.mark.parametrize(
+    ("held", "reason"),
+    [
+        ({"held_epoch": 0.502}, "go together"),
+        ({"held_epoch_timestamp": NOW + 10}, "go together"),
+        ({"held_epoch": 0.5, "held_epoch_timestamp": NOW + 10}, "above epoch"),
+        ({"held_epoch": 3.5, "held_epoch_timestamp": NOW + 10}, r"held_epoch 3\.5 > epochs 3"),
+        ({"held_epoch": -1.0, "held_epoch_timestamp": NOW + 10}, "negative"),
+        ({"held_epoch": 0.502, "held_epoch_timestamp": math.inf}, "finite"),
+    ],
+)
+def test_a_stored_row_holds_back_only_an_epoch_advance_could_have(held, reason) -> None:
+    """Rows read back from disk (``check_progress``) keep a held epoch only as
+    ``advance`` leaves one: with its report time, above the published epoch, within
+    the plan; the row the test starts from is accepted."""
+    p = _adv(None, Report(run_id="r", epoch=0.5, epochs=3), NOW)
+    kept = _adv(p, Report(run_id="r", epoch=0.502), NOW + 10)
+    assert (kept.held_epoch, kept.held_epoch_timestamp) == (0.502, NOW + 10)
+    assert check_progress(kept) is kept
+    none = {"held_epoch": None, "held_epoch_timestamp": None}
+    with pytest.raises(InvalidReport, match=reason):
+        check_progress(replace(kept, **{**none, **held}))
 
 
 def _most_planless_ends(reached: float) -> int:

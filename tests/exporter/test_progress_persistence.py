@@ -527,6 +527,16 @@ def test_a_log_marker_line_cannot_store_a_future_run_start(tmp_path):
 # -- 9. the totals an ended plan-less run was given are stored like any plan ----------
 
 
+def stop_store(store: ProgressStore, path: Path, stop: str) -> None:
+    """Stop ``store`` as a restart test asks: ``saved`` (a clean close: the state file)
+    or ``killed`` (the journal flushed, no save: the journal alone)."""
+    if stop == "saved":
+        store.close()
+    else:
+        store.journal.close()
+        assert not path.exists()
+
+
 @pytest.mark.parametrize("stop", ["saved", "killed"])
 def test_the_totals_of_an_ended_plan_less_run_survive_a_restart(tmp_path, stop):
     """The forecaster learns such a run's duration from the totals its end gave it:
@@ -538,11 +548,7 @@ def test_the_totals_of_an_ended_plan_less_run_survive_a_restart(tmp_path, stop):
         Report(run_id="until-target", event="end", epoch=3, step=310),
     ):
         store.merge("ns", "sender", "main", "http", report, NOW)
-    if stop == "saved":
-        store.close()
-    else:
-        store.journal.close()  # flushed; then "killed": no save
-        assert not path.exists()
+    stop_store(store, path, stop)
     (again,) = ProgressStore(path).snapshot()
     assert (again.run_id, again.epoch, again.epochs, again.step, again.steps) == (
         "until-target",
@@ -552,6 +558,31 @@ def test_the_totals_of_an_ended_plan_less_run_survive_a_restart(tmp_path, stop):
         310,
     )
     assert again.ended_timestamp == NOW  # a report without a run id next is a new run
+
+
+@pytest.mark.parametrize("stop", ["saved", "killed"])
+def test_an_epoch_held_back_survives_a_restart_and_is_published_at_the_end(tmp_path, stop):
+    """A report held inside a cell of the plan (``progress.stamps_epoch_end``) is the
+    run's latest epoch: a restart, from the state file or the journal alone, keeps it,
+    so a bare end after the restart still publishes it with its report time."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    for report, at in (
+        (Report(run_id="r", epoch=0.5, epochs=3), NOW),
+        (Report(run_id="r", epoch=0.502), NOW + 10),  # held: inside 0.5's 1/400 of 3
+    ):
+        store.merge("ns", "sender", "main", "http", report, at)
+    stop_store(store, path, stop)
+    restarted = ProgressStore(path)
+    try:
+        (held,) = restarted.snapshot()
+        assert (held.epoch, held.epoch_end_timestamp) == (0.5, NOW)
+        ended = restarted.merge(
+            "ns", "sender", "main", "http", Report(run_id="r", event="end"), NOW + 20
+        )
+        assert (ended.epoch, ended.epoch_end_timestamp) == (0.502, NOW + 10)
+    finally:
+        restarted.close()
 
 
 def test_removed_free_form_names_keep_their_places_across_a_restart(tmp_path):
