@@ -25,3 +25,16 @@ def test_main_prints_a_row_per_seed_and_kind(capsys) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| seed | kind of GPU |")
     assert [line.split(" | ")[1] for line in lines[2:]] == ["exclusive", "time-sliced"]
+
+
+def test_the_live_past_is_the_demos_history_span() -> None:
+    """``--past live`` spreads the jobs as the demo backfills them (``live_load_seconds``:
+    10,000 s for 1,000 jobs at the defaults), so docs/demo.md's live-load figures come
+    from this bench; ``quiet`` is a day."""
+    from gpu_eta.demo.main import cluster_config, parse_args
+    from gpu_eta.simulation.backfill import live_load_seconds
+
+    config = cluster_config(parse_args([]))
+    assert qp.past_seconds(config, "live", 1000) == live_load_seconds(config, 86400.0, 1000)
+    assert qp.past_seconds(config, "live", 1000) == 10000.0
+    assert qp.past_seconds(config, "quiet", 1000) == 86400.0
