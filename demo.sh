@@ -14,4 +14,6 @@ here="$(cd "$(dirname "$0")" && pwd)"
 # the demo runs `bootstrap.sh --demo [--victoriametrics]` itself once its flags are
 # checked (--help and a typo install nothing more)
 export GPU_ETA_DEMO_BOOTSTRAP="$here/scripts/bootstrap.sh"
+# usage lines and errors name the command as it was run (./demo.sh), not python -m
+export GPU_ETA_DEMO_PROG="$0"
 exec "${PYTHON:-python3}" -m gpu_eta.demo "$@"

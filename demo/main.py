@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # imported where used: rich is the top extra
     from gpu_eta.forecaster.promapi import PromClient
 
 SCRAPE_INTERVAL_RANGE = (1.0, 60.0)
+PROG = "python -m gpu_eta.demo"  # the usage line's command, unless GPU_ETA_DEMO_PROG says
 MAX_HISTORY_DAYS = 365  # --history-days: see parse_args
 
 
@@ -85,9 +86,11 @@ def torch_missing() -> bool:
     return importlib.util.find_spec("torch") is None
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespace:
+    """The command line (docs/demo.md, "Options"); ``prog``: the command the usage line
+    and errors name, the one the user ran."""
     p = argparse.ArgumentParser(
-        prog="python -m gpu_eta.demo",
+        prog=prog,
         description=(
             "A simulated GPU cluster (real exporters on simulated nodes), a real Prometheus "
             "with days of backfilled history, the real forecaster and `top`, all on "
@@ -313,9 +316,11 @@ def cluster_config(args: argparse.Namespace) -> ClusterConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the demo (see the module docstring for exit codes)."""
+    """Run the demo (see the module docstring for exit codes). ``GPU_ETA_DEMO_PROG``:
+    the command usage lines name (demo.sh passes its own), so ``./demo.sh --help`` does
+    not tell the user to run ``python -m gpu_eta.demo``, which skips demo.sh's installs."""
     try:
-        args = parse_args(argv)
+        args = parse_args(argv, os.environ.get("GPU_ETA_DEMO_PROG") or PROG)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     if args.real_training and torch_missing():

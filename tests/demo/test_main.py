@@ -385,3 +385,48 @@ def test_good_flags_install_what_that_tsdb_runs_first(
     assert log.read_text().split("\n")[0] == asked
     assert code == cli.ExitCode.ERROR and not started
     assert err.getvalue().count("\n") == 1 and "failed (exit 3)" in err.getvalue()
+
+
+def _demo_sh_in(tmp_path: Path) -> None:
+    """A copy of demo.sh beside a scripts/bootstrap.sh that installs nothing: demo.sh as
+    users run it, without its pip and apt steps (the Python is this test's)."""
+    (tmp_path / "scripts").mkdir()
+    _fake_bootstrap(tmp_path / "scripts", 0)
+    demo_sh = tmp_path / "demo.sh"
+    demo_sh.write_text((REPO / "demo.sh").read_text())
+    demo_sh.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("argv", "stream", "code"),
+    [(["--help"], "stdout", 0), (["--bogus"], "stderr", 2)],
+    ids=["help", "error"],
+)
+def test_demo_sh_usage_names_demo_sh(tmp_path: Path, argv, stream: str, code: int) -> None:
+    """``./demo.sh --help`` and a usage error said ``usage: python -m gpu_eta.demo``: a
+    command the user did not type (and that needs the installs demo.sh does first).
+    demo.sh passes the name it was run by (``GPU_ETA_DEMO_PROG``)."""
+    import subprocess
+    import sys
+
+    _demo_sh_in(tmp_path)
+    env = {**os.environ, "PYTHON": sys.executable}
+    env.pop("GPU_ETA_DEMO_PROG", None)
+    done = subprocess.run(
+        ["./demo.sh", *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == code, done.stderr
+    said = getattr(done, stream)
+    assert said.startswith("usage: ./demo.sh ["), said
+    assert "gpu_eta.demo" not in said, said
+    if code:
+        assert "./demo.sh: error: unrecognized arguments: --bogus" in said, said
+
+
+def test_python_m_usage_names_python_m(monkeypatch) -> None:
+    """Run as ``python -m gpu_eta.demo`` (no ``GPU_ETA_DEMO_PROG``) it says so."""
+    monkeypatch.delenv("GPU_ETA_DEMO_PROG", raising=False)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert cli.main(["--help"]) == 0
+    assert out.getvalue().startswith("usage: python -m gpu_eta.demo ["), out.getvalue()
