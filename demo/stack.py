@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
+from gpu_eta.demo import workdirs
 from gpu_eta.demo.rules import write_fast_rules
 from gpu_eta.launch.alertmanager import AlertmanagerServer, start_alertmanager
 from gpu_eta.launch.processes import LaunchError, spawn, wait_http
@@ -252,7 +253,10 @@ class Stack:
         cfg = self.config
         atexit.register(self.stop)
         if cfg.workdir is None:
-            self._own_dir = tempfile.TemporaryDirectory(prefix="gpu-eta-demo-")
+            # a killed demo could not remove its own (a TSDB, logs): this one does
+            for path in workdirs.remove_stale():
+                self.say(f"removed {path}: the temporary directory of a demo that was killed")
+            self._own_dir = workdirs.make_workdir()
             self.workdir = Path(self._own_dir.name)
         else:
             self.workdir = Path(cfg.workdir)

@@ -430,3 +430,44 @@ def test_python_m_usage_names_python_m(monkeypatch) -> None:
     with redirect_stdout(out):
         assert cli.main(["--help"]) == 0
     assert out.getvalue().startswith("usage: python -m gpu_eta.demo ["), out.getvalue()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_next_demo_removes_the_temp_dir_of_a_killed_one(monkeypatch, tmp_path: Path) -> None:
+    """A demo killed with SIGKILL cannot remove its temporary directory (Prometheus'
+    TSDB, logs, history): each such run left one behind for good. The next demo
+    removes it, once the killed one's children are gone too, and leaves what is not a
+    demo's alone: a directory of the same prefix without the owner record."""
+    import subprocess
+    import sys
+
+    from tests.integration.test_demo import SMALL, _alive, _children, _run_and_watch
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the demos' temporary directory
+    not_ours = tmp / "gpu-eta-demo-notours1"
+    (not_ours / "prometheus").mkdir(parents=True)
+    killed, reader, children = _run_and_watch(
+        [sys.executable, "-m", "gpu_eta.demo", *SMALL, "--quiet"]
+    )
+    try:
+        assert "gpu-eta demo running" in reader.text, reader.text[-3000:]
+        children |= _children(killed.pid)
+        left = [p for p in tmp.iterdir() if p != not_ours]
+        assert len(left) == 1 and (left[0] / "prometheus").is_dir(), left
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)  # the demo alone: its children are not in its group
+    killed.wait(timeout=30)
+    deadline = time.monotonic() + 60  # its children stop on their SIGTERM (PR_SET_PDEATHSIG)
+    while any(_alive(p) for p in children):
+        assert time.monotonic() < deadline, "the killed demo's children did not stop"
+        time.sleep(0.2)
+    assert left[0].is_dir()  # left behind by the kill
+    argv = [sys.executable, "-m", "gpu_eta.demo", *SMALL, "--quiet", "--seconds", "1"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not left[0].exists(), done.stderr[-3000:]
+    assert f"removed {left[0]}" in done.stderr, done.stderr[-3000:]
+    assert sorted(tmp.iterdir()) == [not_ours] and (not_ours / "prometheus").is_dir()

@@ -1,0 +1,179 @@
+"""The demo's own temporary directories: made with an owner record, and those of a
+demo that was killed removed by the next one.
+
+Why: the demo removes its temporary directory (scenario files, pod logs, history,
+Prometheus' TSDB: tens of MB) when it stops, but a demo killed with SIGKILL (the OOM
+killer, ``kill -9``, a CI job's hard timeout) cannot, and each such run left one in
+the temporary directory for good. The next demo removes them, and only them: a
+directory is removed only when all of these hold (``stale``):
+
+- its name is the demo's (``PREFIX`` and ``tempfile``'s random part), it is a
+  directory, not a symbolic link, and it belongs to this user;
+- it holds the owner record (``OWNER_FILE``) a demo writes into the directory it
+  made: its process id, that process's start time and the boot it ran in, so a pid
+  the kernel has since given to another process does not read as the demo alive;
+- that process is gone (or a zombie: it will never use the directory again);
+- no process names the directory on its command line (a demo's child that outlived
+  it: Prometheus still shutting down on its SIGTERM).
+
+A directory without a readable owner record (another program's, one being made this
+moment, a ``--workdir``) is never touched. Linux only: where ``/proc`` cannot tell
+whether a process lives, nothing is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+PREFIX = "gpu-eta-demo-"
+OWNER_FILE = "gpu-eta-demo.owner"
+# tempfile.mkdtemp's names: the prefix, then 8 of "abcdefghijklmnopqrstuvwxyz0123456789_"
+_NAME = re.compile(re.escape(PREFIX) + r"[a-z0-9_]{8}")
+_PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The demo process that made a directory: its pid, its start time (clock ticks
+    after boot, ``/proc/<pid>/stat``'s 22nd field) and the boot's id."""
+
+    pid: int
+    start_ticks: int
+    boot_id: str
+
+
+def owner_text(owner: Owner) -> str:
+    """The owner record's text (JSON). Pure."""
+    return json.dumps(
+        {"pid": owner.pid, "start_ticks": owner.start_ticks, "boot_id": owner.boot_id}
+    )
+
+
+def parse_owner(text: str) -> Owner | None:
+    """The owner record ``owner_text`` wrote, or None for anything else (a record cut
+    short, another program's file): such a directory is not known to be the demo's.
+    Pure."""
+    try:
+        data = json.loads(text)
+        pid, ticks, boot = data["pid"], data["start_ticks"], data["boot_id"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not (type(pid) is int and type(ticks) is int and isinstance(boot, str)) or pid <= 0:
+        return None
+    return Owner(pid, ticks, boot)
+
+
+def parse_stat(text: str) -> tuple[str, int] | None:
+    """``/proc/<pid>/stat``'s state letter and start time (clock ticks after boot), or
+    None when the text is not one. The command name (2nd field, in parentheses) may hold
+    spaces and parentheses itself, so the fields are counted after its last ``)``. Pure."""
+    _, paren, rest = text.rpartition(")")
+    fields = rest.split()
+    if not paren or len(fields) < 20 or not fields[19].isdigit():
+        return None
+    return fields[0], int(fields[19])
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def boot_id(proc: Path = _PROC) -> str:
+    """This boot's id ("" where the kernel does not say)."""
+    return (_read(proc / "sys" / "kernel" / "random" / "boot_id") or "").strip()
+
+
+def this_process(proc: Path = _PROC) -> Owner | None:
+    """This process as an owner record, or None where ``/proc`` does not say (then no
+    record is written and nothing is ever removed)."""
+    stat_ = parse_stat(_read(proc / "self" / "stat") or "")
+    if stat_ is None:
+        return None
+    return Owner(os.getpid(), stat_[1], boot_id(proc))
+
+
+def owner_alive(owner: Owner, proc: Path = _PROC) -> bool:
+    """Whether the process of ``owner`` still runs: same boot, its pid there with the
+    same start time, and not a zombie."""
+    if owner.boot_id != boot_id(proc):
+        return False
+    stat_ = parse_stat(_read(proc / str(owner.pid) / "stat") or "")
+    if stat_ is None:
+        return False
+    state, ticks = stat_
+    return ticks == owner.start_ticks and state not in ("Z", "X")
+
+
+def named_by_a_process(path: Path, proc: Path = _PROC) -> bool:
+    """Whether a running process (one whose command line can be read) names ``path`` or
+    something under it in its command line: every child of the demo does (its
+    ``--storage.tsdb.path``, its ``--simulate`` file, its log)."""
+    needle = os.fsencode(str(path))
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if needle in cmdline:
+            return True
+    return False
+
+
+def stale(path: Path, proc: Path = _PROC) -> bool:
+    """Whether ``path`` is a killed demo's directory, safe to remove (module docstring)."""
+    if not _NAME.fullmatch(path.name):
+        return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    owner = parse_owner(_read(path / OWNER_FILE) or "")
+    if owner is None or owner_alive(owner, proc):
+        return False
+    return not named_by_a_process(path, proc)
+
+
+def make_workdir(parent: Path | None = None, proc: Path = _PROC) -> tempfile.TemporaryDirectory:
+    """A new temporary directory for the demo, with this process's owner record in it
+    (written whole: a file renamed into place, so a record is never read half written)."""
+    made = tempfile.TemporaryDirectory(prefix=PREFIX, dir=parent)
+    me = this_process(proc)
+    if me is not None:
+        record = Path(made.name) / (OWNER_FILE + ".tmp")
+        record.write_text(owner_text(me), encoding="utf-8")
+        record.replace(Path(made.name) / OWNER_FILE)
+    return made
+
+
+def remove_stale(parent: Path | None = None, proc: Path = _PROC) -> list[Path]:
+    """Remove the killed demos' directories in ``parent`` (the temporary directory by
+    default); the ones removed. Nothing where ``/proc`` cannot say who lives."""
+    if this_process(proc) is None:
+        return []
+    parent = Path(tempfile.gettempdir()) if parent is None else parent
+    try:
+        entries: Iterable[Path] = sorted(parent.glob(PREFIX + "*"))
+    except OSError:
+        return []
+    removed = []
+    for path in entries:
+        if stale(path, proc):
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.lexists(path):
+                removed.append(path)
+    return removed

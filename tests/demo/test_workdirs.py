@@ -1,0 +1,172 @@
+"""gpu_eta.demo.workdirs: a killed demo's temporary directory is removed by the next
+demo, and nothing else is (real processes and the real /proc; the whole demo killed
+with SIGKILL is tests/demo/test_main.py's)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.demo import workdirs
+
+
+def _demo_dir(parent: Path, owner: workdirs.Owner | None, name: str = "abcd_123") -> Path:
+    """A directory as a demo makes it (``make_workdir``), its owner record ``owner``."""
+    path = parent / (workdirs.PREFIX + name)
+    (path / "prometheus").mkdir(parents=True)
+    if owner is not None:
+        (path / workdirs.OWNER_FILE).write_text(workdirs.owner_text(owner))
+    return path
+
+
+def _me() -> workdirs.Owner:
+    me = workdirs.this_process()
+    assert me is not None and me.pid == os.getpid() and me.boot_id
+    return me
+
+
+def _dead() -> workdirs.Owner:
+    """A process that ran and was reaped: its pid, start time and boot."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        stat = workdirs.parse_stat(Path(f"/proc/{proc.pid}/stat").read_text())
+        assert stat is not None
+    finally:
+        proc.kill()
+        proc.wait()
+    return workdirs.Owner(proc.pid, stat[1], workdirs.boot_id())
+
+
+def test_a_dead_demos_dir_is_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
+    dead = _demo_dir(tmp_path, _dead(), "dead0000")
+    live = _demo_dir(tmp_path, _me(), "live0000")
+    assert workdirs.remove_stale(tmp_path) == [dead]
+    assert not dead.exists() and (live / "prometheus").is_dir()
+
+
+def test_a_reused_pid_or_another_boot_is_not_the_demo(tmp_path: Path) -> None:
+    """The kernel gives a dead demo's pid to new processes; after a reboot a pid says
+    nothing at all. The start time and the boot id tell them apart."""
+    me = _me()
+    reused = _demo_dir(
+        tmp_path, dataclasses.replace(me, start_ticks=me.start_ticks - 1), "reused00"
+    )
+    rebooted = _demo_dir(tmp_path, dataclasses.replace(me, boot_id="another-boot"), "reboot00")
+    assert workdirs.remove_stale(tmp_path) == [rebooted, reused]
+    assert not reused.exists() and not rebooted.exists()
+
+
+def test_a_zombie_demo_is_gone(tmp_path: Path) -> None:
+    """A demo killed but not yet reaped by its parent will never use its directory."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+    try:
+        stat = Path(f"/proc/{proc.pid}/stat")
+        ticks = workdirs.parse_stat(stat.read_text())[1]  # type: ignore[index]
+        owner = workdirs.Owner(proc.pid, ticks, workdirs.boot_id())
+        path = _demo_dir(tmp_path, owner)
+        assert workdirs.remove_stale(tmp_path) == [] and path.is_dir()  # running
+        deadline = time.monotonic() + 30
+        while workdirs.parse_stat(stat.read_text())[0] != "Z":  # type: ignore[index]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert workdirs.remove_stale(tmp_path) == [path]
+    finally:
+        proc.wait()
+
+
+def test_a_dir_a_process_still_names_is_kept(tmp_path: Path) -> None:
+    """The demo is gone but a child of it is not yet (Prometheus ending on its
+    SIGTERM, its ``--storage.tsdb.path`` in the directory): removed once it is gone."""
+    path = _demo_dir(tmp_path, _dead())
+    script = "import sys, time; time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", script, f"--data={path}/prometheus"])
+    try:
+        deadline = time.monotonic() + 30  # until it has exec'd: a fork has pytest's cmdline
+        while b"--data=" not in Path(f"/proc/{child.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert workdirs.remove_stale(tmp_path) == [] and path.is_dir()
+    finally:
+        child.kill()
+        child.wait()
+    assert workdirs.remove_stale(tmp_path) == [path]
+
+
+def test_what_the_demo_did_not_make_is_never_removed(tmp_path: Path) -> None:
+    """Without its owner record, or not a directory of this user's, or not the demo's
+    name, or a symbolic link: left alone, whatever its owner record says."""
+    dead = _dead()
+    kept = [
+        _demo_dir(tmp_path, None, "norecord"),
+        _demo_dir(tmp_path / "elsewhere", dead, "target00"),
+        _demo_dir(tmp_path, dead, "too_long_name"),
+        _demo_dir(tmp_path, dead, "SHOUTING"),
+    ]
+    (tmp_path / (workdirs.PREFIX + "cutshort") / "prometheus").mkdir(parents=True)
+    (tmp_path / (workdirs.PREFIX + "cutshort") / workdirs.OWNER_FILE).write_text('{"pid": 1')
+    kept.append(tmp_path / (workdirs.PREFIX + "cutshort"))
+    link = tmp_path / (workdirs.PREFIX + "symlink0")
+    link.symlink_to(kept[1])
+    kept.append(link)
+    a_file = tmp_path / (workdirs.PREFIX + "afile000")
+    a_file.write_text(workdirs.owner_text(dead))
+    kept.append(a_file)
+    if os.getuid() == 0:  # root can give one away: another user's
+        theirs = _demo_dir(tmp_path, dead, "theirs00")
+        os.chown(theirs, 12345, 12345)
+        kept.append(theirs)
+    assert workdirs.remove_stale(tmp_path) == []
+    assert all(os.path.lexists(p) for p in kept)
+    assert (kept[1] / "prometheus").is_dir()
+
+
+def test_nothing_is_removed_where_proc_cannot_tell(tmp_path: Path) -> None:
+    """Without /proc every process would read as gone: every demo's directory, a
+    running one's too, would go."""
+    path = _demo_dir(tmp_path, _dead())
+    assert workdirs.remove_stale(tmp_path, proc=tmp_path / "no-proc") == [] and path.is_dir()
+
+
+def test_make_workdir_writes_this_process_as_its_owner(tmp_path: Path) -> None:
+    made = workdirs.make_workdir(tmp_path)
+    try:
+        path = Path(made.name)
+        assert path.parent == tmp_path and path.name.startswith(workdirs.PREFIX)
+        owner = workdirs.parse_owner((path / workdirs.OWNER_FILE).read_text())
+        assert owner == _me() and workdirs.owner_alive(owner)
+        assert [p.name for p in path.iterdir()] == [workdirs.OWNER_FILE]
+        assert workdirs.remove_stale(tmp_path) == [] and path.is_dir()
+    finally:
+        made.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("123 (python3) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 4242 99", ("S", 4242)),
+        ("7 (a) b) (c d) Z 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 77 9", ("Z", 77)),
+        ("123 (python3) S 1 2", None),
+        ("no parenthesis at all", None),
+        ("", None),
+    ],
+)
+def test_parse_stat(text: str, expected: tuple[str, int] | None) -> None:
+    """The command name may hold spaces and parentheses: fields count after its last ``)``."""
+    assert workdirs.parse_stat(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "{", "[]", '{"pid": "1", "start_ticks": 2, "boot_id": "b"}', '{"pid": 0, "start_ticks": 2, "boot_id": "b"}',
+     '{"pid": true, "start_ticks": 2, "boot_id": "b"}', '{"pid": 1, "boot_id": "b"}'],
+)  # fmt: skip
+def test_parse_owner_refuses_anything_else(text: str) -> None:
+    assert workdirs.parse_owner(text) is None
+    owner = workdirs.Owner(12, 34, "b")
+    assert workdirs.parse_owner(workdirs.owner_text(owner)) == owner
