@@ -442,7 +442,22 @@ def test_the_next_demo_removes_the_temp_dir_of_a_killed_one(monkeypatch, tmp_pat
     import subprocess
     import sys
 
-    from tests.integration.test_demo import SMALL, _alive, _children, _run_and_watch
+    from gpu_eta.demo.workdirs import parse_stat
+    from tests.integration.test_demo import SMALL, _children, _run_and_watch
+
+    def _started_at(pid: int) -> int | None:
+        """When ``pid`` started, while it runs (not a zombie); None once it is gone."""
+        try:
+            state, start = parse_stat(Path(f"/proc/{pid}/stat").read_text()) or ("X", 0)
+        except OSError:
+            return None
+        return None if state in ("Z", "X") else start
+
+    def _cmdline(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            return f"{pid}: gone"
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -455,14 +470,16 @@ def test_the_next_demo_removes_the_temp_dir_of_a_killed_one(monkeypatch, tmp_pat
     try:
         assert "gpu-eta demo running" in reader.text, reader.text[-3000:]
         children |= _children(killed.pid)
+        # by start time too: a short-lived child's pid (promtool's) may be reused meanwhile
+        started = {p: _started_at(p) for p in children if _started_at(p) is not None}
         left = [p for p in tmp.iterdir() if p != not_ours]
         assert len(left) == 1 and (left[0] / "prometheus").is_dir(), left
     finally:
         os.killpg(killed.pid, signal.SIGKILL)  # the demo alone: its children are not in its group
     killed.wait(timeout=30)
     deadline = time.monotonic() + 60  # its children stop on their SIGTERM (PR_SET_PDEATHSIG)
-    while any(_alive(p) for p in children):
-        assert time.monotonic() < deadline, "the killed demo's children did not stop"
+    while left_running := [p for p, start in started.items() if _started_at(p) == start]:
+        assert time.monotonic() < deadline, [_cmdline(p) for p in left_running]
         time.sleep(0.2)
     assert left[0].is_dir()  # left behind by the kill
     argv = [sys.executable, "-m", "gpu_eta.demo", *SMALL, "--quiet", "--seconds", "1"]
