@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_eta.common.durations import duration_seconds
+from gpu_eta.demo.live import CompactLiveTop
 from gpu_eta.demo.stack import Stack, StackConfig, StackError
 from gpu_eta.launch.prometheus import PrometheusNotInstalled, ui_url
 from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig, ClusterConfigError
-from gpu_eta.top.live import LiveTop, Signals, Terminated, gone_quietly
+from gpu_eta.top.live import Signals, Terminated, gone_quietly
 
 if TYPE_CHECKING:  # imported where used: rich is the top extra
     from rich.console import Console
@@ -228,8 +229,15 @@ def tsdb_lines(tsdb: str, url: str, alertmanager_url: str | None) -> str:
     return lines
 
 
+def top_command(url: str) -> str:
+    """The command that runs ``top`` on the demo's Prometheus at ``url`` (the banner's,
+    and the live view's pointer to every row and column)."""
+    return f"python3 -m gpu_eta.top --prometheus.url {url}"
+
+
 class _LiveTop:
-    """``top`` refreshing in place under the demo's banner (``top.live.LiveTop``, as
+    """``top``'s view refreshing in place under the demo's banner, laid out to fit a
+    newcomer's 80×24 terminal (``demo.live.CompactLiveTop``: ``top.live.LiveTop``, as
     ``top`` itself: signals held while it draws, a closed terminal ends it quietly),
     on a terminal only, every ``refresh_seconds`` from the demo's wait loop
     (``maybe_refresh``). A placeholder until the first refresh: the stack has just
@@ -248,7 +256,7 @@ class _LiveTop:
         self.enabled = enabled
         self.signals = signals
         self.console = console
-        self._live: LiveTop | None = None
+        self._live: CompactLiveTop | None = None
         self._client: PromClient | None = None
         self._next = time.monotonic() + min(refresh_seconds, 10.0)
 
@@ -260,7 +268,12 @@ class _LiveTop:
             from gpu_eta.top.main import RefreshingView
 
             self._client = PromClient(self.url, timeout_seconds=10.0)
-            self._live = LiveTop(RefreshingView(self._client), self.signals, console=self.console)
+            self._live = CompactLiveTop(
+                RefreshingView(self._client),
+                self.signals,
+                top_command(self.url),
+                console=self.console,
+            )
             try:  # a signal held while it drew is raised as it ends: no __exit__ then
                 self._live.start(Text("waiting for the first forecasts…"))
             except BaseException:
@@ -397,7 +410,7 @@ def _run(args: argparse.Namespace, config: StackConfig, signals: Signals) -> int
                 )
                 + f"  forecaster:     {stack.forecaster_url}/metrics\n"
                 + "".join(f"  exporter {n.name}: http://{n.target}/metrics\n" for n in stack.nodes)
-                + f"  top:            python3 -m gpu_eta.top --prometheus.url {stack.prometheus_url}\n"
+                + f"  top:            {top_command(stack.prometheus_url)}\n"
                 + ("  Ctrl-C stops everything.\n" if args.seconds is None else ""),
                 flush=True,
             )

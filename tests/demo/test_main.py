@@ -237,6 +237,47 @@ def test_a_signal_while_the_live_view_draws_stops_the_demo_with_the_cursor_shown
     assert code == 0 and b"Traceback" not in out and b"stopping" in out, out[-600:]
 
 
+def last_frame(out: bytes) -> list[str]:
+    """The lines of the live view's last frame in a terminal's output: after the last
+    erase of the lines it redraws (rich's Live: up a line, erase it), up to the cursor
+    shown again, without styles."""
+    start = out.rfind(b"\x1b[1A\x1b[2K") + len(b"\x1b[1A\x1b[2K")
+    frame = out[start : out.index(b"\x1b[?25h", start)].decode()
+    return re.sub(r"\x1b\[[0-9;]*m", "", frame).rstrip("\r\n").split("\r\n")
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_live_view_fits_80x24_with_runs_and_gpus(tmp_path: Path) -> None:
+    """``./demo.sh`` in an 80×24 terminal (a newcomer's default): the live view was
+    ``top``'s four boxed tables, which left 3 or 4 training runs and no GPU row, and
+    said ``--once`` shows them, a flag of a command the user never ran. It shows
+    the runs and the GPUs, several rows each, in the terminal, and names the command
+    that shows every row."""
+    from tests.top.test_top import on_a_terminal
+
+    argv = ["-m", "gpu_eta.demo", "--history-days", "0.02", "--history-jobs", "30"]
+    argv += ["--refresh", "1", "--workdir", str(tmp_path / "work")]
+    argv += ["--prometheus-port", "0", "--forecaster-port", "0", "--alertmanager-port", "0"]
+    out, code = on_a_terminal(
+        argv,
+        b"ALERTS firing",  # the first view drawn: the warm cluster's runs and GPUs
+        then=lambda p: p.send_signal(signal.SIGTERM),
+        wait_seconds=30.0,
+        columns=80,
+    )
+    assert code == 0, out[-2000:]
+    frame = last_frame(out)
+    assert len(frame) <= 24 and all(len(line) <= 80 for line in frame), frame
+    titles = [k for k, line in enumerate(frame) if line.startswith(("Training", "GPUs"))]
+    assert len(titles) == 2, frame
+    runs = [line for line in frame[titles[0] : titles[1]] if line.startswith("ml-")]
+    gpus = [line for line in frame[titles[1] :] if line.startswith("gpu-node-")]
+    assert len(runs) >= 5 and len(gpus) >= 5, frame
+    assert frame[-1].startswith("full view: python3 -m gpu_eta.top --prometheus.url http://")
+    assert not any("--once" in line for line in frame), frame
+
+
 def test_the_printed_prometheus_pages_open(tmp_path: Path) -> None:
     """Every Prometheus URL the banner prints answers 200 on the installed Prometheus
     (the real one the launcher starts), not a 404 of a UI page this build lacks."""

@@ -1834,8 +1834,9 @@ def on_a_terminal(
     then: Callable[[subprocess.Popen], object] | None = None,
     hang_up: Path | None = None,
     wait_seconds: float = 10.0,
+    columns: int = 100,
 ) -> tuple[bytes, int | None]:
-    """Run Python with ``argv`` on a 100×24 pseudo-terminal until its output holds
+    """Run Python with ``argv`` on a ``columns``×24 pseudo-terminal until its output holds
     ``until`` (30 s at most); then ``then(process)`` and read on until it ends
     (``wait_seconds`` at most), or, without ``then``, stop it. With ``hang_up`` (a file
     for its stderr) the terminal is its controlling one and is hung up instead: its
@@ -1850,7 +1851,7 @@ def on_a_terminal(
     import termios
 
     master, slave = pty.openpty()
-    env = {**os.environ, "LINES": "24", "COLUMNS": "100", "TERM": "xterm-256color"}
+    env = {**os.environ, "LINES": "24", "COLUMNS": str(columns), "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
     stderr = slave if hang_up is None else hang_up.open("wb")
     proc = subprocess.Popen(

@@ -1,0 +1,282 @@
+"""The demo's live view: ``top``'s view laid out for the terminal a newcomer runs
+``./demo.sh`` in (80×24 by default), refreshed in place by ``top``'s own ``LiveTop``.
+
+Why not ``top``'s layout: ``top`` shows four boxed tables (training runs, idle
+holders, pending pods, GPUs), each with a title, three borders, a header and, at 80
+columns, two lines naming the columns it left out. In 24 lines that left 3 or 4
+training runs and not one GPU row, and its hint named ``--once``, a flag of a command
+the demo user never typed. What a newcomer comes for is the two things gpu-eta
+answers: when each training run ends, and when each GPU frees up. So, in 80×24:
+
+- the header: ``top``'s summary line (time, counts of runs, idle holders and GPUs by
+  state) and its alerts line, then its error and warning lines;
+- the training runs by ETA: POD, EPOCH, ETA and their flags (stalled, from past runs),
+  with NODE/GPU and P10–P90 where the width allows;
+- the GPUs, free ones first, then by when they free up (FREE AT), with their holders;
+  the idle ones are the idle holders' GPUs, marked ``idle``;
+- the two tables share the rows left (``split_rows``: each up to ``MIN_ROWS`` first,
+  then the rest evenly), one line ``… N more`` under a cut one;
+- the pending pods in one line (how many, the next one and when it starts), and the
+  command that shows every row and column (``top``, as the banner prints it) in
+  another terminal.
+
+No borders: a column is two spaces from the next, as ``top --plain`` aligns them. The
+cells are ``top``'s own (``due``, ``overdue``, the stale mark, escaped labels): its
+row helpers are imported, underscores and all, so the two views never say a run or a
+GPU differently; ``CompactLiveTop`` replaces ``LiveTop._fresh``, what it draws.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import tzinfo
+from typing import TYPE_CHECKING, Any
+
+from gpu_eta.top.live import LiveTop, Signals, Views
+from gpu_eta.top.render import (
+    GPU_HEADERS,
+    JOB_HEADERS,
+    MIN_HEIGHT,
+    MIN_WIDTH,
+    _gpu_cells,
+    _job_cells,
+    _pending_cells,
+    _table,
+    alerts_line,
+    display_width,
+    empty_text,
+    error_lines,
+    stale_line,
+    summary_line,
+    warning_line,
+)
+from gpu_eta.top.view import View
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# Each table's columns as shown, in this order (``top``'s headers; the long, open-ended
+# HELD BY last, where the right edge cuts it), and the ones left out first when the
+# table is wider than the terminal. Never left out: who, how far, when, the flags.
+TRAINING_COLUMNS = ("POD", "NODE/GPU", "EPOCH", "ETA", "P10–P90", "")
+TRAINING_LEAVE_OUT = ("NODE/GPU", "P10–P90")
+GPU_COLUMNS = ("NODE/GPU", "STATE", "FREE AT", "P10–P90", "", "HELD BY")
+GPU_LEAVE_OUT = ("P10–P90", "")
+MIN_ROWS = 3  # rows each table keeps before the other one gets more
+GPU_STYLES = {"free": "green", "idle": "yellow", "unknown": "red"}
+
+Line = tuple[str, str | None]  # a line's text (at most the width) and its rich style
+Row = tuple[list[str], str | None]  # a row's cells and its rich style
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` terminal columns (``display_width``), its end
+    replaced by ``…`` when it is wider. Pure."""
+    if display_width(text) <= width:
+        return text
+    out, used = "", 0
+    for c in text:
+        w = display_width(c)
+        if used + w > width - 1:
+            break
+        out, used = out + c, used + w
+    return out + "…"
+
+
+def project(headers: Sequence[str], rows: Sequence[Row], columns: Sequence[str]) -> list[Row]:
+    """``rows`` (cells under ``headers``) with the cells of ``columns`` only, in that
+    order. Pure."""
+    idx = [headers.index(c) for c in columns]
+    return [([cells[i] for i in idx], style) for cells, style in rows]
+
+
+def table_width(columns: Sequence[str], rows: Sequence[Row]) -> int:
+    """Terminal columns an aligned table (``top``'s ``_table``: two spaces apart) of
+    ``columns`` and ``rows`` takes. Pure."""
+    widths = [
+        max(display_width(x) for x in (h, *(r[i] for r, _ in rows))) for i, h in enumerate(columns)
+    ]
+    return sum(widths) + 2 * (len(widths) - 1)
+
+
+def columns_shown(
+    columns: Sequence[str], rows: Sequence[Row], leave_out: Sequence[str], width: int
+) -> list[str]:
+    """The ``columns`` whose aligned table fits ``width``: all, or all but the first of
+    ``leave_out`` until the rest fits (what is still too wide is cut at the right
+    edge). A column with neither a header nor a cell is left out (the flags, the notes,
+    when no row has one). Pure."""
+    shown = [c for i, c in enumerate(columns) if c or any(cells[i] for cells, _ in rows)]
+    for name in leave_out:
+        if table_width(shown, project(columns, rows, shown)) <= width:
+            break
+        if name in shown:
+            shown.remove(name)
+    return shown
+
+
+def split_rows(wanted: Sequence[int], room: int, floor: int = MIN_ROWS) -> list[int]:
+    """How many of its ``wanted`` rows each table shows in ``room`` lines, a table shown
+    cut taking one more for its ``… N more``: one row at a time to each in turn (the
+    first table first), up to ``floor`` each, then the rest the same way, so tables
+    that want more than there is share it evenly. Pure."""
+    shown = [0] * len(wanted)
+
+    def lines() -> int:
+        return sum(n + (n < w) for n, w in zip(shown, wanted, strict=True))
+
+    for ceiling in (floor, max(wanted, default=0)):
+        grew = True
+        while grew:
+            grew = False
+            for i, want in enumerate(wanted):
+                if shown[i] < min(want, ceiling):
+                    shown[i] += 1
+                    if lines() > room:
+                        shown[i] -= 1
+                    else:
+                        grew = True
+    return shown
+
+
+def section(
+    title: str, columns: Sequence[str], rows: Sequence[Row], n: int, noun: str, width: int
+) -> list[Line]:
+    """A table's lines: its title, its header and its first ``n`` rows, aligned over
+    every row (cutting rows never moves a column), each cut at ``width``; ``… N more``
+    under a table shown cut. Pure."""
+    aligned = _table(columns, [cells for cells, _ in rows])
+    out: list[Line] = [
+        (cut(f"{title} ({len(rows)})", width), "bold"),
+        (cut(aligned[0], width), "dim"),
+    ]
+    out += [
+        (cut(line, width), style)
+        for line, (_, style) in zip(aligned[1 : n + 1], rows[:n], strict=True)
+    ]
+    if n < len(rows):
+        more = len(rows) - n
+        out.append((cut(f"… {more} more {noun}{'' if more == 1 else 's'}", width), "dim"))
+    return out
+
+
+def pending_line(view: View, tz: tzinfo | None = None) -> str:
+    """``Pending: 3 pods; next: ml-dave/mnist-mlp-glv9t (2 GPUs), start 11:31:34`` (the
+    view's pending pods are sorted by predicted start), or ``top``'s empty text. Pure."""
+    if not view.pending:
+        return f"Pending: {empty_text(view, 'Pending')}"
+    first = view.pending[0]
+    pod, gpus, _waited, start, _band, note = _pending_cells(
+        first, view.timestamp, tz, first.forecast_stale
+    )
+    if start in ("-", "starting", "now"):  # its note says it: bound, fits now, or why none
+        when = note or "no start predicted yet"
+    else:
+        when = f"start {start}"
+    n = len(view.pending)
+    wants = f"{gpus} GPU{'' if gpus == '1' else 's'}"
+    return f"Pending: {n} pod{'' if n == 1 else 's'}; next: {pod} ({wants}), {when}"
+
+
+def compact_lines(
+    view: View, width: int, height: int, top_command: str, tz: tzinfo | None = None
+) -> list[Line]:
+    """``view`` in ``width`` × ``height`` (the module docstring says what and why): each
+    line at most ``width`` columns, at most ``height`` lines. Pure."""
+    if width < MIN_WIDTH or height < MIN_HEIGHT:
+        return [(cut(f"{width}×{height}: too small for the live view", width), None)]
+    now = view.timestamp
+    head: list[Line] = [(line, "bold") for line in textwrap.wrap(summary_line(view, tz), width)]
+    head.append((cut(alerts_line(view), width), "red" if view.alerts else None))
+    head += [(cut(line, width), "red") for line in error_lines(view)]
+    head += [(cut(w, width), "yellow") for w in (warning_line(view), stale_line(view)) if w]
+    jobs = project(
+        JOB_HEADERS,
+        [
+            (_job_cells(j, now, tz, j.forecast_stale), "yellow" if (j.stalled or j.idle) else None)
+            for j in view.jobs
+        ],
+        TRAINING_COLUMNS,
+    )
+    by_free = sorted(
+        view.gpus,
+        key=lambda g: (g.state != "free", g.free_at.p50 is None, g.free_at.p50 or 0.0),
+    )  # stable: in node order within each
+    gpus = project(
+        GPU_HEADERS,
+        [(_gpu_cells(g, now, tz, g.forecast_stale), GPU_STYLES.get(g.state)) for g in by_free],
+        GPU_COLUMNS,
+    )
+    tail: list[Line] = [
+        (cut(pending_line(view, tz), width), None),
+        (cut(f"full view: {top_command}", width), "dim"),
+    ]
+    tables = [
+        (
+            "Training, soonest end first",
+            "Training",
+            jobs,
+            TRAINING_COLUMNS,
+            TRAINING_LEAVE_OUT,
+            "run",
+        ),
+        ("GPUs, free first, then by FREE AT", "GPUs", gpus, GPU_COLUMNS, GPU_LEAVE_OUT, "GPU"),
+    ]
+    # a table's title and header, or its one line when it has no row
+    frames = sum(2 if rows else 1 for _, _, rows, _, _, _ in tables)
+    room = height - len(head) - len(tail) - frames
+    shown = split_rows([len(rows) for _, _, rows, _, _, _ in tables], max(0, room))
+    lines = head
+    for (title, name, rows, columns, leave_out, noun), n in zip(tables, shown, strict=True):
+        if not rows:
+            lines.append((cut(f"{name}: {empty_text(view, name)}", width), "dim"))
+            continue
+        kept = columns_shown(columns, rows, leave_out, width)
+        lines += section(title, kept, project(columns, rows, kept), n, noun, width)
+    lines += tail
+    if len(lines) > height:  # a header of many error lines: cut at the bottom, said
+        kept_lines = height - 1
+        lines = [
+            *lines[:kept_lines],
+            (cut(f"… {len(lines) - kept_lines} more lines", width), "dim"),
+        ]
+    return lines
+
+
+@dataclass(frozen=True)
+class CompactView:
+    """``compact_lines`` of ``view`` for the size rich gives when it draws (so a resized
+    terminal gets a view of its new size)."""
+
+    view: View
+    top_command: str
+    tz: tzinfo | None = None
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        for text, style in compact_lines(
+            self.view, options.max_width, options.max_height, self.top_command, self.tz
+        ):
+            yield Text(text, style=style or "", no_wrap=True, overflow="ellipsis")
+
+
+class CompactLiveTop(LiveTop):
+    """``top``'s ``LiveTop`` (signals held while it draws, a closed terminal ending it
+    quietly) drawing ``CompactView`` instead of ``top``'s tables."""
+
+    def __init__(
+        self,
+        views: Views,
+        signals: Signals,
+        top_command: str,
+        tz: tzinfo | None = None,
+        console: Console | None = None,
+    ) -> None:
+        super().__init__(views, signals, tz, console)
+        self.top_command = top_command
+
+    def _fresh(self) -> CompactView:
+        return CompactView(self.views.view(), self.top_command, self.tz)

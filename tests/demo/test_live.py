@@ -1,0 +1,180 @@
+"""gpu_eta.demo.live: the demo's live view fits a newcomer's 80×24 terminal with the
+training runs and the GPUs in it (a live demo on a pseudo-terminal:
+tests/demo/test_main.py)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from gpu_eta.demo import live
+from gpu_eta.top.render import display_width
+from gpu_eta.top.view import Band, GpuRow, HolderRow, JobRow, PendingRow, View
+
+NOW = 1_800_000_000.0
+URL = "http://127.0.0.1:9090"
+TOP = f"python3 -m gpu_eta.top --prometheus.url {URL}"
+
+
+def _job(k: int, **kw: object) -> JobRow:
+    fields: dict = dict(
+        namespace="ml-erin",
+        pod=f"resnet50-finetune-{k:05d}",
+        container="train",
+        run_id=f"r{k}",
+        node=f"gpu-node-{k % 3}",
+        gpus=(str(k % 8),),
+        epoch=3.0,
+        epochs=10.0,
+        utilization_ratio=0.9,
+        memory_used_bytes=1e9,
+        memory_total_bytes=1.1e10,
+        start_timestamp=NOW - 600,
+        elapsed_seconds=600.0,
+        last_report_timestamp=NOW - 5,
+        eta=Band(NOW + 60 * k, NOW + 60 * k + 30, NOW + 60 * k + 90),
+        method="blend",
+        stalled=False,
+        idle=False,
+    )
+    fields.update(kw)
+    return JobRow(**fields)
+
+
+def _gpu(k: int, state: str, free_in: float | None) -> GpuRow:
+    band = (
+        Band() if free_in is None else Band(NOW + free_in - 10, NOW + free_in, NOW + free_in + 20)
+    )
+    holders = () if state == "free" else (f"ml-bob/cifar10-cnn-{k:05d}",)
+    return GpuRow(f"gpu-node-{k // 6}", str(k % 6), f"GPU-{k}", "NVIDIA GeForce RTX 2080 Ti",
+                  holders, state, band)  # fmt: skip
+
+
+def demo_sized_view(**kw: object) -> View:
+    """About the default demo's cluster at its start: 16 runs, 6 idle holders, 3
+    pending pods, 17 GPUs (2 free, the others held, some idle)."""
+    jobs = tuple(_job(k) for k in range(16))
+    states = ["busy"] * 9 + ["idle"] * 6 + ["free"] * 2
+    gpus = tuple(_gpu(k, s, None if s != "busy" else 900 - 50 * k) for k, s in enumerate(states))
+    idle = tuple(
+        HolderRow("jupyterhub", f"jupyter-{k}", "notebook", "gpu-node-1", str(k), 0.0, 1e9, 600.0, False)
+        for k in range(6)
+    )  # fmt: skip
+    pending = tuple(
+        PendingRow("ml-dave", f"mnist-mlp-{k}", "nvidia_com_gpu", "2", "predicted", NOW - 200,
+                   Band(NOW + 30 * k + 10, NOW + 30 * k + 20, NOW + 30 * k + 40))
+        for k in (2, 1, 3)
+    )  # fmt: skip
+    fields: dict = dict(timestamp=NOW, prometheus_url=URL, jobs=jobs, idle=idle, gpus=gpus,
+                        pending=tuple(sorted(pending, key=lambda p: p.start.p50)))  # fmt: skip
+    fields.update(kw)
+    return View(**fields)
+
+
+def _texts(lines: list[live.Line]) -> list[str]:
+    return [text for text, _ in lines]
+
+
+def _rows_under(texts: list[str], title: str) -> list[str]:
+    """The rows of the section whose title starts with ``title``: the lines after its
+    header, up to the next line that is no row."""
+    start = next(i for i, t in enumerate(texts) if t.startswith(title))
+    rows = []
+    for t in texts[start + 2 :]:
+        if t.startswith(("… ", "GPUs", "Pending", "full view")):
+            break
+        rows.append(t)
+    return rows
+
+
+def test_80x24_shows_training_runs_and_gpus() -> None:
+    """top's layout gave 80×24 three or four training rows and no GPU row (its GPUs one
+    line naming ``--once``): the demo's view has both tables, with rows each."""
+    texts = _texts(live.compact_lines(demo_sized_view(), 80, 24, TOP))
+    assert len(texts) <= 24 and all(display_width(t) <= 80 for t in texts), texts
+    training = _rows_under(texts, "Training")
+    gpus = _rows_under(texts, "GPUs")
+    assert (len(training), len(gpus)) == (7, 6), texts
+    assert training[0].startswith("ml-erin/resnet50-finetune-00000 "), training
+    assert "… 9 more runs" in texts and "… 11 more GPUs" in texts, texts
+    # every line used: 3 of header, 2 × 2 of titles and headers, 2 "… more", 2 under them
+    assert len(texts) == 24
+    # free GPUs first, then the soonest free
+    assert [g.split()[1] for g in gpus] == ["free"] * 2 + ["busy"] * 4, gpus
+    assert gpus[2].startswith("gpu-node-1/2 ") and gpus[3].startswith("gpu-node-1/1 "), gpus
+    assert texts[-2].startswith("Pending: 3 pods; next: ml-dave/mnist-mlp-1 (2 GPUs), start ")
+    assert texts[-1] == f"full view: {TOP}"
+    assert not any("--once" in t for t in texts)
+
+
+def test_the_columns_follow_the_width() -> None:
+    """At 80 columns the runs keep POD, EPOCH, ETA and their flags, the GPUs their
+    holders; wider, NODE/GPU and the P10–P90 bands come back."""
+    view = demo_sized_view(
+        jobs=(_job(0, stalled=True, idle=True), *(_job(k) for k in range(1, 16)))
+    )
+    narrow = _texts(live.compact_lines(view, 80, 24, TOP))
+    assert _rows_under(narrow, "Training")[0].endswith("stalled,idle")
+    header = narrow[narrow.index("Training, soonest end first (16)") + 1].split()
+    assert header == ["POD", "EPOCH", "ETA"], header
+    assert narrow[narrow.index("GPUs, free first, then by FREE AT (17)") + 1].split() == [
+        "NODE/GPU", "STATE", "FREE", "AT", "P10–P90", "HELD", "BY"]  # fmt: skip
+    wide = _texts(live.compact_lines(view, 200, 60, TOP))
+    assert wide[wide.index("Training, soonest end first (16)") + 1].split() == [
+        "POD", "NODE/GPU", "EPOCH", "ETA", "P10–P90"]  # fmt: skip
+    assert len(_rows_under(wide, "Training")) == 16 and len(_rows_under(wide, "GPUs")) == 17
+
+
+def test_errors_and_tiny_terminals_never_overflow() -> None:
+    errors = tuple(f"error number {k} " + "x" * 200 for k in range(30))
+    texts = _texts(live.compact_lines(demo_sized_view(errors=errors), 80, 24, TOP))
+    assert len(texts) == 24 and all(display_width(t) <= 80 for t in texts)
+    assert texts[-1].startswith("… ") and texts[-1].endswith(" more lines"), texts[-1]
+    assert _texts(live.compact_lines(demo_sized_view(), 19, 24, TOP)) == ["19×24: too small f…"]
+    for width, height in ((20, 5), (40, 10), (80, 12)):
+        texts = _texts(live.compact_lines(demo_sized_view(), width, height, TOP))
+        assert len(texts) <= height and all(display_width(t) <= width for t in texts), texts
+
+
+def test_an_empty_cluster_says_so() -> None:
+    texts = _texts(live.compact_lines(View(timestamp=NOW, prometheus_url=URL), 80, 24, TOP))
+    assert "Training: no training run reporting progress" in texts
+    assert "Pending: no pod waiting for GPUs" in texts
+    assert any(t.startswith("GPUs: no gpu_eta_gpu_info series") for t in texts), texts
+
+
+@pytest.mark.parametrize(
+    ("wanted", "room", "shown"),
+    [
+        ([16, 17], 11, [5, 4]),  # 5 + 1 + 4 + 1 lines
+        ([16, 17], 100, [16, 17]),
+        ([2, 17], 11, [2, 8]),  # the first fits whole: the second has the rest
+        ([16, 0], 11, [10, 0]),
+        ([16, 17], 2, [0, 0]),  # each its "… N more" alone
+        ([16, 17], 3, [1, 0]),
+        ([16, 17], 0, [0, 0]),
+    ],
+)
+def test_split_rows(wanted: list[int], room: int, shown: list[int]) -> None:
+    assert live.split_rows(wanted, room) == shown
+    assert sum(n + (n < w) for n, w in zip(shown, wanted, strict=True)) <= max(room, 2)
+    if shown != wanted:  # no line left unused when rows are left out
+        assert sum(n + (n < w) for n, w in zip(shown, wanted, strict=True)) >= room - 1
+
+
+def test_cut_counts_terminal_columns() -> None:
+    assert live.cut("abcdef", 6) == "abcdef"
+    assert live.cut("abcdefg", 6) == "abcde…"
+    assert live.cut("模型模型模型", 6) == "模型…"  # two columns each
+    assert display_width(live.cut("模型模型模型", 6)) <= 6
+
+
+def test_the_live_view_draws_in_the_terminal_size_rich_gives() -> None:
+    """``CompactView`` asks ``compact_lines`` for the console's size as rich draws."""
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=80, height=24, force_terminal=True, record=True)
+    console.print(live.CompactView(demo_sized_view(), TOP))
+    drawn = console.export_text().splitlines()
+    assert drawn == _texts(live.compact_lines(demo_sized_view(), 80, 24, TOP))
