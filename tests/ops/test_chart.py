@@ -83,7 +83,7 @@ def test_values_files_found() -> None:
         "default-values.yaml",
         "kube-prometheus-stack-values.yaml",
         "site-values.yaml",
-        "device-list-volume-mounts-values.yaml",
+        "device-list-envvar-values.yaml",
     } <= names
     assert sum(_twin(p) is not None for p in VALUES_FILES) >= 4
 
@@ -412,6 +412,29 @@ def test_a_device_list_strategy_the_chart_does_not_know_fails_the_render() -> No
     for value in ("volume-mount", "cdi-annotations"):
         with pytest.raises(k8s.RenderError, match=r"exporter\.deviceListStrategy"):
             k8s.helm_template({"exporter": {"deviceListStrategy": value}})
+
+
+def test_the_envvar_device_list_strategy_drops_the_mount_and_nothing_else() -> None:
+    """``exporter.deviceListStrategy`` defaults to ``volume-mounts``: the kustomize base's
+    /dev/null at /var/run/nvidia-container-devices/all beside ``NVIDIA_VISIBLE_DEVICES``
+    (the default-values twin compares the two). ``envvar`` leaves out that mount and its
+    volume only; the variable stays either way."""
+    path = CHART / "ci" / "device-list-envvar-values.yaml"
+    assert _values(CHART / "values.yaml")["exporter"]["deviceListStrategy"] == "volume-mounts"
+    default = pod_spec(find(k8s.helm_defaults(), "DaemonSet", "gpu-eta-exporter"))
+    envvar = pod_spec(find(k8s.helm_values_file(path), "DaemonSet", "gpu-eta-exporter"))
+    (mount,) = [
+        m
+        for m in default["containers"][0]["volumeMounts"]
+        if m["mountPath"] == "/var/run/nvidia-container-devices/all"
+    ]
+    (volume,) = [v for v in default["volumes"] if v["name"] == mount["name"]]
+    assert volume["hostPath"]["path"] == "/dev/null"
+    default["containers"][0]["volumeMounts"].remove(mount)
+    default["volumes"].remove(volume)
+    assert envvar == default
+    env = {e["name"]: e.get("value") for e in envvar["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
 
 
 def test_docker_containers_elsewhere_is_mounted_and_passed_to_the_exporter() -> None:

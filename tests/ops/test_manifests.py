@@ -31,7 +31,6 @@ COMPONENTS = {
     "selinux": "components/selinux",
     "cri-dockerd": "components/cri-dockerd",
     "openshift": "components/openshift",
-    "device-list-volume-mounts": "components/device-list-volume-mounts",
     "system-node-critical": "components/system-node-critical",
 }
 _COMBOS: dict[str, list[dict]] = {}
@@ -85,7 +84,6 @@ def test_kustomizations_found() -> None:
         "manifests/components/selinux",
         "manifests/components/cri-dockerd",
         "manifests/components/openshift",
-        "manifests/components/device-list-volume-mounts",
         "manifests/components/system-node-critical",
         "grafana",
         "rules",
@@ -412,26 +410,25 @@ def _devices_from_mounts(spec: dict, container: dict) -> list[str]:
     return devices
 
 
-def test_device_list_volume_mounts_component_asks_for_every_gpu(tmp_path: Path) -> None:
-    """A toolkit that ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers
-    (accept-nvidia-visible-devices-envvar-when-unprivileged = false, with the device
-    plugin's DEVICE_LIST_STRATEGY=volume-mounts) reads the devices from mounts instead:
-    the opt-in component mounts the host's /dev/null read-only at the path that names
-    every GPU ("all"); the variable stays for a toolkit that reads it, and nothing else
-    in the pod changes. Without it no device is asked for by mount."""
-    default_spec, default = _exporter(_combo(tmp_path, ()))
-    spec, container = _exporter(_combo(tmp_path, ("device-list-volume-mounts",)))
-    assert _devices_from_mounts(spec, container) == ["all"]
-    assert _devices_from_mounts(default_spec, default) == []
-    (mount,) = [m for m in container["volumeMounts"] if m not in default["volumeMounts"]]
-    assert mount["readOnly"] is True
-    (volume,) = [v for v in spec["volumes"] if v not in default_spec["volumes"]]
-    assert volume["hostPath"] == {"path": "/dev/null", "type": "CharDevice"}
-    assert container["env"] == default["env"]
-    changed = json.loads(json.dumps(spec))
-    changed["volumes"] = default_spec["volumes"]
-    changed["containers"][0]["volumeMounts"] = default["volumeMounts"]
-    assert changed == default_spec
+def test_exporter_asks_for_every_gpu_by_variable_and_by_mount() -> None:
+    """Every overlay asks the NVIDIA Container Toolkit for every GPU both ways it takes
+    a device list: ``NVIDIA_VISIBLE_DEVICES=all``, and the host's /dev/null mounted
+    read-only at .../all, which a toolkit hardened as NVIDIA recommends
+    (accept-nvidia-visible-devices-envvar-when-unprivileged = false,
+    accept-nvidia-visible-devices-as-volume-mounts = true) reads instead of the
+    variable. A toolkit with the mount setting off (its default) never looks at the
+    mount and reads the variable (docs/deploy.md, section 5)."""
+    for name in OVERLAYS:
+        spec, container = _exporter(build_overlay(name))
+        assert _devices_from_mounts(spec, container) == ["all"], name
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "all", name
+        (mount,) = [
+            m for m in container["volumeMounts"] if m["mountPath"].startswith(DEVICE_LIST_ROOT)
+        ]
+        assert mount["readOnly"] is True, name
+        (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+        assert volume["hostPath"] == {"path": "/dev/null", "type": "CharDevice"}, name
 
 
 def test_selinux_component_runs_the_exporter_as_spc_t(tmp_path: Path) -> None:
