@@ -1027,6 +1027,28 @@ def test_documented_storage_class_patch(tmp_path: Path) -> None:
         assert claims == [claim["metadata"]["name"]]
 
 
+@pytest.mark.parametrize("components", [(), ("cri-dockerd",)], ids=["base", "cri-dockerd"])
+def test_documented_kubelet_root_patch_moves_the_pod_resources_volume_only(
+    components: tuple[str, ...], tmp_path: Path
+) -> None:
+    """k0s, microk8s: the docs' patch of the kubelet's root directory (section 5, "Read-only
+    mounts") gives the volume named pod-resources its host path whatever volumes the
+    components add before it (cri-dockerd's comes first); every other volume, and the
+    container's side of the mount (the exporter's --kubelet.socket), stay."""
+    (patch,) = _doc_yaml_blocks("kind: DaemonSet", "pod-resources", "patches:")
+    before = _exporter(_combo(tmp_path, components))[0]
+    spec, container = _exporter(_combo(tmp_path, components, **patch))
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["pod-resources"]["hostPath"] == {
+        "path": "/var/lib/k0s/kubelet/pod-resources",
+        "type": "Directory",
+    }
+    others = {v["name"]: v for v in before["volumes"] if v["name"] != "pod-resources"}
+    assert {name: v for name, v in volumes.items() if name != "pod-resources"} == others
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["pod-resources"] == "/var/lib/kubelet/pod-resources"
+
+
 def test_documented_kube_prometheus_policy_lets_the_forecaster_in(tmp_path: Path) -> None:
     """kube-prometheus: the docs' extra NetworkPolicy in monitoring admits the
     forecaster (Deployment and CronJob pods) to Prometheus' 9090, nobody else."""
