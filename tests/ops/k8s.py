@@ -131,6 +131,16 @@ def helm_template(
     return objects
 
 
+def helm_notes(values: dict[str, Any] | None = None, *, release: str = "gpu-eta") -> str:
+    """What ``helm install`` prints after installing charts/gpu-eta with VALUES
+    (templates/NOTES.txt rendered)."""
+    import helm_python
+
+    with helm_python.Chart.load(str(CHART)) as chart:
+        files = chart.render(values or {}, name=release, namespace="gpu-eta", is_install=True)
+    return files["gpu-eta/templates/NOTES.txt"]
+
+
 @functools.cache
 def _rendered_defaults() -> list[dict]:
     return helm_template()

@@ -369,6 +369,34 @@ def test_site_values_land_where_they_should() -> None:
     assert not [o for o in objects if o["metadata"]["name"] == "gpu-eta-rules"]
 
 
+SELECTOR_CHECK = "kubectl get prometheus -A -o jsonpath='{..serviceMonitorSelector}'"
+RELEASE_SETS = (
+    "--set serviceMonitor.additionalLabels.release=<rel>",
+    "--set prometheusRule.additionalLabels.release=<rel>",
+)
+
+
+def test_install_notes_name_the_release_label_and_how_to_check_it() -> None:
+    """kube-prometheus-stack installed under another release name (``prometheus``,
+    ``kps``) selects ServiceMonitors and PrometheusRules labelled with that name and
+    silently ignores ours: no targets, no rules, no alert. With serviceMonitor on,
+    ``helm install`` prints the label the objects carry, the command that shows what
+    Prometheus selects and the values that change it, as docs/deploy.md's Helm section
+    does; without it (a plain Prometheus) and on OpenShift (any label) it prints none."""
+    notes = k8s.helm_notes(
+        {"serviceMonitor": {"enabled": True, "additionalLabels": {"release": "kps"}}}
+    )
+    assert SELECTOR_CHECK in notes
+    assert all(line in notes for line in RELEASE_SETS), notes
+    assert "release=kps" in notes
+    for values in ({}, {"serviceMonitor": {"enabled": True}, "openshift": {"enabled": True}}):
+        assert SELECTOR_CHECK not in k8s.helm_notes(values)
+    doc = (k8s.ROOT / "docs" / "deploy.md").read_text()
+    helm = doc[doc.index("## 2c. Helm only") : doc.index("## 2d.")]
+    assert SELECTOR_CHECK in helm
+    assert all(line in helm for line in RELEASE_SETS)
+
+
 def test_gpu_node_labels_are_ored_and_a_site_label_joins_them() -> None:
     """``exporter.gpuNodeLabels``: a label of the site's own added (Helm merges the map)
     is one more way a node counts as a GPU node, the defaults still count; with

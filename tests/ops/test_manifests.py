@@ -726,6 +726,23 @@ def test_metrics_ports_admit_the_scraper_and_no_tenant(tmp_path: Path) -> None:
     assert seen == {"gpu-eta-exporter", "gpu-eta-forecaster", "gpu-eta-pushgateway"}
 
 
+@pytest.mark.parametrize("section", ["## 2a.", "## 2c."])
+def test_install_sections_start_with_the_preflight_checks(section: str) -> None:
+    """What fails silently on a first install at a kubeadm or RKE2 site is checked before
+    it, in the first command block of the kustomize and the Helm install sections: no
+    default StorageClass (the history's claim stays Pending), SELinux enforcing (the
+    exporter needs spc_t), and the release label kube-prometheus-stack selects."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    body = text[text.index(section) :]
+    body = body[: body.index("\n## ", 1)]
+    first = re.search(r"```sh\n(.*?)```", body, flags=re.S)
+    assert first, section
+    commands = [line.split("#")[0].strip() for line in first.group(1).splitlines()]
+    assert "kubectl get storageclass" in commands
+    assert "getenforce" in commands
+    assert "kubectl get prometheus -A -o jsonpath='{..serviceMonitorSelector}'" in commands
+
+
 def _settings_snippet() -> str:
     text = (ROOT / "docs" / "deploy.md").read_text()
     blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
