@@ -115,7 +115,8 @@ def undo(objects: list[dict], default: list[dict]) -> list[dict]:
     without them) shows what they were: the four RBAC objects gone, the exporter's
     RuntimeClass back and its SELinux type off, the fixed ids back, the platform
     Prometheus' peer and the namespace label gone, the forecaster's thanos-querier
-    URL back and its token and CA flags, mount and volume gone."""
+    URL back (with the chart's checksum of it on the Deployment) and its token and CA
+    flags, mount and volume gone."""
     out = []
     for obj in copy.deepcopy(objects):
         key = (obj["kind"], obj["metadata"]["name"])
@@ -133,6 +134,12 @@ def undo(objects: list[dict], default: list[dict]) -> list[dict]:
                 if name in was["securityContext"]:
                     spec["securityContext"][name] = was["securityContext"][name]
         if key in {("Deployment", "gpu-eta-forecaster"), ("CronJob", "gpu-eta-forecaster")}:
+            if key[0] == "Deployment":
+                # the chart's checksum of gpu-eta-settings follows the URL
+                was_annotations = before["spec"]["template"]["metadata"].get("annotations", {})
+                if "checksum/settings" in was_annotations:
+                    annotations = obj["spec"]["template"]["metadata"]["annotations"]
+                    annotations["checksum/settings"] = was_annotations["checksum/settings"]
             (container,) = spec["containers"]
             container["args"] = [a for a in container["args"] if a not in AUTH_ARGS]
             container["volumeMounts"].remove(AUTH_MOUNT)

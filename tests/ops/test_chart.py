@@ -26,6 +26,9 @@ VALUES_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
 HELM_ONLY_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by"}
 # what `helm uninstall` does with an object; kustomize has no uninstall to tell
 HELM_ONLY_ANNOTATIONS = {"helm.sh/resource-policy"}
+# on the forecaster Deployment's pod template: a changed gpu-eta-settings rolls the pod
+# on `helm upgrade`; kustomize keeps the ConfigMap's name and hashes nothing
+HELM_ONLY_POD_ANNOTATIONS = {"checksum/settings"}
 
 
 def _values(path: Path) -> dict:
@@ -52,8 +55,20 @@ def _strip_helm(objects: list[dict]) -> list[dict]:
             annotations.pop(key)
             if not annotations:
                 del obj["metadata"]["annotations"]
+        if obj["kind"] == "Deployment":
+            _drop_helm_pod_annotations(obj["spec"]["template"]["metadata"])
         out.append(obj)
     return out
+
+
+def _drop_helm_pod_annotations(metadata: dict) -> dict:
+    """METADATA (a pod template's) without HELM_ONLY_POD_ANNOTATIONS, in place."""
+    annotations = metadata.get("annotations", {})
+    for key in HELM_ONLY_POD_ANNOTATIONS & set(annotations):
+        annotations.pop(key)
+        if not annotations:
+            del metadata["annotations"]
+    return metadata
 
 
 def _key(obj: dict) -> tuple[str, str]:
@@ -496,9 +511,12 @@ SCHEDULING = {
 
 
 def _pod_metadata(obj: dict) -> dict:
+    """A workload's pod template metadata, Helm's own pod annotations left out."""
     if obj["kind"] == "CronJob":
-        return obj["spec"]["jobTemplate"]["spec"]["template"]["metadata"]
-    return obj["spec"]["template"]["metadata"]
+        metadata = obj["spec"]["jobTemplate"]["spec"]["template"]["metadata"]
+    else:
+        metadata = obj["spec"]["template"]["metadata"]
+    return _drop_helm_pod_annotations(copy.deepcopy(metadata))
 
 
 @pytest.mark.parametrize("mode", ["deployment", "cronjob"])
@@ -598,6 +616,39 @@ def test_documented_helm_install_renders_the_site() -> None:
     }
     kinds = {o["kind"] for o in objects}
     assert {"ServiceMonitor", "PrometheusRule"} <= kinds
+
+
+def _settings_checksum(values: dict) -> str:
+    deployment = find(k8s.helm_template(values), "Deployment", "gpu-eta-forecaster")
+    return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/settings"]
+
+
+def test_a_changed_prometheus_url_rolls_the_forecaster() -> None:
+    """The forecaster reads gpu-eta-settings (PROMETHEUS_URL) only at start: the
+    Deployment's pod template carries the sha256 of the rendered ConfigMap's template
+    (``checksum/settings``, Helm's idiom), so ``helm upgrade`` with another URL changes
+    the template and restarts the pod; the same values give the same checksum."""
+    import hashlib
+
+    import helm_python
+
+    first = _settings_checksum({"forecaster": {"prometheusUrl": "http://a.example:9090"}})
+    again = _settings_checksum({"forecaster": {"prometheusUrl": "http://a.example:9090"}})
+    other = _settings_checksum({"forecaster": {"prometheusUrl": "http://b.example:9090"}})
+    assert first == again != other
+    assert re.fullmatch(r"[0-9a-f]{64}", first)
+    with helm_python.Chart.load(str(CHART)) as chart:
+        values = {"forecaster": {"prometheusUrl": "http://a.example:9090"}}
+        files = chart.render(values, name="gpu-eta", namespace="gpu-eta", is_install=True)
+    (text,) = [
+        t for t in files.values() if "name: gpu-eta-settings\n" in t and "kind: ConfigMap" in t
+    ]
+    assert first == hashlib.sha256(text.encode()).hexdigest()
+    # the CronJob reads the ConfigMap on every run: nothing to roll there
+    cron = find(
+        k8s.helm_template({"forecaster": {"mode": "cronjob"}}), "CronJob", "gpu-eta-forecaster"
+    )
+    assert "annotations" not in cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"]
 
 
 def test_kube_max_pods_reaches_the_exporter() -> None:
