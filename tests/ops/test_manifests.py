@@ -968,7 +968,7 @@ def test_documented_image_overlay_replaces_every_image(tmp_path: Path) -> None:
     their images makes every container pull from their registry, the CronJob
     variant's Pushgateway included."""
     text = (ROOT / "docs" / "deploy.md").read_text()
-    assert "docker push" in text
+    assert "--push" in text
     blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
     snippets = [b for b in blocks if "kind: Kustomization" in b and "newName:" in b]
     assert snippets, "docs/deploy.md: no overlay snippet with images: newName"

@@ -259,6 +259,27 @@ def test_pull_requests_build_and_tags_publish() -> None:
     assert names.index("docker/login-action") < names.index("docker/build-push-action")
 
 
+@pytest.mark.parametrize("doc", ["README.md", "docs/deploy.md"])
+def test_documented_builds_push_every_platform_the_release_does(doc: str) -> None:
+    """The build commands README.md and docs/deploy.md give for images of your own make
+    what the release workflow makes: one multi-platform image per Dockerfile, for its
+    platforms (``docker buildx build --platform … --push``). A plain ``docker build``
+    gives the workstation's platform only, which the cluster's other nodes cannot run."""
+    text = (ROOT / doc).read_text().replace("\\\n", " ")
+    builds = [line for line in text.splitlines() if re.match(r"\s*docker (buildx )?build\b", line)]
+    assert builds, doc
+    dockerfiles = set()
+    for line in builds:
+        words = line.split()
+        assert words[:3] == ["docker", "buildx", "build"], line
+        assert "--push" in words, line
+        platforms = re.search(r"--platform[ =](\S+)", line)
+        assert platforms and set(platforms.group(1).split(",")) == PLATFORMS, line
+        dockerfiles.add(re.search(r"-f (\S+)", line).group(1))
+    assert dockerfiles == {"Dockerfile.exporter", "Dockerfile.forecaster"}
+    assert not re.search(r"^\s*docker push\b", text, flags=re.M), doc
+
+
 def test_dockerfiles_and_contexts_exist() -> None:
     """Every Dockerfile and build context the workflow names exists, and every
     Dockerfile.* of the repository is built."""
