@@ -32,6 +32,7 @@ COMPONENTS = {
     "cri-dockerd": "components/cri-dockerd",
     "openshift": "components/openshift",
     "system-node-critical": "components/system-node-critical",
+    "egress-networkpolicies": "components/egress-networkpolicies",
 }
 _COMBOS: dict[str, list[dict]] = {}
 
@@ -85,6 +86,7 @@ def test_kustomizations_found() -> None:
         "manifests/components/cri-dockerd",
         "manifests/components/openshift",
         "manifests/components/system-node-critical",
+        "manifests/components/egress-networkpolicies",
         "grafana",
         "rules",
     } <= names
@@ -741,6 +743,86 @@ def test_install_sections_start_with_the_preflight_checks(section: str) -> None:
     assert "kubectl get storageclass" in commands
     assert "getenforce" in commands
     assert "kubectl get prometheus -A -o jsonpath='{..serviceMonitorSelector}'" in commands
+
+
+# What Kyverno's add-networkpolicy (and sites like it) put in every new namespace.
+DEFAULT_DENY = {
+    "kind": "NetworkPolicy",
+    "metadata": {"name": "default-deny", "namespace": "gpu-eta"},
+    "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+}
+DNS = k8s.Endpoint("kube-system", {"k8s-app": "kube-dns"})
+PROMETHEUS = k8s.Endpoint("monitoring", {"app.kubernetes.io/name": "prometheus"})
+# the API server: the kubernetes Service's address, then a control-plane node's
+API_SERVER = [(k8s.Endpoint(ip="10.96.0.1"), 443), (k8s.Endpoint(ip="192.168.1.10"), 6443)]
+
+
+def _egress_needs(objects: list[dict]) -> dict[str, bool]:
+    """Under a namespace-wide default deny, each connection the exporter and the
+    forecaster need (and some they must not make), evaluated both ways: the source's
+    egress policies and the destination's ingress ones."""
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"] + [DEFAULT_DENY]
+    (forecaster,) = [
+        template_labels(o) for o in objects if o["metadata"]["name"] == "gpu-eta-forecaster"
+        and pod_spec(o)
+    ]  # fmt: skip
+    exporter = k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-exporter"})
+    source = k8s.Endpoint("gpu-eta", forecaster)
+    gateway = k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-pushgateway"})
+
+    def out(src: k8s.Endpoint, dest: k8s.Endpoint, port: int, protocol: str = "TCP") -> bool:
+        return k8s.egress_allowed(policies, src, dest, port, protocol)
+
+    needs = {
+        "exporter dns udp": out(exporter, DNS, 53, "UDP"),
+        "exporter dns tcp": out(exporter, DNS, 53),
+        "exporter api server": all(out(exporter, d, p) for d, p in API_SERVER),
+        "forecaster dns": out(source, DNS, 53, "UDP") and out(source, DNS, 53),
+        "forecaster prometheus": out(source, PROMETHEUS, 9090),
+        "forecaster prometheus, labelled namespace": out(
+            source, k8s.Endpoint("observability", {}, k8s.namespace_labels(
+                "observability", {"gpu-eta.io/scraper": "true"})), 9090),
+    }  # fmt: skip
+    if any(o["metadata"]["name"] == "gpu-eta-pushgateway" for o in objects):
+        needs["forecaster pushgateway"] = out(source, gateway, 9091) and k8s.ingress_allowed(
+            policies, source, gateway, 9091
+        )
+    # never: a tenant's database, the exporter to Prometheus, the forecaster to the API
+    needs["not: tenant"] = not out(exporter, k8s.Endpoint("team-a", {"app": "db"}), 5432)
+    needs["not: exporter prometheus"] = not out(exporter, PROMETHEUS, 9090)
+    needs["not: forecaster api server"] = not out(source, *API_SERVER[1])
+    needs["not: forecaster tenant 9090"] = not out(source, k8s.Endpoint("team-a", {}), 9090)
+    return needs
+
+
+@pytest.mark.parametrize("variant", [(), ("forecaster-cronjob",)], ids=["deployment", "cronjob"])
+def test_egress_component_lets_exporter_and_forecaster_out_under_a_default_deny(
+    variant: tuple[str, ...], tmp_path: Path
+) -> None:
+    """A site that denies egress by default (a policy selecting every pod with no
+    egress rule): without the component the exporter's pod watch (API server, DNS) and
+    the forecaster's Prometheus queries are dropped; with it they pass, and nothing
+    else is let out. The ingress side (the Pushgateway's policy) still admits the
+    forecaster's pushes, and the scraper still reaches every metrics port."""
+    without = _egress_needs(_combo(tmp_path, variant))
+    assert not without["exporter api server"] and not without["forecaster prometheus"]
+    objects = _combo(tmp_path, (*variant, "egress-networkpolicies"))
+    needs = _egress_needs(objects)
+    assert all(needs.values()), [k for k, v in needs.items() if not v]
+    assert ("forecaster pushgateway" in needs) == bool(variant)
+    assert _metrics_ports_admit_scrapers_only([*objects, DEFAULT_DENY])
+
+
+def test_chart_egress_value_lets_the_same_connections_out() -> None:
+    """``networkPolicy.egress.enabled`` (off by default): the same policies from the
+    chart, in both forecaster modes."""
+    assert not [o for o in k8s.helm_defaults() if o["metadata"]["name"].endswith("-egress")]
+    for mode in ("deployment", "cronjob"):
+        objects = k8s.helm_template(
+            {"networkPolicy": {"egress": {"enabled": True}}, "forecaster": {"mode": mode}}
+        )
+        needs = _egress_needs(objects)
+        assert all(needs.values()), (mode, [k for k, v in needs.items() if not v])
 
 
 def _settings_snippet() -> str:

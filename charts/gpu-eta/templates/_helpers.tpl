@@ -42,6 +42,22 @@ tolerations:
 
 {{/* NetworkPolicy peers for the scraper's namespaces; on OpenShift also the platform
 Prometheus' namespace, openshift-monitoring. */}}
+{{/* Egress to the cluster's DNS (CoreDNS, labelled k8s-app: kube-dns in kube-system). */}}
+{{- define "gpu-eta.dnsEgress" -}}
+- ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
+  to:
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: kube-system
+      podSelector:
+        matchLabels:
+          k8s-app: kube-dns
+{{- end -}}
+
 {{- define "gpu-eta.scraperPeers" -}}
 {{- range .Values.networkPolicy.scraperNamespaceSelectors }}
 - namespaceSelector:
