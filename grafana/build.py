@@ -119,6 +119,38 @@ LONGEST_HELD = (
     "topk(10, time() - max by (node, gpu, UUID, namespace, pod) "
     f"(gpu_eta_pod_gpu_allocated_since_timestamp_seconds{{{NODE}, {NS}}}))"
 )
+
+
+def free_at(quantile: str) -> str:
+    """When each held device is predicted free (unix seconds) at ``quantile`` (``"0.5"``),
+    labelled ``device`` (its GPU index, ``"<gpu> MIG <GPU_I_ID>"`` for a MIG instance).
+
+    The forecaster's free time is per physical GPU (node, gpu, UUID): when every pod on
+    it is done. That is a whole GPU's, but on a MIG GPU it is its last held instance's,
+    while its other instances free earlier or are free now. So a MIG instance is read
+    at its own holders' latest predicted end (each holder's latest run, as the
+    forecaster takes them), and only when every holder of it has a forecast, as the
+    forecaster requires of a GPU; an instance no pod holds is free now and not listed.
+    Each device once however many scrapes bring it.
+    """
+    completion = f'gpu_eta_job_predicted_completion_timestamp_seconds{{quantile="{quantile}"}}'
+    mig_held = f'gpu_eta_pod_gpu_allocated{{{NODE}, GPU_I_ID!=""}}'
+    whole = (
+        "max by (node, gpu, UUID) (gpu_eta_gpu_predicted_free_timestamp_seconds"
+        f'{{{NODE}, quantile="{quantile}"}}) '
+        f'unless on (node, gpu, UUID) gpu_eta_gpu_info{{{NODE}, GPU_I_ID!=""}}'
+    )
+    instances = (
+        f"max by ({DEVICE}) (max by ({DEVICE}, namespace, pod) ({mig_held}) "
+        f"* on (namespace, pod) group_left () max by (namespace, pod) ({completion})) "
+        f"unless on ({DEVICE}) ({mig_held} unless on (namespace, pod) {completion})"
+    )
+    return (
+        f'label_replace({whole}, "device", "$1", "gpu", "(.*)") '
+        f'or label_join({instances}, "device", " MIG ", "gpu", "GPU_I_ID")'
+    )
+
+
 # a run's share of its plan, in epochs or else in steps
 _DONE_SHARE = (
     "gpu_eta_training_epoch{{{sel}}} / gpu_eta_training_epochs_planned{{{sel}}}"
@@ -357,39 +389,44 @@ def cluster_overview() -> dict:
         "its utilisation is at least 5 % (or unknown); in use + idle + free + holders "
         "unknown = seen."
     )
-    free_at = ts(
-        "Time until each GPU is free (P50) over time",
-        "From the forecaster: when every pod on the GPU is predicted to be done, median. "
-        "A line that falls one second per second is a forecast that holds; jumps are "
+    per_device = (
+        "A device is a whole GPU or one MIG instance (listed as 'GPU MIG instance'). A "
+        "whole GPU is free when every pod on it is done (the forecaster's time); a MIG "
+        "instance when its own holders are, whatever its sibling instances hold."
+    )
+    free_at_over_time = ts(
+        "Time until each held device is free (P50) over time",
+        "From the forecaster: when every pod on the device is predicted to be done, median. "
+        + per_device
+        + " A line that falls one second per second is a forecast that holds; jumps are "
         "revisions. The interval is in the 'GPU free at' table.",
         "s",
-        q(
-            f'gpu_eta_gpu_predicted_free_timestamp_seconds{{{NODE}, quantile="0.5"}} - time()',
-            "{{node}}/{{gpu}}",
-        ),
+        q(f"({free_at('0.5')}) - time()", "{{node}}/{{device}}"),
     )
-    model = "* on (node, gpu, UUID) group_left (model) max by (node, gpu, UUID, model) (gpu_eta_gpu_info)"
+    model = (
+        f"* on ({DEVICE}) group_left (model, mig_profile) "
+        f"max by ({DEVICE}, model, mig_profile) (gpu_eta_gpu_info)"
+    )
     free_table = rename(
         tbl(
             "GPU free at (P10 / P50 / P90)",
-            "Per held GPU: when every pod on it is predicted to be done. P10–P90 is the "
-            "calibrated 80 % interval (see the Forecaster quality dashboard for its measured "
-            "coverage). GPUs nobody holds are free now and not listed.",
-            *per_quantile(
-                lambda qv: (
-                    f'max by (node, gpu, UUID) (gpu_eta_gpu_predicted_free_timestamp_seconds{{{NODE}, quantile="{qv}"}}) * 1000 {model}'
-                )
-            ),
+            "Per held device: when every pod on it is predicted to be done. "
+            + per_device
+            + " P10–P90 is the calibrated 80 % interval (see the Forecaster quality "
+            "dashboard for its measured coverage). Devices nobody holds are free now and "
+            "not listed, nor are devices held by a pod without a forecast.",
+            *per_quantile(lambda qv: f"({free_at(qv)}) * 1000 {model}"),
         ),
         {"A": "free at P10", "B": "free at P50", "C": "free at P90"},
         {"A": "dateTimeAsIso", "B": "dateTimeAsIso", "C": "dateTimeAsIso"},
     )
     free_bar = (
         bargauge.Panel()
-        .title("Free at (P50), per GPU")
+        .title("Free at (P50), per held device")
         .description(
-            "Predicted time until each GPU is free, median. GPUs nobody holds are not listed "
-            "(see 'Free GPUs')."
+            "Predicted time until each held device is free, median. "
+            + per_device
+            + " Devices nobody holds are not listed (see 'Free GPUs')."
         )
         .datasource(DS)
         .unit("s")
@@ -398,9 +435,8 @@ def cluster_overview() -> dict:
         .orientation(common.VizOrientation.HORIZONTAL)
         .with_target(
             q(
-                "sort(gpu_eta_gpu_predicted_free_timestamp_seconds"
-                f'{{{NODE}, quantile="0.5"}} - time())',
-                "{{node}} GPU {{gpu}}",
+                f"sort(({free_at('0.5')}) - time())",
+                "{{node}} GPU {{device}}",
                 "A",
                 instant=True,
             ).format("time_series")
@@ -576,7 +612,7 @@ def cluster_overview() -> dict:
                 "{{namespace}}",
             ),
         ),
-        free_at,
+        free_at_over_time,
         free_bar,
         free_table,
         jobs,

@@ -247,13 +247,20 @@ NODES_HOLDERS_UNKNOWN = {
     "n4": ("GPU-44444444-aaaa", "GPU-44444444-bbbb"),
 }
 GIB = 1 << 30
+# m1: one MIG GPU (UUID GPU-m1), its instances and their holders (None: free), each
+# holder's run planned to end this many seconds after the window's start (P50)
+MIG_NODE, MIG_UUID = "m1", "GPU-m1"
+MIG_INSTANCES = {"1": ("train-m1", 9000), "2": ("train-m2", 12000), "3": None}
 
 
 def contract_openmetrics(end: int) -> str:
     """Two hours of gpu-eta, DCGM and scrape series, ending at ``end`` (unix seconds).
 
     n1/0: ml/train-a, busy, epoch-based run with a deadline. n1/1: ml/idle-nb, allocated
-    and idle. n2/0: cv/train-b, busy, step-based run. n2/1: free. DCGM reports train-a
+    and idle. n2/0: cv/train-b, busy, step-based run. n2/1: free. m1/0: a MIG GPU
+    (MIG_INSTANCES) whose instances 1 and 2 ml/train-m1 and ml/train-m2 hold (runs ending
+    9000 and 12000 s after the window's start), instance 3 free: the forecaster's free time of the
+    GPU is its last instance's. DCGM reports train-a
     as ``exported_pod`` (scraped without honorLabels), train-b as ``pod``, and idle-nb
     not at all (dcgm-exporter without Kubernetes mode, its default).
     """
@@ -447,6 +454,82 @@ def contract_openmetrics(end: int) -> str:
                 )
             put("gpu_eta_job_forecast_info", {**forecast, "method": "blend"}, t, 1)
             put("gpu_eta_job_stalled", forecast, t, 0)
+        # m1: a MIG GPU, no utilisation per instance (NVML gives none without process
+        # data); its holders' runs end 9000 and 12000 s in, the GPU's free time the later
+        exporter = {"job": "gpu-eta-exporter", "instance": f"{MIG_NODE}:9842", "node": MIG_NODE}
+        device = {**exporter, "gpu": "0", "UUID": MIG_UUID}
+        put("gpu_eta_gpu_read_success", device, t, 1)
+        ends = []
+        for gid, holder in MIG_INSTANCES.items():
+            instance = {**device, "GPU_I_ID": gid}
+            info = {"model": "NVIDIA A100-SXM4-40GB", "mig_profile": "3g.20gb"}
+            put("gpu_eta_gpu_info", {**instance, **info}, t, 1)
+            put("gpu_eta_gpu_memory_total_bytes", instance, t, 20 * GIB)
+            put("gpu_eta_gpu_pods", instance, t, 1 if holder else 0)
+            if holder is None:
+                continue
+            pod, planned = holder
+            row = {**instance, "namespace": "ml", "pod": pod, "container": "main"}
+            put("gpu_eta_pod_gpu_allocated", row, t, 1)
+            put("gpu_eta_pod_gpu_allocated_since_timestamp_seconds", row, t, start - 600)
+            put(
+                "gpu_eta_pod_info",
+                {
+                    **exporter,
+                    "namespace": "ml",
+                    "pod": pod,
+                    "uid": f"uid-{pod}",
+                    "pod_ip": "",
+                    "owner_kind": "Job",
+                    "owner_name": pod,
+                },
+                t,
+                1,
+            )
+            run = {
+                **exporter,
+                "namespace": "ml",
+                "pod": pod,
+                "container": "main",
+                "run_id": f"{pod}-r1",
+            }
+            put("gpu_eta_training_info", {**run, "source": "http"}, t, 1)
+            put("gpu_eta_training_run_start_timestamp_seconds", run, t, start)
+            put("gpu_eta_training_last_report_timestamp_seconds", run, t, t - 10)
+            put("gpu_eta_training_epoch", run, t, elapsed * 40 // planned)
+            put("gpu_eta_training_epochs_planned", run, t, 40)
+            forecast = {
+                "job": "gpu-eta-forecaster",
+                "instance": "forecaster:9844",
+                "namespace": "ml",
+                "pod": pod,
+                "container": "main",
+                "run_id": f"{pod}-r1",
+            }
+            for quantile, factor in (("0.1", 0.9), ("0.5", 1.0), ("0.9", 1.25)):
+                put(
+                    "gpu_eta_job_predicted_completion_timestamp_seconds",
+                    {**forecast, "quantile": quantile},
+                    t,
+                    max(start + planned * factor, t),
+                )
+            put("gpu_eta_job_forecast_info", {**forecast, "method": "rate"}, t, 1)
+            put("gpu_eta_job_stalled", forecast, t, 0)
+            ends.append(planned)
+        for quantile, factor in (("0.1", 0.9), ("0.5", 1.0), ("0.9", 1.25)):
+            put(
+                "gpu_eta_gpu_predicted_free_timestamp_seconds",
+                {
+                    "job": "gpu-eta-forecaster",
+                    "instance": "forecaster:9844",
+                    "node": MIG_NODE,
+                    "gpu": "0",
+                    "UUID": MIG_UUID,
+                    "quantile": quantile,
+                },
+                t,
+                max(start + max(ends) * factor, t),
+            )
         # the GPU queue: kube-state-metrics sees data/queued waiting for one GPU since the
         # window's middle; the forecaster predicts its start 5 min ahead
         ksm = {"job": "kube-state-metrics", "instance": "ksm:8080"}
@@ -648,6 +731,25 @@ def test_holders_unknown_panels_on_a_failing_node(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_free_at_lists_each_mig_instance_at_its_holders_end(contract_prometheus: PromAt) -> None:
+    """The Cluster overview's "GPU free at" table on a real Prometheus: whole GPUs at the
+    forecaster's free time, m1's MIG instances each at its own holder's predicted end,
+    not at the GPU's (its last instance's), the free instance 3 not listed."""
+    board = json.loads((ROOT / "grafana" / "cluster-overview.json").read_text())
+    (table,) = [p for p in _panels(board) if p["title"] == "GPU free at (P10 / P50 / P90)"]
+    (p50,) = [t for t in table["targets"] if t["refId"] == "B"]
+    rows = contract_prometheus.instant(interpolate(p50["expr"], {"node": ".*"}))
+    listed = {(s.labels["node"], s.labels["device"]): s.value / 1000 for s in rows}
+    start = contract_prometheus.at - HOURS * 3600
+    assert listed == {
+        ("n1", "0"): start + 40 * 300,
+        ("n2", "0"): start + 20000,
+        (MIG_NODE, "0 MIG 1"): start + MIG_INSTANCES["1"][1],
+        (MIG_NODE, "0 MIG 2"): start + MIG_INSTANCES["2"][1],
+    }
+
+
+@pytest.mark.slow
 def test_a_wrong_metric_name_is_caught(contract_prometheus: PromAt) -> None:
     """The check is not vacuous: a misspelt metric shows no data."""
     assert contract_prometheus.has_data("gpu_eta_gpu_utilization_ratio", instant=True)
@@ -735,9 +837,9 @@ def check_alert_rules(stack: PromAt) -> None:
         "GpuEtaGpuUsedWithoutAllocation",  # n2/1 is free and at 0 %
     ):
         assert results[name] == [], (name, results[name])
-    # n1's two GPUs are both held: 0, not absent
+    # n1's two GPUs are both held: 0, not absent; m1's third MIG instance is free
     free = {s.labels["node"]: s.value for s in results["node:gpu_eta_gpus_free:count"]}
-    assert free == {"n1": 0.0, "n2": 1.0}
+    assert free == {"n1": 0.0, "n2": 1.0, MIG_NODE: 1.0}
 
 
 @pytest.mark.slow

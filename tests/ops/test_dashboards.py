@@ -442,6 +442,95 @@ def test_gpu_state_counts_add_up_under_mig(tmp_path: Path, scrapes: int) -> None
     )
 
 
+def _free_at_series() -> list[tuple[str, str]]:
+    """_mig_node_series with forecasts (P50, unix seconds): the whole GPU 0's holder ends
+    at 2400, so does the GPU (the forecaster's free time); MIG GPU 7's instances 1, 2 and
+    5 are held by pods ending at 3000, 6000 and 1200, the forecaster's free time of the
+    GPU 6000 (its last instance), instance 13 no pod holds. MIG GPU 6 (instances 3 and 4,
+    3g) has a holder without a forecast on instance 3 (the forecaster publishes no free
+    time for the GPU) and one ending at 4000 on instance 4."""
+    series = list(_mig_node_series())
+    other = 'node="n1",gpu="6",UUID="GPU-n"'
+    for gid, pod in (("3", "nofc"), ("4", "fc")):
+        series.append(
+            (f'gpu_eta_gpu_info{{{other},GPU_I_ID="{gid}",model="A100",mig_profile="3g"}}', "1")
+        )
+        series.append(
+            (
+                f'gpu_eta_pod_gpu_allocated{{{other},GPU_I_ID="{gid}",'
+                f'namespace="ml",pod="{pod}",container="c"}}',
+                "1",
+            )
+        )
+    for pod, end in (
+        ("whole", 2400),
+        ("busy", 3000),
+        ("unknown", 6000),
+        ("idle", 1200),
+        ("fc", 4000),
+    ):
+        series.append(
+            (
+                "gpu_eta_job_predicted_completion_timestamp_seconds"
+                f'{{namespace="ml",pod="{pod}",container="c",run_id="r",quantile="0.5"}}',
+                str(end),
+            )
+        )
+    for gpu, uuid, end in (("0", "GPU-a", 2400), ("7", "GPU-m", 6000)):
+        series.append(
+            (
+                "gpu_eta_gpu_predicted_free_timestamp_seconds"
+                f'{{node="n1",gpu="{gpu}",UUID="{uuid}",quantile="0.5"}}',
+                str(end),
+            )
+        )
+    return series
+
+
+@pytest.mark.parametrize("scrapes", [1, 2], ids=["scraped-once", "scraped-twice"])
+def test_free_at_panels_list_each_held_device_under_mig(tmp_path: Path, scrapes: int) -> None:
+    """The Cluster overview's free-at panels (the time series, the bar, the table) list
+    each held device: a whole GPU at the forecaster's free time (per physical GPU), a
+    MIG instance at its own holders' latest predicted end, not at the GPU's, which is
+    its last instance's; an instance no pod holds is free now and not listed, nor is
+    one whose holder has no forecast. Evaluated by promtool on _free_at_series, scraped
+    once or by two jobs: each device once."""
+    series = [
+        (name.replace("{", f'{{job="j{n}",', 1), value)
+        for n in range(scrapes)
+        for name, value in _free_at_series()
+    ]
+    held = {  # device label → (its other labels, P50 free time)
+        "0": ('node="n1",gpu="0",UUID="GPU-a"', 2400, ""),
+        "7 MIG 1": ('node="n1",gpu="7",UUID="GPU-m",GPU_I_ID="1"', 3000, "1g"),
+        "7 MIG 2": ('node="n1",gpu="7",UUID="GPU-m",GPU_I_ID="2"', 6000, "1g"),
+        "7 MIG 5": ('node="n1",gpu="7",UUID="GPU-m",GPU_I_ID="5"', 1200, "1g"),
+        "6 MIG 4": ('node="n1",gpu="6",UUID="GPU-n",GPU_I_ID="4"', 4000, "3g"),
+    }
+    board = _load(GRAFANA / "cluster-overview.json")
+    p50 = [
+        (panel["type"], substitute(target["expr"]))
+        for panel in _panels(board)
+        for target in panel.get("targets", [])
+        if "gpu_eta_gpu_predicted_free_timestamp_seconds" in target["expr"]
+        and 'quantile="0.5"' in target["expr"]
+    ]
+    assert sorted(kind for kind, _ in p50) == ["bargauge", "table", "timeseries"]
+    cases = []
+    for kind, expr in p50:
+        samples = []
+        for device, (labels, end, profile) in held.items():
+            if kind == "table":  # milliseconds, with the device's model and MIG profile
+                extra = ',model="A100"' + (f',mig_profile="{profile}"' if profile else "")
+                samples.append(
+                    {"labels": f'{{{labels},device="{device}"{extra}}}', "value": end * 1000}
+                )
+            else:  # seconds from now (10m)
+                samples.append({"labels": f'{{{labels},device="{device}"}}', "value": end - 600})
+        cases.append((expr, samples))
+    _promtool_eval(tmp_path, series, cases)
+
+
 def _table_targets(name: str, title: str) -> dict[str, str]:
     """refId → expr (variables substituted) of one table panel."""
     (panel,) = [p for p in _panels(_load(GRAFANA / name)) if p.get("title") == title]
