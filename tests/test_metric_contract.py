@@ -728,11 +728,14 @@ def test_the_matcher_extraction() -> None:
 )
 def test_label_matcher_names_a_contract_label(rel: str, name: str, label: str) -> None:
     """A selector on one of our metrics only matches labels the contract gives it
-    (scrape-added labels such as ``job`` or ``instance`` included)."""
+    (scrape-added labels such as ``job`` or ``instance`` included, and a label of its
+    own as a scrape without honor_labels renames it, ``exported_<label>``: the rule
+    GpuEtaScrapedWithoutHonorLabels looks for those)."""
     row = CONTRACT.get(name)
     if row is None:
         pytest.skip(f"{name} is not a contract metric (reported by the reference test)")
-    allowed = row.required | row.optional | {"job", "instance", "__name__"}
+    own = row.required | row.optional
+    allowed = own | {f"exported_{label}" for label in own} | {"job", "instance", "__name__"}
     assert label in allowed or label.startswith(row.label_prefixes or ("\0",)), (
         f"{rel} selects {name}{{{label}=...}}, but the contract gives {name} the labels "
         f"{sorted(row.required | row.optional)}"
