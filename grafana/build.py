@@ -114,9 +114,11 @@ GPUS_HOLDERS_UNKNOWN = f"count({UNHELD_GPUS} and on (node) {HOLDERS_UNKNOWN_NODE
 # The regex is common/gpu_resources.py's KSM_GPU_RESOURCES, written out: the chart adds
 # a site's gpuResources to it where it finds it (tests/ops/test_chart.py holds it equal).
 GPU_REQUEST = 'resource=~"nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"'
-# The ten longest (pod, GPU) holds, in seconds (Cluster overview, "Longest occupancies").
+# The ten longest (pod, device) holds, in seconds (Cluster overview, "Longest
+# occupancies"): a MIG instance is a device of its own (a pod holding two instances of
+# one GPU is two rows, each with its own use).
 LONGEST_HELD = (
-    "topk(10, time() - max by (node, gpu, UUID, namespace, pod) "
+    f"topk(10, time() - max by ({DEVICE}, namespace, pod) "
     f"(gpu_eta_pod_gpu_allocated_since_timestamp_seconds{{{NODE}, {NS}}}))"
 )
 
@@ -483,9 +485,9 @@ def cluster_overview() -> dict:
             q(LONGEST_HELD, ref="A", instant=True),
             # only A's ten: the merge transform would add a row per other holder
             q(
-                "max by (node, gpu, UUID, namespace, pod) "
+                f"max by ({DEVICE}, namespace, pod) "
                 f"(gpu_eta_pod_gpu_utilization_ratio{{{NODE}, {NS}}}) "
-                f"and on (node, gpu, UUID, namespace, pod) {LONGEST_HELD}",
+                f"and on ({DEVICE}, namespace, pod) {LONGEST_HELD}",
                 ref="B",
                 instant=True,
             ),

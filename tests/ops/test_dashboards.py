@@ -594,6 +594,35 @@ def test_longest_occupancies_utilisation_covers_only_the_ten_rows(tmp_path: Path
     )
 
 
+def test_longest_occupancies_a_mig_instance_is_a_row_of_its_own(tmp_path: Path) -> None:
+    """A pod holding two MIG instances of one GPU, busy on one of them: two rows (A),
+    each with its own instance's use (B), not one row with the busier instance's."""
+    targets = _table_targets("cluster-overview.json", "Longest occupancies")
+    series = []
+    for instance, use in (("1", "0.9"), ("2", "0")):
+        labels = (
+            f'node="n1",gpu="0",UUID="GPU-0",GPU_I_ID="{instance}",'
+            'namespace="ml",pod="p",container="c"'
+        )
+        series.append((f"gpu_eta_pod_gpu_allocated_since_timestamp_seconds{{{labels}}}", "0"))
+        series.append((f"gpu_eta_pod_gpu_utilization_ratio{{{labels}}}", use))
+    row = 'node="n1",gpu="0",UUID="GPU-0",namespace="ml",pod="p"'
+    _promtool_eval(
+        tmp_path,
+        series,
+        [
+            (f"count({targets['A']})", [{"labels": "{}", "value": 2}]),
+            (
+                targets["B"],
+                [
+                    {"labels": f'{{{row},GPU_I_ID="1"}}', "value": 0.9},
+                    {"labels": f'{{{row},GPU_I_ID="2"}}', "value": 0},
+                ],
+            ),
+        ],
+    )
+
+
 def test_queue_waited_lists_only_pods_waiting_for_gpus(tmp_path: Path) -> None:
     """The queue table's "waited" column (D) lists the pending pods GpuEtaPodPendingNoStart
     watches: a GPU request of any kind (whole, time-sliced, MIG), an init container's
