@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_eta.common.durations import duration_seconds
-from gpu_eta.demo.live import CompactLiveTop
 from gpu_eta.demo.stack import Stack, StackConfig, StackError
 from gpu_eta.launch.prometheus import PrometheusNotInstalled, ui_url
 from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig, ClusterConfigError
-from gpu_eta.top.live import Signals, Terminated, gone_quietly
+from gpu_eta.top.live import LiveTop, Signals, Terminated, gone_quietly
 
 if TYPE_CHECKING:  # imported where used: rich is the top extra
     from rich.console import Console
@@ -237,7 +236,7 @@ def top_command(url: str) -> str:
 
 class _LiveTop:
     """``top``'s view refreshing in place under the demo's banner, laid out to fit a
-    newcomer's 80×24 terminal (``demo.live.CompactLiveTop``: ``top.live.LiveTop``, as
+    newcomer's 80×24 terminal (``top.live.LiveTop`` in ``top``'s compact layout, as
     ``top`` itself: signals held while it draws, a closed terminal ends it quietly),
     on a terminal only, every ``refresh_seconds`` from the demo's wait loop
     (``maybe_refresh``). A placeholder until the first refresh: the stack has just
@@ -256,7 +255,7 @@ class _LiveTop:
         self.enabled = enabled
         self.signals = signals
         self.console = console
-        self._live: CompactLiveTop | None = None
+        self._live: LiveTop | None = None
         self._client: PromClient | None = None
         self._next = time.monotonic() + min(refresh_seconds, 10.0)
 
@@ -268,11 +267,14 @@ class _LiveTop:
             from gpu_eta.top.main import RefreshingView
 
             self._client = PromClient(self.url, timeout_seconds=10.0)
-            self._live = CompactLiveTop(
+            self._live = LiveTop(
                 RefreshingView(self._client),
                 self.signals,
-                top_command(self.url),
                 console=self.console,
+                # compact at any size: the full layout is what the footer's command
+                # shows, in a terminal of the user's own
+                layout="compact",
+                footer=f"full view: {top_command(self.url)}",
             )
             try:  # a signal held while it drew is raised as it ends: no __exit__ then
                 self._live.start(Text("waiting for the first forecasts…"))

@@ -11,7 +11,9 @@ mid-draw left the cursor hidden. What a live display needs on a terminal is here
   between refreshes ends as a signal comes, even one that lands just before it;
 - ``gone_quietly``: a terminal that went away fails the last writes (EIO, or EPIPE),
   which ends a display that was asked to end quietly;
-- ``LiveTop``: the Live itself, each start, redraw and stop under both.
+- ``LiveTop``: the Live itself, each start, redraw and stop under both, drawing the
+  view in the layout its caller chose (``compact.LiveView``: ``top``'s full one, the
+  demo's compact one).
 
 rich (the ``top`` extra) is imported where the display starts, as in ``main``.
 """
@@ -30,7 +32,7 @@ from collections.abc import Iterator
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpu_eta.top.render import render_rich
+from gpu_eta.top.compact import FOOTER, Layout, LiveView
 from gpu_eta.top.view import View
 
 if TYPE_CHECKING:
@@ -193,7 +195,9 @@ class LiveTop:
     refreshes, where a signal that came while drawing is raised.
 
     ``tz`` None: each clock time in its own local offset (right across a DST change).
-    ``console``: rich's own, or the tests'."""
+    ``console``: rich's own, or the tests'. ``layout`` and ``footer``: how each view is
+    laid out (``compact.LiveView``: ``full`` or ``compact``, ``footer`` the compact
+    one's last line)."""
 
     def __init__(
         self,
@@ -201,16 +205,20 @@ class LiveTop:
         signals: Signals,
         tz: tzinfo | None = None,
         console: Console | None = None,
+        layout: Layout = "full",
+        footer: str = FOOTER,
     ) -> None:
         self.views = views
         self.signals = signals
         self.tz = tz
         self.console = console
+        self.layout: Layout = layout
+        self.footer = footer
         self._live: Any = None
 
     def _fresh(self) -> RenderableType:
-        # fit_height: Live crops what is taller than the terminal, with no word of it
-        return render_rich(self.views.view(), self.tz, fit_height=True)
+        # fitted to the terminal when drawn: Live crops what is taller, with no word of it
+        return LiveView(self.views.view(), self.layout, self.footer, self.tz)
 
     def start(self, first: RenderableType | None = None) -> None:
         """Draw ``first``, or without it a fresh view. Inside the ``with``, so a signal

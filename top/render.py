@@ -133,7 +133,10 @@ def fmt_band(band: Band, now: float, tz: tzinfo | None = None) -> tuple[str, str
 STALE_MARK = "*"
 
 
-def _job_cells(job: JobRow, now: float, tz: tzinfo | None, stale: bool = False) -> list[str]:
+def job_cells(job: JobRow, now: float, tz: tzinfo | None, stale: bool = False) -> list[str]:
+    """A training run's cells, under ``JOB_HEADERS``: every layout (plain, rich, the
+    live view's compact one, ``top.compact``) says a run with these, so none says it
+    differently. ``stale``: its ETA is marked (``STALE_MARK``)."""
     eta, rng = fmt_band(job.eta, now, tz)
     if stale and job.eta.p50 is not None:
         eta += STALE_MARK
@@ -197,7 +200,7 @@ _PENDING_NOTES = {
 }
 
 
-def _pending_cells(p: PendingRow, now: float, tz: tzinfo | None, stale: bool = False) -> list[str]:
+def pending_cells(p: PendingRow, now: float, tz: tzinfo | None, stale: bool = False) -> list[str]:
     """A pending pod's cells. Its START is ``starting`` once it is bound to a node and
     ``now`` when it fits now (``_fits_now``): both are published at the cycle's time,
     which has passed when the view is drawn, and are not ``overdue``. ``stale``: a
@@ -256,7 +259,18 @@ def _idle_cells(h: HolderRow, held_unknown: bool = False) -> list[str]:
     )
 
 
-def _gpu_cells(g: GpuRow, now: float, tz: tzinfo | None, stale: bool = False) -> list[str]:
+# each GPU state's rich style (a busy GPU none), in every rich layout
+GPU_STYLES = {"free": "green", "idle": "yellow", "unknown": "red"}
+
+
+def job_style(job: JobRow) -> str | None:
+    """A run's rich style in every rich layout: yellow when stalled or idle."""
+    return "yellow" if (job.stalled or job.idle) else None
+
+
+def gpu_cells(g: GpuRow, now: float, tz: tzinfo | None, stale: bool = False) -> list[str]:
+    """A device's cells, under ``GPU_HEADERS`` (every layout's, as ``job_cells``);
+    FREE AT ``now`` for a free one. ``stale``: a predicted FREE AT is marked."""
     free, rng = fmt_band(g.free_at, now, tz)
     if g.state == "free":
         free = "now"
@@ -273,9 +287,9 @@ def _gpu_cells(g: GpuRow, now: float, tz: tzinfo | None, stale: bool = False) ->
     )
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def aligned_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """Aligned columns, each cell padded to its column's width on the terminal
-    (``display_width``), two spaces apart."""
+    (``display_width``), two spaces apart: the first line the headers'. Pure."""
     sized = [[(c, display_width(c)) for c in r] for r in (headers, *rows)]
     widths = [max(row[i][1] for row in sized) for i in range(len(headers))]
 
@@ -427,23 +441,25 @@ def render_plain(view: View, tz: tzinfo | None = None) -> str:
     out.append("TRAINING")
     if view.jobs:
         out.extend(
-            _table(JOB_HEADERS, [_job_cells(j, now, tz, j.forecast_stale) for j in view.jobs])
+            aligned_table(JOB_HEADERS, [job_cells(j, now, tz, j.forecast_stale) for j in view.jobs])
         )
     else:
         out.append(f"  ({empty_text(view, 'Training')})")
     out += ["", "IDLE GPU HOLDERS"]
     if view.idle:
         out.extend(
-            _table(IDLE_HEADERS, [_idle_cells(h, bool(view.held_unknown)) for h in view.idle])
+            aligned_table(
+                IDLE_HEADERS, [_idle_cells(h, bool(view.held_unknown)) for h in view.idle]
+            )
         )
     else:
         out.append(f"  ({empty_text(view, 'Idle GPU holders')})")
     out += ["", "PENDING"]
     if view.pending:
         out.extend(
-            _table(
+            aligned_table(
                 PENDING_HEADERS,
-                [_pending_cells(p, now, tz, p.forecast_stale) for p in view.pending],
+                [pending_cells(p, now, tz, p.forecast_stale) for p in view.pending],
             )
         )
     else:
@@ -451,7 +467,7 @@ def render_plain(view: View, tz: tzinfo | None = None) -> str:
     out += ["", "GPUS"]
     if view.gpus:
         out.extend(
-            _table(GPU_HEADERS, [_gpu_cells(g, now, tz, g.forecast_stale) for g in view.gpus])
+            aligned_table(GPU_HEADERS, [gpu_cells(g, now, tz, g.forecast_stale) for g in view.gpus])
         )
     else:
         out.append(f"  ({empty_text(view, 'GPUs')})")
@@ -1038,18 +1054,11 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
     ]
     parts.extend(Text(line, style="red") for line in error_lines(view))
     parts.extend(Text(line, style="yellow") for line in _header_warnings(view))
-    styles = {"free": "green", "idle": "yellow", "busy": None, "unknown": "red"}
     tables = (
         (
             "Training",
             JOB_HEADERS,
-            [
-                (
-                    _job_cells(j, now, tz, j.forecast_stale),
-                    "yellow" if (j.stalled or j.idle) else None,
-                )
-                for j in view.jobs
-            ],
+            [(job_cells(j, now, tz, j.forecast_stale), job_style(j)) for j in view.jobs],
         ),
         (
             "Idle GPU holders",
@@ -1061,7 +1070,7 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
             PENDING_HEADERS,
             [
                 (
-                    _pending_cells(p, now, tz, p.forecast_stale),
+                    pending_cells(p, now, tz, p.forecast_stale),
                     "red" if p.status in _NO_START else None,
                 )
                 for p in view.pending
@@ -1070,7 +1079,7 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
         (
             "GPUs",
             GPU_HEADERS,
-            [(_gpu_cells(g, now, tz, g.forecast_stale), styles.get(g.state)) for g in view.gpus],
+            [(gpu_cells(g, now, tz, g.forecast_stale), GPU_STYLES.get(g.state)) for g in view.gpus],
         ),
     )
     empty = {title: empty_text(view, title) for title, _, _ in tables}

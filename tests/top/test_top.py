@@ -1034,14 +1034,14 @@ def test_pods_starting_or_fitting_now_are_not_overdue() -> None:
         "forecaster_cycle": parsed(forecaster(cycle + 2)),
     }
     view = top_view.build_view(res, NOW, "http://prom")
-    cells = {p.pod: top_render._pending_cells(p, NOW, timezone.utc)[3:] for p in view.pending}
+    cells = {p.pod: top_render.pending_cells(p, NOW, timezone.utc)[3:] for p in view.pending}
     assert cells["bound"] == ["starting", "-", "starting (bound to a node)"]
     assert cells["fits"] == ["now", "22:12:40–22:12:40", "fits now"]
     assert cells["late"][0] == "overdue"
     res.pop("forecaster_cycle")
     unknown = top_view.build_view(res, NOW, "http://prom")
     fits = next(p for p in unknown.pending if p.pod == "fits")
-    assert top_render._pending_cells(fits, NOW, timezone.utc)[3] == "overdue"
+    assert top_render.pending_cells(fits, NOW, timezone.utc)[3] == "overdue"
 
 
 def test_a_fit_now_from_a_cycle_long_past_is_due_or_overdue() -> None:
@@ -1059,7 +1059,7 @@ def test_a_fit_now_from_a_cycle_long_past_is_due_or_overdue() -> None:
         )
 
     def cells(row: top_view.PendingRow) -> list[str]:
-        start, _, note = top_render._pending_cells(row, NOW, timezone.utc)[3:]
+        start, _, note = top_render.pending_cells(row, NOW, timezone.utc)[3:]
         return [start, note]
 
     assert cells(fits_now_at(NOW - limit + 1)) == ["now", "fits now"]

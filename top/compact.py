@@ -1,12 +1,10 @@
-"""The demo's live view: ``top``'s view laid out for the terminal a newcomer runs
-``./demo.sh`` in (80×24 by default), refreshed in place by ``top``'s own ``LiveTop``.
+"""``top``'s compact layout for a refreshing view in a small terminal (``LiveView``).
 
-Why not ``top``'s layout: ``top`` shows four boxed tables (training runs, idle
-holders, pending pods, GPUs), each with a title, three borders, a header and, at 80
-columns, two lines naming the columns it left out. In 24 lines that left 3 or 4
-training runs and not one GPU row, and its hint named ``--once``, a flag of a command
-the demo user never typed. What a newcomer comes for is the two things gpu-eta
-answers: when each training run ends, and when each GPU frees up. So, in 80×24:
+Why: ``top``'s layout is four boxed tables (training runs, idle holders, pending pods,
+GPUs), each with a title, three borders, a header and, at 80 columns, two lines naming
+the columns it left out. In an 80×24 terminal that left 3 or 4 training runs and not one
+GPU row. What someone watching comes for is the two things gpu-eta answers: when each
+training run ends, and when each GPU frees up. So, in the terminal's size:
 
 - the header: ``top``'s summary line (time, counts of runs, idle holders and GPUs by
   state) and its alerts line, then its error and warning lines;
@@ -16,14 +14,17 @@ answers: when each training run ends, and when each GPU frees up. So, in 80×24:
   the idle ones are the idle holders' GPUs, marked ``idle``;
 - the two tables share the rows left (``split_rows``: each up to ``MIN_ROWS`` first,
   then the rest evenly), one line ``… N more`` under a cut one;
-- the pending pods in one line (how many, the next one and when it starts), and the
-  command that shows every row and column (``top``, as the banner prints it) in
-  another terminal.
+- the pending pods in one line (how many, the next one and when it starts), and a
+  footer saying what shows every row and column (``FOOTER``; the demo names the ``top``
+  command, as its banner prints it).
 
 No borders: a column is two spaces from the next, as ``top --plain`` aligns them. The
-cells are ``top``'s own (``due``, ``overdue``, the stale mark, escaped labels): its
-row helpers are imported, underscores and all, so the two views never say a run or a
-GPU differently; ``CompactLiveTop`` replaces ``LiveTop._fresh``, what it draws.
+cells are ``top``'s own (``render.job_cells``, ``gpu_cells``, ``pending_cells``: ``due``,
+``overdue``, the stale mark, escaped labels), so the layouts never say a run or a GPU
+differently.
+
+Which layout a refreshing view draws (``LiveView``): ``full`` (the boxed tables, fitted
+to the height: ``render.render_rich``) or ``compact``.
 """
 
 from __future__ import annotations
@@ -32,30 +33,35 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
-from gpu_eta.top.live import LiveTop, Signals, Views
 from gpu_eta.top.render import (
     GPU_HEADERS,
+    GPU_STYLES,
     JOB_HEADERS,
     MIN_HEIGHT,
     MIN_WIDTH,
-    _gpu_cells,
-    _job_cells,
-    _pending_cells,
-    _table,
     alerts_line,
+    aligned_table,
     display_width,
     empty_text,
     error_lines,
+    gpu_cells,
+    job_cells,
+    job_style,
+    pending_cells,
+    render_rich,
     stale_line,
     summary_line,
     warning_line,
 )
 from gpu_eta.top.view import View
 
-if TYPE_CHECKING:
-    from rich.console import Console
+Layout = Literal["full", "compact"]
+LAYOUTS: tuple[Layout, ...] = ("full", "compact")
+# the compact layout's last line in ``top``: what shows every row (``--once``), every
+# column (``--plain``), or the full layout (a terminal tall enough for all its rows)
+FOOTER = "full view: --once --plain, or a taller terminal"
 
 # Each table's columns as shown, in this order (``top``'s headers; the long, open-ended
 # HELD BY last, where the right edge cuts it), and the ones left out first when the
@@ -65,7 +71,6 @@ TRAINING_LEAVE_OUT = ("NODE/GPU", "P10–P90")
 GPU_COLUMNS = ("NODE/GPU", "STATE", "FREE AT", "P10–P90", "", "HELD BY")
 GPU_LEAVE_OUT = ("P10–P90", "")
 MIN_ROWS = 3  # rows each table keeps before the other one gets more
-GPU_STYLES = {"free": "green", "idle": "yellow", "unknown": "red"}
 
 Line = tuple[str, str | None]  # a line's text (at most the width) and its rich style
 Row = tuple[list[str], str | None]  # a row's cells and its rich style
@@ -92,8 +97,8 @@ def project(headers: Sequence[str], rows: Sequence[Row], columns: Sequence[str])
     return [([cells[i] for i in idx], style) for cells, style in rows]
 
 
-def table_width(columns: Sequence[str], rows: Sequence[Row]) -> int:
-    """Terminal columns an aligned table (``top``'s ``_table``: two spaces apart) of
+def aligned_width(columns: Sequence[str], rows: Sequence[Row]) -> int:
+    """Terminal columns an aligned table (``render.aligned_table``: two spaces apart) of
     ``columns`` and ``rows`` takes. Pure."""
     widths = [
         max(display_width(x) for x in (h, *(r[i] for r, _ in rows))) for i, h in enumerate(columns)
@@ -110,7 +115,7 @@ def columns_shown(
     when no row has one). Pure."""
     shown = [c for i, c in enumerate(columns) if c or any(cells[i] for cells, _ in rows)]
     for name in leave_out:
-        if table_width(shown, project(columns, rows, shown)) <= width:
+        if aligned_width(shown, project(columns, rows, shown)) <= width:
             break
         if name in shown:
             shown.remove(name)
@@ -147,7 +152,7 @@ def section(
     """A table's lines: its title, its header and its first ``n`` rows, aligned over
     every row (cutting rows never moves a column), each cut at ``width``; ``… N more``
     under a table shown cut. Pure."""
-    aligned = _table(columns, [cells for cells, _ in rows])
+    aligned = aligned_table(columns, [cells for cells, _ in rows])
     out: list[Line] = [
         (cut(f"{title} ({len(rows)})", width), "bold"),
         (cut(aligned[0], width), "dim"),
@@ -168,7 +173,7 @@ def pending_line(view: View, tz: tzinfo | None = None) -> str:
     if not view.pending:
         return f"Pending: {empty_text(view, 'Pending')}"
     first = view.pending[0]
-    pod, gpus, _waited, start, _band, note = _pending_cells(
+    pod, gpus, _waited, start, _band, note = pending_cells(
         first, view.timestamp, tz, first.forecast_stale
     )
     if start in ("-", "starting", "now"):  # its note says it: bound, fits now, or why none
@@ -181,10 +186,11 @@ def pending_line(view: View, tz: tzinfo | None = None) -> str:
 
 
 def compact_lines(
-    view: View, width: int, height: int, top_command: str, tz: tzinfo | None = None
+    view: View, width: int, height: int, footer: str = FOOTER, tz: tzinfo | None = None
 ) -> list[Line]:
     """``view`` in ``width`` × ``height`` (the module docstring says what and why): each
-    line at most ``width`` columns, at most ``height`` lines. Pure."""
+    line at most ``width`` columns, at most ``height`` lines, ``footer`` the last one.
+    Pure."""
     if width < MIN_WIDTH or height < MIN_HEIGHT:
         return [(cut(f"{width}×{height}: too small for the live view", width), None)]
     now = view.timestamp
@@ -194,10 +200,7 @@ def compact_lines(
     head += [(cut(w, width), "yellow") for w in (warning_line(view), stale_line(view)) if w]
     jobs = project(
         JOB_HEADERS,
-        [
-            (_job_cells(j, now, tz, j.forecast_stale), "yellow" if (j.stalled or j.idle) else None)
-            for j in view.jobs
-        ],
+        [(job_cells(j, now, tz, j.forecast_stale), job_style(j)) for j in view.jobs],
         TRAINING_COLUMNS,
     )
     by_free = sorted(
@@ -206,12 +209,12 @@ def compact_lines(
     )  # stable: in node order within each
     gpus = project(
         GPU_HEADERS,
-        [(_gpu_cells(g, now, tz, g.forecast_stale), GPU_STYLES.get(g.state)) for g in by_free],
+        [(gpu_cells(g, now, tz, g.forecast_stale), GPU_STYLES.get(g.state)) for g in by_free],
         GPU_COLUMNS,
     )
     tail: list[Line] = [
         (cut(pending_line(view, tz), width), None),
-        (cut(f"full view: {top_command}", width), "dim"),
+        (cut(footer, width), "dim"),
     ]
     tables = [
         (
@@ -251,32 +254,32 @@ class CompactView:
     terminal gets a view of its new size)."""
 
     view: View
-    top_command: str
+    footer: str = FOOTER
     tz: tzinfo | None = None
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
         from rich.text import Text
 
         for text, style in compact_lines(
-            self.view, options.max_width, options.max_height, self.top_command, self.tz
+            self.view, options.max_width, options.max_height, self.footer, self.tz
         ):
             yield Text(text, style=style or "", no_wrap=True, overflow="ellipsis")
 
 
-class CompactLiveTop(LiveTop):
-    """``top``'s ``LiveTop`` (signals held while it draws, a closed terminal ending it
-    quietly) drawing ``CompactView`` instead of ``top``'s tables."""
+@dataclass(frozen=True)
+class LiveView:
+    """``view`` in a refreshing display, in ``layout`` (``LAYOUTS``): ``full``, the boxed
+    tables fitted to the terminal (``render.render_rich``), or ``compact``
+    (``CompactView``, ``footer`` its last line). Laid out when rich draws it, for the
+    terminal's size then."""
 
-    def __init__(
-        self,
-        views: Views,
-        signals: Signals,
-        top_command: str,
-        tz: tzinfo | None = None,
-        console: Console | None = None,
-    ) -> None:
-        super().__init__(views, signals, tz, console)
-        self.top_command = top_command
+    view: View
+    layout: Layout = "full"
+    footer: str = FOOTER
+    tz: tzinfo | None = None
 
-    def _fresh(self) -> CompactView:
-        return CompactView(self.views.view(), self.top_command, self.tz)
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        if self.layout == "full":
+            yield render_rich(self.view, self.tz, fit_height=True)
+        else:
+            yield CompactView(self.view, self.footer, self.tz)

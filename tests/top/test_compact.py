@@ -1,6 +1,7 @@
-"""gpu_eta.demo.live: the demo's live view fits a newcomer's 80×24 terminal with the
-training runs and the GPUs in it (a live demo on a pseudo-terminal:
-tests/demo/test_main.py)."""
+"""``top.compact``: the compact layout fits an 80×24 terminal with the training runs and
+the GPUs in it, and a refreshing view draws it when the full one would lose rows (on
+pseudo-terminals: tests/top/test_top.py for ``top``, tests/demo/test_main.py for the
+demo)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import io
 
 import pytest
 
-from gpu_eta.demo import live
+from gpu_eta.top import compact
 from gpu_eta.top.render import display_width
 from gpu_eta.top.view import Band, GpuRow, HolderRow, JobRow, PendingRow, View
 
 NOW = 1_800_000_000.0
 URL = "http://127.0.0.1:9090"
-TOP = f"python3 -m gpu_eta.top --prometheus.url {URL}"
+DEMO_FOOTER = f"full view: python3 -m gpu_eta.top --prometheus.url {URL}"  # the demo's footer
 
 
 def _job(k: int, **kw: object) -> JobRow:
@@ -72,7 +73,7 @@ def demo_sized_view(**kw: object) -> View:
     return View(**fields)
 
 
-def _texts(lines: list[live.Line]) -> list[str]:
+def _texts(lines: list[compact.Line]) -> list[str]:
     return [text for text, _ in lines]
 
 
@@ -91,7 +92,7 @@ def _rows_under(texts: list[str], title: str) -> list[str]:
 def test_80x24_shows_training_runs_and_gpus() -> None:
     """top's layout gave 80×24 three or four training rows and no GPU row (its GPUs one
     line naming ``--once``): the demo's view has both tables, with rows each."""
-    texts = _texts(live.compact_lines(demo_sized_view(), 80, 24, TOP))
+    texts = _texts(compact.compact_lines(demo_sized_view(), 80, 24, DEMO_FOOTER))
     assert len(texts) <= 24 and all(display_width(t) <= 80 for t in texts), texts
     training = _rows_under(texts, "Training")
     gpus = _rows_under(texts, "GPUs")
@@ -104,7 +105,7 @@ def test_80x24_shows_training_runs_and_gpus() -> None:
     assert [g.split()[1] for g in gpus] == ["free"] * 2 + ["busy"] * 4, gpus
     assert gpus[2].startswith("gpu-node-1/2 ") and gpus[3].startswith("gpu-node-1/1 "), gpus
     assert texts[-2].startswith("Pending: 3 pods; next: ml-dave/mnist-mlp-1 (2 GPUs), start ")
-    assert texts[-1] == f"full view: {TOP}"
+    assert texts[-1] == DEMO_FOOTER
     assert not any("--once" in t for t in texts)
 
 
@@ -114,13 +115,13 @@ def test_the_columns_follow_the_width() -> None:
     view = demo_sized_view(
         jobs=(_job(0, stalled=True, idle=True), *(_job(k) for k in range(1, 16)))
     )
-    narrow = _texts(live.compact_lines(view, 80, 24, TOP))
+    narrow = _texts(compact.compact_lines(view, 80, 24, DEMO_FOOTER))
     assert _rows_under(narrow, "Training")[0].endswith("stalled,idle")
     header = narrow[narrow.index("Training, soonest end first (16)") + 1].split()
     assert header == ["POD", "EPOCH", "ETA"], header
     assert narrow[narrow.index("GPUs, free first, then by FREE AT (17)") + 1].split() == [
         "NODE/GPU", "STATE", "FREE", "AT", "P10–P90", "HELD", "BY"]  # fmt: skip
-    wide = _texts(live.compact_lines(view, 200, 60, TOP))
+    wide = _texts(compact.compact_lines(view, 200, 60, DEMO_FOOTER))
     assert wide[wide.index("Training, soonest end first (16)") + 1].split() == [
         "POD", "NODE/GPU", "EPOCH", "ETA", "P10–P90"]  # fmt: skip
     assert len(_rows_under(wide, "Training")) == 16 and len(_rows_under(wide, "GPUs")) == 17
@@ -128,17 +129,21 @@ def test_the_columns_follow_the_width() -> None:
 
 def test_errors_and_tiny_terminals_never_overflow() -> None:
     errors = tuple(f"error number {k} " + "x" * 200 for k in range(30))
-    texts = _texts(live.compact_lines(demo_sized_view(errors=errors), 80, 24, TOP))
+    texts = _texts(compact.compact_lines(demo_sized_view(errors=errors), 80, 24, DEMO_FOOTER))
     assert len(texts) == 24 and all(display_width(t) <= 80 for t in texts)
     assert texts[-1].startswith("… ") and texts[-1].endswith(" more lines"), texts[-1]
-    assert _texts(live.compact_lines(demo_sized_view(), 19, 24, TOP)) == ["19×24: too small f…"]
+    assert _texts(compact.compact_lines(demo_sized_view(), 19, 24, DEMO_FOOTER)) == [
+        "19×24: too small f…"
+    ]
     for width, height in ((20, 5), (40, 10), (80, 12)):
-        texts = _texts(live.compact_lines(demo_sized_view(), width, height, TOP))
+        texts = _texts(compact.compact_lines(demo_sized_view(), width, height, DEMO_FOOTER))
         assert len(texts) <= height and all(display_width(t) <= width for t in texts), texts
 
 
 def test_an_empty_cluster_says_so() -> None:
-    texts = _texts(live.compact_lines(View(timestamp=NOW, prometheus_url=URL), 80, 24, TOP))
+    texts = _texts(
+        compact.compact_lines(View(timestamp=NOW, prometheus_url=URL), 80, 24, DEMO_FOOTER)
+    )
     assert "Training: no training run reporting progress" in texts
     assert "Pending: no pod waiting for GPUs" in texts
     assert any(t.startswith("GPUs: no gpu_eta_gpu_info series") for t in texts), texts
@@ -157,17 +162,17 @@ def test_an_empty_cluster_says_so() -> None:
     ],
 )
 def test_split_rows(wanted: list[int], room: int, shown: list[int]) -> None:
-    assert live.split_rows(wanted, room) == shown
+    assert compact.split_rows(wanted, room) == shown
     assert sum(n + (n < w) for n, w in zip(shown, wanted, strict=True)) <= max(room, 2)
     if shown != wanted:  # no line left unused when rows are left out
         assert sum(n + (n < w) for n, w in zip(shown, wanted, strict=True)) >= room - 1
 
 
 def test_cut_counts_terminal_columns() -> None:
-    assert live.cut("abcdef", 6) == "abcdef"
-    assert live.cut("abcdefg", 6) == "abcde…"
-    assert live.cut("模型模型模型", 6) == "模型…"  # two columns each
-    assert display_width(live.cut("模型模型模型", 6)) <= 6
+    assert compact.cut("abcdef", 6) == "abcdef"
+    assert compact.cut("abcdefg", 6) == "abcde…"
+    assert compact.cut("模型模型模型", 6) == "模型…"  # two columns each
+    assert display_width(compact.cut("模型模型模型", 6)) <= 6
 
 
 def test_the_live_view_draws_in_the_terminal_size_rich_gives() -> None:
@@ -175,6 +180,6 @@ def test_the_live_view_draws_in_the_terminal_size_rich_gives() -> None:
     from rich.console import Console
 
     console = Console(file=io.StringIO(), width=80, height=24, force_terminal=True, record=True)
-    console.print(live.CompactView(demo_sized_view(), TOP))
+    console.print(compact.CompactView(demo_sized_view(), DEMO_FOOTER))
     drawn = console.export_text().splitlines()
-    assert drawn == _texts(live.compact_lines(demo_sized_view(), 80, 24, TOP))
+    assert drawn == _texts(compact.compact_lines(demo_sized_view(), 80, 24, DEMO_FOOTER))
