@@ -1,4 +1,5 @@
-"""``top``'s compact layout for a refreshing view in a small terminal (``LiveView``).
+"""``top``'s compact layout for a refreshing view in a small terminal, and the rule that
+picks it (``LiveView``).
 
 Why: ``top``'s layout is four boxed tables (training runs, idle holders, pending pods,
 GPUs), each with a title, three borders, a header and, at 80 columns, two lines naming
@@ -23,8 +24,10 @@ cells are ``top``'s own (``render.job_cells``, ``gpu_cells``, ``pending_cells``:
 ``overdue``, the stale mark, escaped labels), so the layouts never say a run or a GPU
 differently.
 
-Which layout a refreshing view draws (``LiveView``): ``full`` (the boxed tables, fitted
-to the height: ``render.render_rich``) or ``compact``.
+Which layout a refreshing view draws (``LiveView``, ``--layout``): ``full`` (the boxed
+tables, fitted to the height: ``render.render_rich``), ``compact``, or ``auto``: the
+full one when it shows every row in the terminal, else the compact one, chosen at each
+draw for the terminal's size then.
 """
 
 from __future__ import annotations
@@ -57,8 +60,8 @@ from gpu_eta.top.render import (
 )
 from gpu_eta.top.view import View
 
-Layout = Literal["full", "compact"]
-LAYOUTS: tuple[Layout, ...] = ("full", "compact")
+Layout = Literal["auto", "full", "compact"]
+LAYOUTS: tuple[Layout, ...] = ("auto", "full", "compact")
 # the compact layout's last line in ``top``: what shows every row (``--once``), every
 # column (``--plain``), or the full layout (a terminal tall enough for all its rows)
 FOOTER = "full view: --once --plain, or a taller terminal"
@@ -269,17 +272,26 @@ class CompactView:
 @dataclass(frozen=True)
 class LiveView:
     """``view`` in a refreshing display, in ``layout`` (``LAYOUTS``): ``full``, the boxed
-    tables fitted to the terminal (``render.render_rich``), or ``compact``
-    (``CompactView``, ``footer`` its last line). Laid out when rich draws it, for the
-    terminal's size then."""
+    tables fitted to the terminal (``render.render_rich``); ``compact``
+    (``CompactView``, ``footer`` its last line); ``auto``, the full one when it shows
+    every row (``fit``), else the compact one. Chosen when rich draws it, for the
+    terminal's size then: a resized terminal gets the layout of its new size.
+
+    Why the rule: the full layout has every table and column a terminal holds, so it is
+    the one to show while it loses nothing; once it would cut rows, the compact one
+    shows more of the runs and GPUs (at 80×24: no GPU row in the full one)."""
 
     view: View
-    layout: Layout = "full"
+    layout: Layout = "auto"
     footer: str = FOOTER
     tz: tzinfo | None = None
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
-        if self.layout == "full":
-            yield render_rich(self.view, self.tz, fit_height=True)
-        else:
-            yield CompactView(self.view, self.footer, self.tz)
+        if self.layout != "compact":
+            parts, every_row = render_rich(self.view, self.tz, fit_height=True).fit(
+                console, options
+            )
+            if every_row or self.layout == "full":
+                yield from parts
+                return
+        yield CompactView(self.view, self.footer, self.tz)

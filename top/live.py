@@ -12,8 +12,8 @@ mid-draw left the cursor hidden. What a live display needs on a terminal is here
 - ``gone_quietly``: a terminal that went away fails the last writes (EIO, or EPIPE),
   which ends a display that was asked to end quietly;
 - ``LiveTop``: the Live itself, each start, redraw and stop under both, drawing the
-  view in the layout its caller chose (``compact.LiveView``: ``top``'s full one, the
-  demo's compact one).
+  view in the layout its caller chose (``compact.LiveView``: ``top``'s ``--layout``,
+  the demo's compact one).
 
 rich (the ``top`` extra) is imported where the display starts, as in ``main``.
 """
@@ -196,8 +196,8 @@ class LiveTop:
 
     ``tz`` None: each clock time in its own local offset (right across a DST change).
     ``console``: rich's own, or the tests'. ``layout`` and ``footer``: how each view is
-    laid out (``compact.LiveView``: ``full`` or ``compact``, ``footer`` the compact
-    one's last line)."""
+    laid out (``compact.LiveView``: ``auto``, ``full`` or ``compact``, ``footer`` the
+    compact one's last line)."""
 
     def __init__(
         self,
@@ -205,7 +205,7 @@ class LiveTop:
         signals: Signals,
         tz: tzinfo | None = None,
         console: Console | None = None,
-        layout: Layout = "full",
+        layout: Layout = "auto",
         footer: str = FOOTER,
     ) -> None:
         self.views = views

@@ -36,6 +36,7 @@ from gpu_eta.forecaster.promapi import PromAPIError, PromClient
 from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
 from gpu_eta.forecaster.promparse import NotAVectorError, PromQueryError
 from gpu_eta.forecaster.series import Sample
+from gpu_eta.top.compact import LAYOUTS
 from gpu_eta.top.live import LiveTop, Signals, Terminated, to_devnull
 from gpu_eta.top.queries import queries
 from gpu_eta.top.render import fmt_duration, render_json, render_plain, render_rich
@@ -296,6 +297,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "nvidia.com/gpu.shared and nvidia.com/mig-* (the forecaster's --pending.gpu-resource; "
         f"repeatable, at most {MAX_GPU_RESOURCES})",
     )
+    p.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default="auto",
+        help="the refreshing view on a terminal: full (every table, boxed), compact (the "
+        "runs and GPUs, unboxed, the pending pods in a line) or auto (full when all its rows "
+        "fit the terminal's height, else compact); --once, --plain and --json print in full",
+    )
     p.add_argument("--plain", action="store_true", help="plain text even on a terminal (no rich)")
     p.add_argument("--utc", action="store_true", help="clock times in UTC instead of local time")
     p.add_argument("--debug", action="store_true", help="tracebacks on errors")
@@ -451,14 +460,15 @@ def _has_rich() -> bool:
 
 def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_rich: bool) -> int:
     """Refresh until Ctrl-C, SIGTERM or SIGHUP: in place with rich on a terminal
-    (``LiveTop``, which holds the signals while it draws), appended otherwise. A
+    (``LiveTop``, which holds the signals while it draws; in ``--layout``), appended
+    otherwise. A
     refresh Prometheus does not answer shows the last good view (``RefreshingView``)."""
     views = RefreshingView(
         client, args.idle_window, args.idle_threshold, args.namespaces, args.gpu_resources
     )
     with Signals().caught() as signals:
         if use_rich:
-            with LiveTop(views, signals, tz) as live:
+            with LiveTop(views, signals, tz, layout=args.layout) as live:
                 live.start()
                 while True:
                     signals.wait(args.interval)

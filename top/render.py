@@ -645,10 +645,17 @@ class _RichView:
         yield from self._fitted(console, options)
 
     def _fitted(self, console, options) -> list[Any]:
-        """The lines, then the tables cut to the height left under them. Why counted, not
-        drawn: the rows that fit were found by drawing the whole view up to six times a
-        refresh (a table of 500 nodes' GPUs, each time); ``_lines_of`` counts the lines
-        rich would draw, so the view is drawn once, by the caller.
+        """``fit``'s parts: what the refreshing view draws."""
+        return self.fit(console, options)[0]
+
+    def fit(self, console: Any, options: Any) -> tuple[list[Any], bool]:
+        """The lines, then the tables cut to the height left under them; and whether
+        that shows every row of every table, no line cut at the right edge (the live
+        view's rule for this layout or the compact one: ``top.compact.LiveView``).
+
+        Why counted, not drawn: the rows that fit were found by drawing the whole view
+        up to six times a refresh (a table of 500 nodes' GPUs, each time); ``_lines_of``
+        counts the lines rich would draw, so the view is drawn once, by the caller.
 
         Never taller than the terminal: when even one line per table does not fit under
         the wrapped lines (a terminal of ~14 lines at 60 columns, where the header and
@@ -658,9 +665,8 @@ class _RichView:
         out. Below ``MIN_WIDTH`` × ``MIN_HEIGHT`` it says so, in one line."""
         width, height = options.max_width, options.max_height
         if width < MIN_WIDTH or height < MIN_HEIGHT:
-            return [
-                _cut(f"{width}×{height}: too small, gpu-eta top needs {MIN_WIDTH}×{MIN_HEIGHT}")
-            ]
+            small = f"{width}×{height}: too small, gpu-eta top needs {MIN_WIDTH}×{MIN_HEIGHT}"
+            return [_cut(small)], False
         counted: dict[tuple[int, int | None, bool], int] = {}
 
         def section(i: int, n: int | None, cut: bool) -> list[Any]:
@@ -689,13 +695,17 @@ class _RichView:
                 shown = fitting_rows(rows, frames, budget, order)
                 excess = sum(lines(i, n, cut) for i, n in enumerate(shown)) - room
                 if excess <= 0:
-                    return head + [p for i, n in enumerate(shown) for p in section(i, n, cut)]
+                    parts = [p for i, n in enumerate(shown) for p in section(i, n, cut)]
+                    # an empty table's one line (None) leaves out no row
+                    kept = [0 if n is None else n for n in shown]
+                    return head + parts, not cut and kept == rows
                 budget -= excess
         view = head + [p for i in range(len(rows)) for p in section(i, None, True)]
         if len(view) <= height:  # each part is one line now
-            return view
+            return view, False
         kept = height - 1
-        return [*view[:kept], _cut(f"… {len(view) - kept} more lines ({_TALLER})", "dim")]
+        more = _cut(f"… {len(view) - kept} more lines ({_TALLER})", "dim")
+        return [*view[:kept], more], False
 
 
 # Below this the watch view only says the terminal is too small: under 20 columns a cut
@@ -1044,7 +1054,8 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
     """The snapshot as ``rich`` tables (imported lazily: rich is the ``top`` extra), each
     fitted to the terminal's width when drawn (``fitting_columns``). ``fit_height``: also
     to its height (``fitting_rows``), for a view refreshed in place (rich's Live cuts
-    what is taller at the bottom); a printed view (``--once``) keeps every row."""
+    what is taller at the bottom); a printed view (``--once``) keeps every row. Its
+    ``fit(console, options)`` gives the fitted parts and whether they show every row."""
     from rich.text import Text
 
     now = view.timestamp

@@ -237,15 +237,6 @@ def test_a_signal_while_the_live_view_draws_stops_the_demo_with_the_cursor_shown
     assert code == 0 and b"Traceback" not in out and b"stopping" in out, out[-600:]
 
 
-def last_frame(out: bytes) -> list[str]:
-    """The lines of the live view's last frame in a terminal's output: after the last
-    erase of the lines it redraws (rich's Live: up a line, erase it), up to the cursor
-    shown again, without styles."""
-    start = out.rfind(b"\x1b[1A\x1b[2K") + len(b"\x1b[1A\x1b[2K")
-    frame = out[start : out.index(b"\x1b[?25h", start)].decode()
-    return re.sub(r"\x1b\[[0-9;]*m", "", frame).rstrip("\r\n").split("\r\n")
-
-
 @pytest.mark.integration
 @pytest.mark.slow
 def test_the_live_view_fits_80x24_with_runs_and_gpus(tmp_path: Path) -> None:
@@ -254,7 +245,7 @@ def test_the_live_view_fits_80x24_with_runs_and_gpus(tmp_path: Path) -> None:
     said ``--once`` shows them, a flag of a command the user never ran. It shows
     the runs and the GPUs, several rows each, in the terminal, and names the command
     that shows every row."""
-    from tests.top.test_top import on_a_terminal
+    from tests.top.test_top import last_frame, on_a_terminal
 
     argv = ["-m", "gpu_eta.demo", "--history-days", "0.02", "--history-jobs", "30"]
     argv += ["--refresh", "1", "--workdir", str(tmp_path / "work")]

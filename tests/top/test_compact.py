@@ -5,6 +5,7 @@ demo)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
@@ -183,3 +184,51 @@ def test_the_live_view_draws_in_the_terminal_size_rich_gives() -> None:
     console.print(compact.CompactView(demo_sized_view(), DEMO_FOOTER))
     drawn = console.export_text().splitlines()
     assert drawn == _texts(compact.compact_lines(demo_sized_view(), 80, 24, DEMO_FOOTER))
+
+
+def _drawn(renderable: object, width: int, height: int) -> list[str]:
+    """The lines rich draws ``renderable`` on in a ``width``×``height`` console."""
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=width, height=height, record=True)
+    console.print(renderable)
+    return console.export_text().splitlines()
+
+
+def test_auto_is_the_full_layout_while_every_row_fits_then_the_compact_one() -> None:
+    """A view of no empty table, drawn by ``auto``: the full layout (top's boxed tables)
+    in a terminal exactly as tall as its rows need; one line shorter it would lose a
+    row (the GPUs' last ones, said under them), so the compact layout instead.
+    ``full`` and ``compact`` are what they say at either height."""
+    from gpu_eta.top.render import render_rich
+
+    whole = demo_sized_view()
+    view = dataclasses.replace(
+        whole, jobs=whole.jobs[:2], idle=whole.idle[:1], pending=whole.pending[:1],
+        gpus=whole.gpus[-3:],
+    )  # fmt: skip
+    height = len(_drawn(render_rich(view), 100, 200))  # every row, printed
+    full = _drawn(render_rich(view, fit_height=True), 100, height)
+    assert any(line.startswith("┏") for line in full) and "more" not in "\n".join(full)
+    assert _drawn(compact.LiveView(view), 100, height) == full
+    assert _drawn(compact.LiveView(view, "full"), 100, height) == full
+    assert _drawn(compact.LiveView(view, "compact"), 100, height) == _drawn(
+        compact.CompactView(view), 100, height
+    )
+    shorter = _drawn(compact.LiveView(view), 100, height - 1)
+    assert shorter == _drawn(compact.CompactView(view), 100, height - 1), shorter
+    assert shorter[-1] == compact.FOOTER
+    cut = _drawn(compact.LiveView(view, "full"), 100, height - 1)
+    assert cut == _drawn(render_rich(view, fit_height=True), 100, height - 1)
+    assert any(line.startswith("… 2 more GPUs (--once") for line in cut), cut
+
+
+def test_at_80x24_auto_draws_the_gpus_the_full_layout_left_out() -> None:
+    """The demo's cluster in 80×24: the full layout left no GPU row; ``auto`` draws the
+    compact one, with top's footer."""
+    from gpu_eta.top.render import render_rich
+
+    full = _drawn(render_rich(demo_sized_view(), fit_height=True), 80, 24)
+    assert not any(line.startswith("│ gpu-node-") for line in full), full
+    auto = _drawn(compact.LiveView(demo_sized_view()), 80, 24)
+    assert len(_rows_under(auto, "GPUs")) == 6 and auto[-1] == compact.FOOTER, auto

@@ -112,6 +112,34 @@ def test_no_frame_is_taller_or_wider_than_the_terminal(name: str) -> None:
     assert console.export_text() == "19×60: too small, …\n"
 
 
+@pytest.mark.parametrize("name", ["tall", "cluster", "errors", "empty", "unknown"])
+def test_the_fit_says_whether_it_shows_every_row(name: str) -> None:
+    """``fit``'s flag is the live view's rule for the full layout (``compact.LiveView``):
+    true where the view printed whole (``--once``) is no taller than the terminal, false
+    where the fit says rows are not shown; the parts are what the view draws. From 40
+    columns: narrower, a table is cut at the right edge, and laid out by rich its lines
+    are counted a few too many (the fit at the printed height leaves rows out)."""
+    from rich.console import Console
+
+    view = views()[name]
+    for width in (w for w in WIDTHS if w >= 40):
+        printed = Console(file=io.StringIO(), width=width, record=True)
+        printed.print(top_render.render_rich(view, timezone.utc))
+        whole = len(printed.export_text().splitlines())
+        for height in (*HEIGHTS, whole - 1, whole):
+            console = Console(file=io.StringIO(), width=width, height=height, record=True)
+            fitted = top_render.render_rich(view, timezone.utc, fit_height=True)
+            parts, every_row = fitted.fit(console, console.options)
+            for part in parts:
+                console.print(part)
+            text = console.export_text()
+            size = (width, height, text)
+            if whole <= height and height >= top_render.MIN_HEIGHT:
+                assert every_row, size
+            if "--once or a taller terminal shows them" in text:
+                assert not every_row, size
+
+
 def test_a_short_terminal_keeps_the_free_gpus_of_the_last_nodes() -> None:
     """Cut from the end of its node-ordered list, the GPU table left out the only free
     GPUs, on the last node: what someone looking for a GPU came for. They are kept

@@ -8,6 +8,7 @@ import gc
 import io
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -728,6 +729,7 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         ["--prometheus.ca-file", str(tmp_path / "missing")],
         ["--gpu-resource", "gpu.shared"],
         ["--gpu-resource", "kubernetes.io/gpu"],
+        ["--layout", "wide"],
     ):
         code, out, err = run_top(*argv, "--once")
         assert code == 2 and out == "", argv
@@ -1902,21 +1904,79 @@ def on_a_terminal(
 
 
 def test_top_refreshing_on_a_short_terminal_fits_it(http_server) -> None:  # noqa: F811
-    """``top`` on a 24-line terminal (a pseudo-terminal), 40 GPUs: rich's Live showed
-    the first 23 lines and "...", the GPU list cut with no count. The view fits and
-    says how many GPUs it left out."""
-    import re
-
+    """``top --layout full`` on a 24-line terminal (a pseudo-terminal), 40 GPUs: rich's
+    Live showed the first 23 lines and "...", the GPU list cut with no count. The view
+    fits and says how many GPUs it left out."""
     served = answers()
     served["gpu_info"] += [vec(1, node="node-1", gpu=str(i), UUID=f"GPU-{i}") for i in range(40)]
     url, _ = http_server(answering(served))
-    out, _ = top_on_a_terminal(url, b"taller terminal shows them)")
+    argv = ["-m", "gpu_eta.top", "--prometheus.url", url, "--interval", "60", "--layout", "full"]
+    out, _ = on_a_terminal(argv, b"taller terminal shows them)")
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace"))
     lines = text.replace("\r", "").splitlines()
     assert "44 seen" in text and "ml/cnn-1" in text and "jupyter/nb-alice" in text, text
     said = r"(… \d+ more GPUs|GPUs: 44 GPUs not shown) \(--once or a taller terminal"
     assert any(re.match(said, line) for line in lines), text
     assert len(lines) <= 24 and not any(line.strip() == "..." for line in lines), text
+
+
+def busy_answers(n_runs: int, n_free: int) -> dict[str, list[dict]]:
+    """``answers()`` with ``n_runs`` more runs, each on a GPU of its own (node-1), and
+    ``n_free`` more free GPUs (node-2): more rows than a 24-line terminal holds."""
+    served = answers()
+    for i in range(n_runs):
+        run = {**RUN, "node": "node-1", "pod": f"train-{i:02d}", "run_id": f"r{i + 2}"}
+        pod = {k: run[k] for k in ("namespace", "pod", "container")}
+        gpu = {"node": "node-1", "gpu": str(i), "UUID": f"GPU-1-{i}"}
+        forecast = {k: v for k, v in run.items() if k != "node"}
+        served["epoch"].append(vec(3, **run))
+        served["epochs"].append(vec(20, **run))
+        served["run_start"].append(vec(NOW - 600, **run))
+        served["last_report"].append(vec(NOW - 3, **run))
+        for q, ahead in zip(QS, (300, 400 + 10 * i, 900), strict=True):
+            served["completion"].append(vec(NOW + ahead, **forecast, quantile=q))
+            served["gpu_free"].append(vec(NOW + ahead, **gpu, quantile=q))
+        served["method"].append(vec(1, **forecast, method="blend"))
+        served["allocated"].append(vec(1, **gpu, **pod))
+        served["since"].append(vec(NOW - 600, **gpu, **pod))
+        served["pod_util"].append(vec(0.9, **gpu, **pod))
+        served["pod_util_avg"].append(vec(0.9, **gpu, **pod))
+        served["gpu_info"].append(vec(1, **gpu, model="NVIDIA A2"))
+    served["gpu_info"] += [
+        vec(1, node="node-2", gpu=str(i), UUID=f"GPU-2-{i}", model="NVIDIA A2")
+        for i in range(n_free)
+    ]
+    return served
+
+
+def last_frame(out: bytes) -> list[str]:
+    """The lines of a live view's last frame in a terminal's output: after the last
+    erase of the lines it redraws (rich's Live: up a line, erase it), up to the cursor
+    shown again, without styles."""
+    start = out.rfind(b"\x1b[1A\x1b[2K") + len(b"\x1b[1A\x1b[2K")
+    frame = out[start : out.index(b"\x1b[?25h", start)].decode()
+    return re.sub(r"\x1b\[[0-9;]*m", "", frame).rstrip("\r\n").split("\r\n")
+
+
+def test_top_refreshing_on_an_80x24_terminal_shows_runs_and_gpus(http_server) -> None:  # noqa: F811
+    """``top`` in an 80×24 terminal (a common default) on 13 runs and 20 GPUs: its four
+    boxed tables, two note lines each at 80 columns, left 3 or 4 runs and not one GPU
+    row. Rows lost, it draws the compact layout: runs and GPUs, several rows each, and
+    a last line saying what shows every row."""
+    url, _ = http_server(answering(busy_answers(12, 4)))
+    argv = ["-m", "gpu_eta.top", "--prometheus.url", url, "--interval", "60"]
+    out, code = on_a_terminal(
+        argv, b"ALERTS firing", then=lambda p: p.send_signal(signal.SIGTERM), columns=80
+    )
+    assert code == 0, out[-2000:]
+    frame = last_frame(out)
+    assert len(frame) <= 24 and all(len(line) <= 80 for line in frame), frame
+    runs = [line for line in frame if line.startswith("ml/")]
+    gpus = [line for line in frame if line.startswith("node-")]
+    assert len(runs) >= 5 and len(gpus) >= 5, "\n".join(frame)
+    # free GPUs first
+    assert [g.split()[1] for g in gpus[:2]] == ["free", "free"], gpus
+    assert frame[-1] == "full view: --once --plain, or a taller terminal", frame
 
 
 @pytest.mark.parametrize(
