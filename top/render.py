@@ -69,9 +69,13 @@ def fmt_clock(ts: float | None, now: float, tz: tzinfo | None = None) -> str:
 
 
 def fmt_bytes(n: float | None) -> str:
-    """GiB with one decimal (MiB below 1 GiB); ``-`` when unknown."""
-    if n is None:
+    """GiB with one decimal (MiB below 1 GiB, TiB from 1 TiB); ``-`` when unknown or no
+    memory size (negative, or a PiB and more: no device or process holds that, and 1e300
+    bytes printed a 291-digit figure)."""
+    if n is None or not 0 <= n < 1 << 50:
         return "-"
+    if n >= 1 << 40:
+        return f"{n / (1 << 40):.1f}T"
     if n >= 1 << 30:
         return f"{n / (1 << 30):.1f}G"
     return f"{n / (1 << 20):.0f}M"

@@ -426,7 +426,7 @@ def build_view(
                 memory_used_bytes=total(memory),
                 memory_total_bytes=_finite_sum([gpu_total[g] for g in gkeys if g in gpu_total]),
                 start_timestamp=start,
-                elapsed_seconds=max(0.0, now - start) if start is not None else None,
+                elapsed_seconds=elapsed(start, now),
                 last_report_timestamp=last_report.get(key),
                 eta=Band(band.get("p10"), band.get("p50"), band.get("p90")),
                 method=methods.get(key, ""),
@@ -630,6 +630,15 @@ def plausible_stamp(stamp: float, clock: float | None) -> bool:
     return abs(stamp - clock) <= MAX_CLOCK_OFFSET_SECONDS
 
 
+def elapsed(start: float | None, now: float) -> float | None:
+    """Seconds from a run's ``start`` to ``now``: 0 for a start ahead of ``now`` (a
+    node's clock a little ahead), None for one no clock could give
+    (``plausible_stamp``: a start of -1e18 read as 11574074094867 days). Pure."""
+    if start is None or not plausible_stamp(start, now):
+        return None
+    return max(0.0, now - start)
+
+
 def evaluation_time(
     results: Mapping[str, Sequence[Sample]], clock: float | None = None
 ) -> float | None:
@@ -698,10 +707,13 @@ def holders_unknown(samples: Sequence[Sample]) -> dict[str, str]:
 
 def fmt_ratio(r: float | None) -> str:
     """A 0..1 ratio as a percentage rounded down: one decimal below 10 % (``4.6%``), a
-    whole one from there (``97%``); ``0%`` for none at all. Why down, and the decimal:
+    whole one from there (``97%``); ``0%`` for none at all; ``-`` for a negative one
+    and ``>100%`` above 1, neither a share of a device. Why down, and the decimal:
     the idle threshold (5 %) lies there, and a holder at 0.046, idle, read ``5%``."""
-    if r is None or not math.isfinite(r * 1000):
+    if r is None or not math.isfinite(r * 1000) or r < 0:
         return "-"
+    if r > 1:  # no share of a device is more than all of it: 1e300 printed 301 digits
+        return ">100%"
     if r == 0:
         return "0%"
     tenths = math.floor(round(r * 1000, 6))  # round first: 0.29 * 100 is 28.999…
@@ -748,13 +760,19 @@ def free_state(
     return "free", f"free to Kubernetes, {in_use}" if in_use else "free now"
 
 
+# The most series of one alert ``top`` believes firing: a count Prometheus makes of its
+# own ALERTS series, so anything near it is no count (1e300 printed 301 digits).
+MAX_FIRING = 1_000_000
+
+
 def _firing(samples: Sequence[Sample]) -> tuple[tuple[str, int], ...]:
-    """(alertname, how many firing), sorted by name; malformed samples skipped."""
+    """(alertname, how many firing), sorted by name; malformed samples (no name, not a
+    count from 1 to ``MAX_FIRING``) skipped."""
     out = {}
     for s in samples:
         name = s.labels.get("alertname", "")
         value = _value(s)
-        if name and value is not None and value > 0:
+        if name and value is not None and 0 < value <= MAX_FIRING:
             out[name[:128]] = int(value)
     return tuple(sorted(out.items()))
 

@@ -2850,6 +2850,35 @@ def test_a_utilisation_is_rounded_down_so_an_idle_holder_reads_below_the_thresho
     assert top_render.fmt_ratio(ratio) == cell
 
 
+def test_values_no_gpu_or_run_can_have_read_as_unknown_not_as_hundreds_of_digits() -> None:
+    """Out-of-range answers (a hostile or broken exporter): a utilisation of 1e300, a
+    negative one, memory of 1e300 or -1e15 bytes, a run started at -1e18, an alert
+    count of 1e300. Each printed as it came: a 301-digit UTIL, ``-953674316M``, an
+    ELAPSED of 11574074094867d13h, 301 digits of alerts. Now ``>100%`` / ``-`` and the
+    alert skipped; every line of the plain output stays under 200 characters."""
+    a = answers()
+    a["pod_util"] = [vec(1e300, **GPU0, **CNN), vec(-1e15, **GPU1, **NB)]
+    a["pod_util_avg"] = [vec(1e300, **GPU0, **CNN), vec(-0.5, **GPU1, **NB)]
+    a["pod_memory"] = [vec(1e300, **GPU0, **CNN), vec(-1e15, **GPU1, **NB)]
+    a["run_start"] = [vec(-1e18, **RUN)]
+    a["alerts"] = [vec(1e300, alertname="GpuEtaLongOccupancy"), vec(2, alertname="GpuEtaX")]
+    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW, "http://prom")
+    (job,) = [j for j in view.jobs if j.pod == "cnn-1"]
+    assert job.elapsed_seconds is None
+    assert view.alerts == (("GpuEtaX", 2),)
+    text = top_render.render_plain(view, timezone.utc)
+    assert max(len(line) for line in text.splitlines()) < 200, text
+    assert ">100%" in text and "-953674316M" not in text and "d13h" not in text, text
+    assert [top_render.fmt_bytes(n) for n in (-1.0, 1e300, 2.5 * (1 << 40), 3 * GIB)] == [
+        "-",
+        "-",
+        "2.5T",
+        "3.0G",
+    ]
+    assert [top_render.fmt_ratio(r) for r in (-0.01, 1.5, 1e300)] == ["-", ">100%", ">100%"]
+    assert top_view.elapsed(NOW + 30, NOW) == 0.0 and top_view.elapsed(NOW - 60, NOW) == 60
+
+
 def test_plain_tables_align_wide_characters_by_their_display_width() -> None:
     """A CJK model name takes two terminal columns a character: padded by its length,
     every column after it in the plain GPU table was shifted on its row. Measured with
