@@ -25,6 +25,14 @@ MAX_PROGRESS = 1e15
 # step into an infinite cell (``step_cell``); below 1 it is not a run's plan.
 MIN_PLANNED = 1.0
 
+# A progress step below this share of the plan is no step of its own: the forecaster
+# merges it into the next (``estimators.rate.significant_points``,
+# ``estimators.base.next_report_increments``, ``forecaster.runs_csv``). Read as one, a
+# report of 1e-300 epochs after 100 seconds was 1e302 seconds per epoch, whose log,
+# square and intervals ahead overflowed or divided by zero (a lost forecast, a
+# traceback). Real steps are far wider: points are kept per 1/STEP_CELLS of the plan.
+NEGLIGIBLE_PROGRESS_SHARE = 1e-9
+
 
 def plausible_plan(planned: float) -> bool:
     """Whether ``planned`` is a total (epochs or steps) a run can have: in

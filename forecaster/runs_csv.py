@@ -56,7 +56,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from gpu_eta.common.progress_bound import MAX_PROGRESS, MIN_PLANNED, plausible_plan
+from gpu_eta.common.progress_bound import (
+    MAX_PROGRESS,
+    MIN_PLANNED,
+    NEGLIGIBLE_PROGRESS_SHARE,
+    plausible_plan,
+)
 from gpu_eta.common.text import first_of, utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.runs import STATED_PLAN, Feature, Run, RunError, RunKey, validate_run
@@ -880,6 +885,24 @@ def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float,
 Point = tuple[float, float, int]  # (progress, time, line)
 
 
+def significant(rows: Sequence[Point], floor: float) -> list[Point]:
+    """``rows`` (in progress order) without those less than ``floor`` past the row kept
+    before them: the progress was reached at the earlier row's time.
+
+    Why: a value a hair above the last (``1e-300`` after 0) is no step of training, and
+    read as one it is 1e302 seconds per epoch, which overflowed the estimators
+    (``progress_bound.NEGLIGIBLE_PROGRESS_SHARE`` of the plan, the live path's rule).
+    The last row stays, in place of the row kept before it (not the start): it may be
+    the plan, and a completed run must stay completed."""
+    kept: list[Point] = []
+    for row in rows:
+        if not kept or row[0] - kept[-1][0] >= floor:
+            kept.append(row)
+    if len(kept) > 2 and kept[-1] is not rows[-1]:
+        kept[-1] = rows[-1]  # the last row is kept (it may be the plan): the one before goes
+    return kept
+
+
 def reused_after(rows: Sequence[Point], planned: float) -> tuple[Point, Point] | None:
     """The row where a second run starts, after the run first reached ``planned``, under
     the same key: the run's first progress value again, followed by a higher one (it
@@ -960,7 +983,7 @@ def _assemble(key: RunKey, acc: _Acc, plan_optional: bool = False) -> Run:
             f"{planned:.12g} at {t_done:.3f} (line {done_line}): its run_id is reused by "
             "another run (give each run its own)",
         )
-    rows = first_reached(points)
+    rows = significant(first_reached(points), planned * NEGLIGIBLE_PROGRESS_SHARE)
     if rows[0][0] != 0:
         raise RunsCsvError(
             rows[0][2], f"run {run_id!r}: has no epoch 0 row (epoch 0 = start of training)"

@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from sklearn.exceptions import NotFittedError as _SkNotFittedError
 
+from gpu_eta.common.progress_bound import NEGLIGIBLE_PROGRESS_SHARE
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
@@ -252,7 +253,10 @@ def next_report_increments(run: Run, last: int = 5) -> list[float]:
     runs for every forecast, on at most ``last`` values.
     """
     epochs = [e for e, _t in run.epoch_times[-(last + 1) :]]
-    steps = [b - a for a, b in itertools.pairwise(epochs)]  # > 0: validate_run
+    floor = run.epochs_planned * NEGLIGIBLE_PROGRESS_SHARE
+    # > 0 (validate_run); a negligible one (an untrusted 1e-300) is no report's step:
+    # divided by what remains it underflowed to 0, whose log raised
+    steps = [b - a for a, b in itertools.pairwise(epochs) if b - a >= floor]
     if not steps:
         return [1.0, 2.0]
     return [*steps, 2.0 * statistics.median(steps)]

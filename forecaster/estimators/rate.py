@@ -32,6 +32,7 @@ rescales these sigmas from measured residuals; they need only rank runs well.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -39,6 +40,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from gpu_eta.common.progress_bound import NEGLIGIBLE_PROGRESS_SHARE
 from gpu_eta.forecaster.estimators.base import (
     DEFAULT_LOG_SIGMA,
     NotFittedError,
@@ -221,6 +223,32 @@ def periodic_spikes(
     return math.log(base + max(ahead, 0) * excess / remaining)
 
 
+def significant_points(run: Run) -> Run:
+    """``run`` without the progress points less than ``NEGLIGIBLE_PROGRESS_SHARE`` of
+    its plan past the point kept before them; ``run`` itself when none is.
+
+    Why: progress is untrusted input (a report, a runs CSV), and a step of ``1e-300``
+    epochs after 100 seconds is 1e302 seconds per epoch, whose log, square and
+    intervals ahead overflow or divide by zero. No real step is that small (points are
+    kept at 1/400 of the plan, ``progress_bound.STEP_CELLS``); merged into the next
+    one, its time still counts, in the interval that ends there.
+    """
+    times = run.epoch_times
+    floor = run.epochs_planned * NEGLIGIBLE_PROGRESS_SHARE
+    prev = times[0][0]
+    for epoch, _t in times[1:]:  # the common case: every step counts, nothing built
+        if epoch - prev < floor:
+            break
+        prev = epoch
+    else:
+        return run
+    kept = [times[0]]
+    for point in times[1:]:
+        if point[0] - kept[-1][0] >= floor:
+            kept.append(point)
+    return dataclasses.replace(run, epoch_times=tuple(kept))
+
+
 def own_rate(
     run: Run,
     *,
@@ -237,8 +265,10 @@ def own_rate(
     run the first epoch is all there is, and it ran slower than the epochs to come.
 
     Returns ``(log_seconds_per_epoch, scale, n_eff, n_intervals)`` or ``None`` when the
-    run has no completed interval yet.
+    run has no completed interval yet (a step below ``NEGLIGIBLE_PROGRESS_SHARE`` of the
+    plan is none: ``significant_points``).
     """
+    run = significant_points(run)
     n = len(run.epoch_times) - 1
     if n <= 0:
         return None
@@ -597,6 +627,7 @@ def rate_log_remaining(
     m = remaining_epochs(run)
     if m <= 0:
         return None
+    run = significant_points(run)  # its done progress divides (``intervals_ahead``)
     est = own_rate(run, **rate_params)
     if est is None:
         return None

@@ -861,3 +861,14 @@ def test_a_run_without_a_plan_is_read_only_when_what_it_reached_is_a_plan(
     assert warning is not None and "\n" not in warning
     assert warning.startswith("skipped 1 malformed run(s) of 2: run 'q' (line 5: "), warning
     assert f"has no epochs_planned and {why}" in warning, warning
+
+
+def test_a_negligible_progress_step_is_merged_and_the_end_kept() -> None:
+    """A value a hair past the last (``NEGLIGIBLE_PROGRESS_SHARE`` of the plan) is no
+    step of its own: mid-run it is read at the earlier time, and at the end the plan
+    stays the last point (the run stays completed)."""
+    (run,) = parse(
+        f"{HEADER}\nr,0,4,0\nr,1e-300,4,100\nr,2,4,110\nr,3.99999999999,4,120\nr,4,4,130\n"
+    )
+    assert run.epoch_times == ((0.0, 0.0), (2.0, 110.0), (4.0, 130.0))
+    assert run.completed is True

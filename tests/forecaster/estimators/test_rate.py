@@ -500,3 +500,24 @@ def test_a_step_level_run_drifting_late_is_read_at_its_latest_speed() -> None:
     est = own_rate(make_run("ramp", durations, planned=200))
     assert est is not None
     assert math.exp(est[0]) == pytest.approx(1.3, rel=0.025)
+
+
+@pytest.mark.parametrize("tiny", [1e-9 * 1e-6, 1e-300, 1e-320, 5e-324])
+@pytest.mark.parametrize("steps", [3, rate_mod.SMALL_INTERVALS + 5])
+def test_a_negligible_progress_step_never_breaks_the_maths(tiny: float, steps: int) -> None:
+    """A report a hair above the last (an untrusted ``1e-300``, a denormal) is no
+    interval of its own: the rate and its forecast stay finite, on both paths (the
+    Python one for short runs, numpy past ``SMALL_INTERVALS``)."""
+    start = 1_700_000_000.0
+    head = [(0.0, start), (tiny, start + 100.0)]
+    rest = [(float(i), start + 100.0 + 10.0 * i) for i in range(1, steps)]
+    planned = float(steps + 2)
+    for times in (head, head + rest):
+        run = Run("r", planned, tuple(times))
+        est = own_rate(run)
+        if times is head:
+            assert est is None  # nothing done yet: no interval to read a rate from
+            continue
+        assert est is not None and all(math.isfinite(v) for v in est)
+        forecast = RateEstimator().fit([]).predict(run, now=times[-1][1] + 1.0)
+        assert all(math.isfinite(q) for q in (forecast.p10, forecast.p50, forecast.p90))
