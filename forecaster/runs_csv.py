@@ -14,8 +14,11 @@ a plan is one the live path takes (``progress_bound.plausible_plan``: 1 to
 Any other column is a feature. The identity columns (``TEXT_COLUMNS``: ``namespace``,
 ``job_name``, ``node_type``, ``gpu_model``, ``framework``, ``image``, ...) are always
 text, the first non-empty value of the run; ``namespace``, ``pod`` and ``container``
-also fill the ``Run`` fields of those names and, with ``run_id``, are the run's key
-(``KEY_COLUMNS``, the service's ``RunKey``). Any other column (``batch_size``,
+also fill the ``Run`` fields of those names and, with ``run_id``, are the service's
+``RunKey`` (``KEY_COLUMNS``); with ``job_name`` and ``node_type`` (``JOB_KEY_COLUMNS``)
+they are the run's key in a file (``_Key``, ``_place_blank_keys``, ``_qualified``).
+Rows of one key that disagree on a ``CONSTANT_COLUMNS`` value are two runs the file
+does not tell apart: skipped, named. Any other column (``batch_size``,
 ``gpus``, ``gpu_utilization_ratio``, ...) is a number when it parses as one (averaged
 over the run's rows: utilisation is a mean), else text. A run whose last epoch
 reaches ``epochs_planned`` (within ``PLAN_SLACK``) is completed; one that stops
@@ -43,6 +46,7 @@ for the first damaged run (the seed of the history store uses them).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import io
 import itertools
@@ -64,7 +68,15 @@ from gpu_eta.common.progress_bound import (
 )
 from gpu_eta.common.text import first_of, utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.runs import STATED_PLAN, Feature, Run, RunError, RunKey, validate_run
+from gpu_eta.forecaster.runs import (
+    STATED_PLAN,
+    Feature,
+    Run,
+    RunError,
+    RunKey,
+    run_key,
+    validate_run,
+)
 
 REQUIRED_COLUMNS = ("run_id", "epoch", "epochs_planned", "timestamp_seconds")
 PLAN_COLUMN = "epochs_planned"  # the one required column ``plan_optional`` reads without
@@ -84,6 +96,19 @@ TEXT_COLUMNS = frozenset(
 )
 # The live service's ``RunKey``: one run_id in two namespaces (pods, containers) is two runs.
 KEY_COLUMNS = ("namespace", "pod", "container")
+# Columns that name another job: one run_id under two of them is two runs, as files
+# counting runs per benchmark and system (MLPerf's "1" to "5" of each) hold. Part of the
+# key a file is read by; runs that the service's key would still confuse are named
+# ``job_name/node_type/run_id`` (``_qualified``).
+JOB_KEY_COLUMNS = ("job_name", "node_type")
+# What a run's rows must agree on, beside its key: a run does not change its GPU model,
+# framework, image, unit, batch size or GPU count between rows. Rows of one key that
+# disagree are two runs the file does not tell apart (two concurrent runs given one
+# run_id): merged, one run's times would be taken for the other's and the batch sizes
+# averaged. A measured column (``gpu_utilization_ratio``) may change: it is a mean.
+CONSTANT_COLUMNS = frozenset(
+    {"gpu_model", "framework", "image", "progress_unit", "batch_size", "gpus"}
+)
 MAX_FIELD_CHARS = 256
 MAX_COLUMNS = 64  # columns read; a wider file's others are ignored (``keep_columns``)
 MAX_FILE_COLUMNS = 1024  # a wider header is no runs CSV
@@ -312,6 +337,8 @@ class _Acc:
     sums: dict[str, tuple[float, int]] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
     big: tuple[int, float] | None = None  # the first line past MAX_TIMESTAMP, its value
+    # CONSTANT_COLUMNS: name -> (first value, its line), for a row that disagrees
+    constant: dict[str, tuple[Feature, int]] = field(default_factory=dict)
     plan_line: int = 0  # the line that gave ``planned``
 
 
@@ -544,14 +571,138 @@ def _mended(text: str) -> str:
         return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _key(run_id: str, cells: Sequence[str], ascii_only: bool = False) -> RunKey:
-    """``(namespace, pod, container, run_id)`` from the ``KEY_COLUMNS`` cells, stripped
+_Key = tuple[str, str, str, str, str, str]
+"""A run's key in a file: the service's ``RunKey`` (namespace, pod, container, run_id)
+then the ``JOB_KEY_COLUMNS`` (job_name, node_type)."""
+
+
+def _key(run_id: str, cells: Sequence[str], ascii_only: bool = False) -> _Key:
+    """The ``_Key`` from the ``KEY_COLUMNS`` and ``JOB_KEY_COLUMNS`` cells, stripped
     and mended (``_mended``) as their feature values are (``ascii_only``: the line is
     ASCII, nothing to mend)."""
-    ns, pod, container = cells
-    if ascii_only:
-        return (ns.strip(), pod.strip(), container.strip(), run_id)
-    return (_mended(ns.strip()), _mended(pod.strip()), _mended(container.strip()), run_id)
+    ns, pod, container, job, node = (c.strip() if ascii_only else _mended(c.strip()) for c in cells)
+    # an over-long job cell is left out of its features (``RunsFile.dropped``): no job
+    job, node = (c if len(c) <= MAX_FIELD_CHARS else "" for c in (job, node))
+    return (ns, pod, container, run_id, job, node)
+
+
+def _qualified(runs: list[tuple[_Key, Run]]) -> list[tuple[_Key, Run]]:
+    """``runs`` with each run that shares its service key (``run_key``) with another
+    renamed ``job_name/node_type/run_id`` (empty parts left out, ``#2`` … added if the
+    name is taken).
+
+    Why: the service, the history and ``evaluate`` tell runs apart by ``RunKey``; two
+    runs that differ only by job or node type would be one run there."""
+    count = Counter(run_key(run) for _key, run in runs)
+    if all(n == 1 for n in count.values()):
+        return runs
+    used = {run.run_id for _key, run in runs}
+    out = []
+    for key, run in runs:
+        if count[run_key(run)] > 1:
+            base = "/".join(p for p in (key[4], key[5], run.run_id) if p)
+            name, n = base, 1
+            while name in used:
+                n += 1
+                name = f"{base}#{n}"
+            used.add(name)
+            run = dataclasses.replace(run, run_id=name)
+        out.append((key, run))
+    return out
+
+
+def _compatible(blank: _Key, full: _Key) -> bool:
+    """Whether ``full`` is ``blank`` with some of its empty ``JOB_KEY_COLUMNS`` given."""
+    return blank[:4] == full[:4] and all(
+        b in ("", f) for b, f in zip(blank[4:], full[4:], strict=True)
+    )
+
+
+def _merge(into: _Acc, acc: _Acc) -> str | None:
+    """Add ``acc``'s rows and features to ``into``; why they are not one run, or None."""
+    if not _same_plan(into.planned, acc.planned):
+        return (
+            f"epochs_planned {acc.planned:.12g} (line {acc.plan_line}) differs from "
+            f"{into.planned:.12g} (line {into.plan_line})"
+        )
+    for name, (value, line) in acc.constant.items():
+        why = _disagreement(into, name, value, line)
+        if why is not None:
+            return why
+    if into.planned is None and acc.planned is not None:
+        into.planned, into.plan_line = acc.planned, acc.plan_line
+    into.first_line = min(into.first_line, acc.first_line)
+    into.rows.extend(acc.rows)
+    for name, (total, count) in acc.sums.items():
+        have = into.sums.get(name, (0.0, 0))
+        into.sums[name] = (have[0] + total, have[1] + count)
+    for name, text in acc.texts.items():
+        into.texts.setdefault(name, text)
+    if acc.big is not None and (into.big is None or acc.big[0] < into.big[0]):
+        into.big = acc.big
+    return None
+
+
+def _place_blank_keys(runs: dict[_Key, _Acc], bad: dict[_Key, SkippedRun]) -> None:
+    """Put the rows of a key with an empty ``JOB_KEY_COLUMNS`` cell (a file that gives
+    the job on some rows only) into the one run of its ``run_id`` that names it; when
+    several runs could be theirs they are skipped as damage. In place.
+
+    Why: an empty cell says nothing, so it splits no run; but which of two jobs' "1"
+    a row without a job is, the file does not say. A damaged key joins its run's
+    damage (the run is skipped), as a damaged row of a whole key does."""
+    blanks = sorted((k for k in (*runs, *bad) if "" in k[4:]), key=lambda k: k[4:].count(""))
+    if not blanks:
+        return
+    by_run: dict[RunKey, list[_Key]] = {}
+    for k in (*runs, *bad):
+        by_run.setdefault(k[:4], []).append(k)
+    for k in blanks:
+        if k not in runs and k not in bad:
+            continue  # placed already
+        homes = [
+            f
+            for f in by_run[k[:4]]
+            if _compatible(k, f) and not _compatible(f, k) and (f in runs or f in bad)
+        ]
+        if not homes:
+            continue  # the run's only key: its job is unknown, not ambiguous
+        if len(homes) > 1:
+            if k in runs:
+                named = first_of([f"{f[4] or '-'}/{f[5] or '-'}" for f in homes], MAX_NAMED)
+                bad[k] = SkippedRun(
+                    k[3],
+                    runs.pop(k).first_line,
+                    f"run {k[3]!r}: rows without job_name or node_type, whose run cannot "
+                    f"be told among the runs of that run_id ({named})",
+                )
+            continue
+        (home,) = homes
+        if k in bad or home in bad:
+            skip = bad[k] if k in bad else bad[home]
+            runs.pop(k, None)
+            bad.pop(k, None)
+            runs.pop(home, None)
+            if home not in bad or skip.line < bad[home].line:
+                bad[home] = skip
+            continue
+        why = _merge(runs[home], runs.pop(k))
+        if why is not None:
+            bad[home] = SkippedRun(k[3], runs.pop(home).first_line, f"run {k[3]!r}: {why}")
+
+
+def _disagreement(acc: _Acc, name: str, value: Feature, line: int) -> str | None:
+    """Why a row's ``value`` of a ``CONSTANT_COLUMNS`` column ``name`` cannot be its
+    run's (its earlier rows gave another), or None; the first value is kept."""
+    first = acc.constant.setdefault(name, (value, line))
+    if first[0] == value:
+        return None
+    shown = [f"{v:g}" if isinstance(v, float) else repr(v) for v in (first[0], value)]
+    return (
+        f"rows of one run disagree on {name}: {shown[0]} (line {first[1]}) and {shown[1]}: "
+        "two runs under one run_id? (give each its own run_id, or a job_name or "
+        "node_type column that tells them apart)"
+    )
 
 
 def keep_columns(names: Sequence[str]) -> list[str]:
@@ -591,7 +742,7 @@ class _Columns:
     i_epoch: int
     i_plan: int | None  # None: no such column (``plan_optional``), every row without a plan
     i_ts: int
-    i_keys: tuple[int | None, ...]  # KEY_COLUMNS; None: absent, read as ""
+    i_keys: tuple[int | None, ...]  # KEY_COLUMNS, JOB_KEY_COLUMNS; None: absent, read as ""
     # a run's identity must be whole: an over-long feature is left out, not its run
     i_limited: tuple[int, ...]
     extra: tuple[tuple[str, int], ...]  # features: (name, index)
@@ -644,7 +795,7 @@ def _columns(header: Sequence[str], plan_optional: bool = False) -> _Columns:
         i_epoch=index["epoch"],
         i_plan=index.get(PLAN_COLUMN),
         i_ts=index["timestamp_seconds"],
-        i_keys=tuple(index.get(c) for c in KEY_COLUMNS),
+        i_keys=tuple(index.get(c) for c in (*KEY_COLUMNS, *JOB_KEY_COLUMNS)),
         i_limited=tuple(index[c] for c in (*REQUIRED_COLUMNS, *KEY_COLUMNS) if c in index),
         extra=tuple((name, index[name]) for name in kept if name not in REQUIRED_COLUMNS),
         ignored=ignored,
@@ -678,14 +829,14 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
     unread: list[list[Any]] = []
     ignored_headers = 0  # headers mid-file with more than MAX_COLUMNS columns
 
-    runs: dict[RunKey, _Acc] = {}
-    bad: dict[RunKey, SkippedRun] = {}
+    runs: dict[_Key, _Acc] = {}
+    bad: dict[_Key, SkippedRun] = {}
     bad_rows: list[SkippedRun] = []
     more_rows = 0
     n_rows = 0
     line = 1
     reader = _UntilDamage(fh)
-    key: RunKey | None = None
+    key: _Key | None = None
     for line, text, row, damage in _records(reader, limit, sep):
         if damage is None and all(not cell.strip() for cell in row):
             continue  # a blank line, or separators only (a spreadsheet's empty rows)
@@ -733,7 +884,10 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
             )
         else:
             run_id = _field_of(text, i_run, sep)  # "" where the fields up to it do not read whole
-            key = _key(run_id, [_field_of(text, i, sep) if i is not None else "" for i in i_keys])
+            # a damaged line's job is not read: its run is the one of its run_id that
+            # names one (``_place_blank_keys``), else a run of its own
+            cells = [_field_of(text, i, sep) if i is not None else "" for i in i_keys]
+            key = _key(run_id, [*cells[: len(KEY_COLUMNS)], *("" for _ in JOB_KEY_COLUMNS)])
         unusable = None
         if not run_id:
             unusable = "run_id is empty"
@@ -784,6 +938,23 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
                 )
             if acc.planned is None and planned is not None:
                 acc.planned, acc.plan_line = planned, line
+            values: list[tuple[str, Feature]] = []
+            for name, i in cols.extra:
+                cell = row[i].strip()
+                if not cell:
+                    continue
+                if len(cell) > MAX_FIELD_CHARS:
+                    dropped[name, too_long] += 1
+                    continue
+                if not ascii_only and not utf8_encodable(cell):
+                    dropped[name, not_utf8] += 1
+                    cell = _mended(cell)
+                value = _feature(name, cell, comma)
+                if name in CONSTANT_COLUMNS:
+                    why = _disagreement(acc, name, value, line)
+                    if why is not None:
+                        raise _BadRow(f"run {run_id!r}: {why}")
+                values.append((name, value))
         except _BadRow as err:
             if run_id:
                 if key not in bad:
@@ -800,17 +971,7 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
             acc.rows.append((epoch, ts, line))
             if big and acc.big is None:
                 acc.big = (line, ts)
-        for name, i in cols.extra:
-            cell = row[i].strip()
-            if not cell:
-                continue
-            if len(cell) > MAX_FIELD_CHARS:
-                dropped[name, too_long] += 1
-                continue
-            if not ascii_only and not utf8_encodable(cell):
-                dropped[name, not_utf8] += 1
-                cell = _mended(cell)
-            value = _feature(name, cell, comma)
+        for name, value in values:
             if isinstance(value, float):
                 if math.isfinite(value):
                     total, count = acc.sums.get(name, (0.0, 0))
@@ -844,13 +1005,16 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
         if acc.big is not None:  # a millisecond run among runs in seconds
             del runs[key]
             bad[key] = SkippedRun(key[3], acc.big[0], _not_seconds(acc.big[1]))
-    out = []
+    _place_blank_keys(runs, bad)
+    assembled = []
     for key, acc in runs.items():
         try:
-            out.append(_assemble(key, acc, plan_optional))
+            assembled.append((key, _assemble(key, acc, plan_optional)))
         except RunsCsvError as err:
             bad[key] = SkippedRun(key[3], err.line, err.reason)
-    planless = frozenset(key for key, acc in runs.items() if acc.planned is None and key not in bad)
+    assembled = _qualified(assembled)
+    out = [run for _key, run in assembled]
+    planless = frozenset(run_key(run) for key, run in assembled if runs[key].planned is None)
     out.sort(key=lambda r: (r.start_timestamp, r.run_id, r.namespace, r.pod, r.container))
     note = _early_note([r.start_timestamp for r in out])
     if note:
@@ -935,7 +1099,7 @@ def reused_after(rows: Sequence[Point], planned: float) -> tuple[Point, Point] |
     return None if found is None else (found, done)
 
 
-def _assemble(key: RunKey, acc: _Acc, plan_optional: bool = False) -> Run:
+def _assemble(key: _Key, acc: _Acc, plan_optional: bool = False) -> Run:
     """The ``Run`` of one run's rows, or ``RunsCsvError`` naming the first bad line.
 
     A run without a plan on any row (``plan_optional``) gets the progress it reached as
@@ -944,7 +1108,7 @@ def _assemble(key: RunKey, acc: _Acc, plan_optional: bool = False) -> Run:
     ended where it ended, as the live service stores a plan-less run that ended
     (``exporter.progress.advance``). The plan is hindsight, for placing the moments a
     backtest scores; ``evaluate`` never forecasts such a run from it."""
-    namespace, pod, container, run_id = key
+    namespace, pod, container, run_id = key[:4]
     if acc.planned is None and not plan_optional:
         raise RunsCsvError(
             acc.first_line,

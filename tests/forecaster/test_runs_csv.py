@@ -376,11 +376,11 @@ def test_a_quoted_field_may_hold_a_line_break() -> None:
     """A text with a line break, as pandas or a spreadsheet writes it (the quote closes
     on a later line, within a field's length), is one record; the lines after it are
     rows of their own runs."""
-    text = f'{HEADER},job_name\nr1,0,2,1000,"line1\nline2"\nr1,1,2,1010,j\nr1,2,2,1020,j\n'
+    text = f'{HEADER},note\nr1,0,2,1000,"line1\nline2"\nr1,1,2,1010,j\nr1,2,2,1020,j\n'
     text += TWO.replace("\n", ",j\n")
     result = parse_runs_file(io.StringIO(text))
     assert [r.run_id for r in result.runs] == ["r1", "r2", "r3"] and not result.skipped
-    assert result.runs[0].features["job_name"] == "line1\nline2"
+    assert result.runs[0].features["note"] == "line1\nline2"
     assert result.runs[1].epoch_times[0] == (0.0, 2000.0)
 
 
@@ -872,3 +872,58 @@ def test_a_negligible_progress_step_is_merged_and_the_end_kept() -> None:
     )
     assert run.epoch_times == ((0.0, 0.0), (2.0, 110.0), (4.0, 130.0))
     assert run.completed is True
+
+
+def test_run_ids_unique_only_within_a_job_and_node_type_are_different_runs() -> None:
+    """MLPerf-style files count runs per benchmark and system ("1" of resnet on tpu,
+    "1" of resnet on 8xV100, "1" of ncf): ``job_name`` and ``node_type`` are part of the
+    key, and runs whose service key would collide are named ``job/node_type/run_id``."""
+    text = (
+        f"{HEADER},job_name,node_type\n"
+        "1,0,4,0,resnet,tpu\n1,4,4,40,resnet,tpu\n"
+        "1,0,8,5,resnet,8xV100\n1,8,8,85,resnet,8xV100\n"
+        "1,0,2,7,ncf,\n1,2,2,27,ncf,\n"
+        "2,0,3,9,ncf,\n2,3,3,39,ncf,\n"
+    )
+    result = parse_runs_file(io.StringIO(text))
+    assert result.skipped == []
+    by_id = {r.run_id: r for r in result.runs}
+    assert set(by_id) == {"resnet/tpu/1", "resnet/8xV100/1", "ncf/1", "2"}
+    assert by_id["resnet/8xV100/1"].epochs_planned == 8.0
+    assert by_id["ncf/1"].features["job_name"] == "ncf"
+
+
+def test_rows_of_one_run_that_disagree_on_its_configuration_skip_it_named() -> None:
+    """Two concurrent runs under one run_id (batch sizes 128 and 64) were merged, their
+    batch sizes averaged; rows of one key disagreeing on a configuration column
+    (``CONSTANT_COLUMNS``) are two runs the file does not tell apart: skipped, with the
+    column and both values named."""
+    text = (
+        f"{HEADER},job_name,batch_size,gpu_model\n"
+        "r,0,2,0,mlp,128,A100\nr,0,2,1,mlp,64,A100\nr,1,2,10,mlp,128,A100\n"
+        "r,1,2,12,mlp,64,A100\nr,2,2,20,mlp,128,A100\nr,2,2,23,mlp,64,A100\n"
+        "s,0,2,0,mlp,32,A100\ns,1,2,10,mlp,32,\ns,2,2,20,mlp,32.0,A100\n"
+        "t,0,2,0,mlp,32,A100\nt,2,2,20,mlp,32,H100\n"
+    )
+    result = parse_runs_file(io.StringIO(text))
+    assert [r.run_id for r in result.runs] == ["s"]
+    reasons = {s.run_id: (s.line, s.reason) for s in result.skipped}
+    assert reasons["r"][0] == 3 and "batch_size" in reasons["r"][1]
+    assert "128" in reasons["r"][1] and "64" in reasons["r"][1] and "line 2" in reasons["r"][1]
+    assert reasons["t"][0] == 12 and "gpu_model" in reasons["t"][1] and "'H100'" in reasons["t"][1]
+
+
+def test_a_row_without_a_job_joins_the_one_run_that_names_it_else_is_skipped() -> None:
+    """An empty ``job_name`` cell splits no run (a file giving the job on some rows
+    only); under a run_id two jobs share, such rows cannot be placed: skipped, named."""
+    text = (
+        f"{HEADER},job_name\n"
+        "a,0,2,0,j\na,1,2,10,\na,2,2,20,j\n"
+        "b,0,2,0,x\nb,2,2,20,x\nb,0,2,1,y\nb,2,2,21,y\nb,1,2,15,\n"
+    )
+    result = parse_runs_file(io.StringIO(text))
+    by_id = {r.run_id: r for r in result.runs}
+    assert set(by_id) == {"a", "x/b", "y/b"}
+    assert by_id["a"].epoch_times == ((0.0, 0.0), (1.0, 10.0), (2.0, 20.0))
+    (skip,) = result.skipped
+    assert (skip.run_id, skip.line) == ("b", 9) and "x/-, y/-" in skip.reason
