@@ -51,6 +51,7 @@ import gzip
 import io
 import itertools
 import math
+import re
 import sys
 import zlib
 from collections import Counter
@@ -434,14 +435,20 @@ def _read_header(fh: TextIO) -> tuple[list[str], str]:
 
 class _UntilDamage:
     """``fh.readline`` that ends (``""``) where the compressed data is damaged, the
-    damage kept in ``damage``.
+    damage kept in ``damage`` and whether it is a cut (``cut``) or corruption.
 
-    Why: a gzip file cut short (a copy interrupted, a disk filled) still holds every
-    line before the cut; the runs they finish are as good as in a whole file."""
+    Why a cut is read up to: a gzip file cut short (a copy interrupted, a disk filled)
+    still holds every line before the cut; the runs they finish are as good as in a
+    whole file. Why corruption is not (``_gzip_damage``): gzip's checksum is checked
+    only at the end of the data, so a CRC failure says some byte is wrong but not
+    which; a changed digit reads as a valid row (epoch 1 as 0, a time an hour off), and
+    a deflate stream that fails mid-way has already given bytes nothing vouches for.
+    Scoring such a file would score rows nobody wrote."""
 
     def __init__(self, fh: TextIO) -> None:
         self._fh = fh
         self.damage: str | None = None
+        self.cut = False
 
     def readline(self, size: int = -1) -> str:
         if self.damage is not None:
@@ -450,7 +457,16 @@ class _UntilDamage:
             return self._fh.readline(size)
         except (EOFError, zlib.error, gzip.BadGzipFile) as err:
             self.damage = str(err) or "truncated"
+            # EOFError: the data ends early; BadGzipFile other than a checksum: bytes
+            # after a whole member that are no gzip (appended junk), the member read
+            self.cut = isinstance(err, EOFError) or (
+                isinstance(err, gzip.BadGzipFile) and not _CORRUPT.match(str(err))
+            )
             return ""
+
+
+# gzip's messages for data that does not match its trailer (``gzip._GzipReader``)
+_CORRUPT = re.compile(r"CRC check failed|Incorrect length of data produced")
 
 
 def _lines(fh: TextIO | _UntilDamage, number: int, limit: int) -> Iterator[tuple[int, str, bool]]:
@@ -1015,6 +1031,21 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
         cut = f"the compressed data ends in this line or after it ({reader.damage})"
         if key is None:
             raise RunsCsvError(line + 1, f"damaged gzip data: {reader.damage}")
+        if not reader.cut:
+            raise RunsCsvError(
+                0,
+                f"damaged gzip data: {reader.damage}: the file is corrupt, so any row read "
+                "from it may be wrong and none is scored (copy or compress it again)",
+            )
+        where = f"in line {line:,} or after it ({reader.damage}"
+        notes.append(
+            (
+                f"the gzip data ends early, {where}: a copy cut short?)"
+                if "ended before" in reader.damage or reader.damage == "truncated"
+                else f"bytes after the gzip data are no gzip, {where}: junk appended?)"
+            )
+            + ": the runs read before are kept, the last one skipped"
+        )
         if key in runs or key in bad:  # the last run read may have had more rows
             runs.pop(key, None)
             bad.setdefault(key, SkippedRun(key[3], line, cut))

@@ -293,3 +293,34 @@ def test_evaluate_table_says_how_many_moments_were_left_out(tmp_path: Path) -> N
     assert footer.startswith("1 moment(s) forecast but not scored (start: 1): ")
     result = backtest(read_runs_file(path).runs)
     assert sum(s.skipped for s in result.points.values()) == 1
+
+
+def test_a_cut_is_said_even_when_the_last_run_was_already_skipped(tmp_path: Path) -> None:
+    """The cut skipped the last run read with its own reason; a run already skipped
+    for another hid the cut. The cut is now always one note."""
+    text = f"{HEADER}\n" + "".join(rows(f"r{i}", 1000 * i, 2, 10) for i in range(40))
+    text = text.replace("r39,1,2,", "r39,x,2,")  # the last run damaged before the cut
+    whole = gzip.compress(text.encode(), mtime=0)
+    path = tmp_path / "cut.csv.gz"
+    path.write_bytes(whole[:-9])  # the checksum and length trailer cut off, no row lost
+    result = read_runs_file(path)
+    assert [s.reason for s in result.skipped] == ["epoch is not a number: 'x'"]
+    (note,) = result.notes
+    assert "gzip data ends early" in note and "cut short" in note
+
+
+def test_a_gzip_checksum_failure_refuses_the_file_as_corrupt(tmp_path: Path) -> None:
+    """A digit changed mid-file fails the CRC only at the end: which rows are wrong is
+    unknowable, so the whole file is refused, said corrupt (it was read as a cut at
+    the last line: the corrupted run scored, the intact last run skipped)."""
+    text = f"{HEADER}\n" + "".join(rows(f"r{i}", 1000 * i, 2, 10) for i in range(40))
+    data = bytearray(gzip.compress(text.encode(), compresslevel=0, mtime=0))
+    at = data.index(b"r20,1,2,")
+    data[at + 4] = ord("0")  # epoch 1 read as 0: still a valid-looking row
+    path = tmp_path / "flip.csv.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(RunsCsvError, match="corrupt") as err:
+        read_runs_file(path)
+    assert "CRC check failed" in str(err.value)
+    code, _out, err_text = cli("--runs", str(path))
+    assert code == 2 and "corrupt" in err_text and "Traceback" not in err_text
