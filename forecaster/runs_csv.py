@@ -69,6 +69,7 @@ from gpu_eta.common.progress_bound import (
 )
 from gpu_eta.common.text import first_of, utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.promparse import printable
 from gpu_eta.forecaster.runs import (
     STATED_PLAN,
     Feature,
@@ -739,8 +740,15 @@ def keep_columns(names: Sequence[str]) -> list[str]:
 
 
 def _names(names: Sequence[str], kept: Sequence[str]) -> str:
-    """The ignored columns, at most ``MAX_NAMED`` named."""
-    return first_of([n for n in names if n not in set(kept)], MAX_NAMED)
+    """The ignored columns, at most ``MAX_NAMED`` named (``_shown``)."""
+    return _shown([n for n in names if n not in set(kept)])
+
+
+def _shown(names: Sequence[str]) -> str:
+    """Column names for a message: at most ``MAX_NAMED``, each as a terminal shows a
+    label (``promparse.printable``). Why: a header is the file's text, and a name
+    holding escape sequences printed as it came retitled or cleared the terminal."""
+    return first_of([printable(n) for n in names], MAX_NAMED)
 
 
 JOB_COLUMNS = ("job_name", "image")  # what tells a run's job (``prior.job_key``)
@@ -768,7 +776,7 @@ def identity_note(names: Iterable[str]) -> str | None:
         "of its job and configuration, found by the columns job_name or image, with "
         "namespace, node_type (or gpu_model and gpus) and batch_size; without one every "
         "earlier run counts alike. Columns read as plain features, not by name: "
-        f"{first_of(other, MAX_NAMED)} (rename the one naming the job to job_name, the "
+        f"{_shown(other)} (rename the one naming the job to job_name, the "
         "machine to node_type)"
     )
 
@@ -823,7 +831,7 @@ def _columns(header: Sequence[str], plan_optional: bool = False) -> _Columns:
     named = [h for h in header if h]  # columns without a name (a spreadsheet's ",,") are read past
     twice = sorted({h for h in named if named.count(h) > 1})
     if twice:
-        raise _BadHeader(f"duplicate column name(s) in header: {', '.join(twice)}")
+        raise _BadHeader(f"duplicate column name(s) in header: {_shown(twice)}")
     index = {name: i for i, name in enumerate(header) if name}
     kept = keep_columns(named)
     n_ignored = len(named) - len(kept)

@@ -945,3 +945,30 @@ def test_a_file_without_a_job_column_says_which_names_it_looks_for() -> None:
     assert parse_runs_file(io.StringIO(named)).notes == ()
     bare = f"{HEADER}\nr,0,2,0\nr,2,2,9\n"  # nothing to match on, nothing misnamed
     assert parse_runs_file(io.StringIO(bare)).notes == ()
+
+
+EVIL = "\x1b]0;pwned\x07\x1b[2J\x1b[31mevil\u202e"
+
+
+def _no_controls(text: str) -> bool:
+    return not any(c in text for c in "\x1b\x07\u202e")
+
+
+def test_column_names_are_shown_without_their_control_characters() -> None:
+    """A header's names go to a terminal in errors and notes: a name holding escapes
+    (a window title, a cleared screen) is shown as ``promparse.printable`` shows a
+    label, in each place a name is said."""
+    with pytest.raises(RunsCsvError, match="duplicate column") as err:
+        parse_text_file(f"{HEADER},{EVIL},{EVIL}\nr,0,2,0,a,b\n")
+    assert _no_controls(str(err.value)) and "evil" in str(err.value)
+    wide = ",".join(f"{EVIL}{i}" for i in range(runs_csv.MAX_COLUMNS + 3))
+    mid = f"{HEADER},{EVIL},{EVIL}"
+    rows_ = "r,0,2,0," + ",".join("1" for _ in range(runs_csv.MAX_COLUMNS + 3)) + "\n"
+    result = parse_text_file(f"{HEADER},{wide}\n{rows_}r,2,2,9{rows_[7:]}{mid}\nr,1,2,5,a,b\n")
+    shown = " ".join([*result.notes, result.warning() or ""])
+    assert "ignored 7 of 71 columns" in shown and "duplicate column" in shown
+    assert _no_controls(shown) and "evil" in shown
+
+
+def parse_text_file(text: str) -> RunsFile:
+    return parse_runs_file(io.StringIO(text))
