@@ -35,7 +35,8 @@ warning line on stderr (``forecaster.runs_csv``). On a terminal, stderr shows ho
 runs have been replayed; elsewhere a line says so at most once a minute (``Heartbeat``).
 
 Exit codes: 0 done; 2 bad input or usage (one line on stderr, no traceback), output
-paths checked before the backtest, and a file with nothing to score (no completed run,
+paths checked before the backtest (``output_path_error``: a file is created and removed
+in each one's directory), and a file with nothing to score (no completed run,
 or no moment every method could answer: no table, JSON or plot, but ``--predictions``
 is written when forecasts were made, to show what was forecast; ``_nothing_to_score``);
 1 an output that could not be written (each named in one line, the others still
@@ -52,6 +53,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 import traceback
 from collections import Counter
@@ -74,7 +76,13 @@ from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.main import Parser, UsageError
 from gpu_eta.forecaster.planless import DurationsReplay
 from gpu_eta.forecaster.runs import Run, RunKey, run_key, thinned
-from gpu_eta.forecaster.runs_csv import RunsCsvError, display_name, exact, read_runs_file
+from gpu_eta.forecaster.runs_csv import (
+    STDIN,
+    RunsCsvError,
+    display_name,
+    exact,
+    read_runs_file,
+)
 
 GPU_ETA = "gpu_eta"
 CONFIGURATION_MEDIAN = "configuration_median"
@@ -665,13 +673,37 @@ def _same_file(a: Path, b: Path) -> bool:
             return False
 
 
+def _creatable_in(directory: Path) -> str | None:
+    """Why no file can be created in ``directory``, or None: a temporary file is made
+    there and removed, as ``write_atomically`` will make one.
+
+    Why try rather than ``os.access``: root passes every permission check, yet no file
+    can be made in ``/sys`` or on a read-only mount; only the attempt tells."""
+    try:
+        fd, name = tempfile.mkstemp(dir=directory, prefix=".gpu-eta-probe.", suffix=".tmp")
+    except OSError as exc:
+        return f"cannot create a file in {directory}: {exc.strerror or exc}"
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+    return None
+
+
 def output_path_error(runs: Path, outputs: Mapping[str, Path | None]) -> str | None:
     """Why an output path (flag → path) cannot be written, or None: checked before the
-    backtest, because a long replay must not end in "is a directory", nor overwrite
-    the runs file it read (stored data), another output, or something that is not a
-    file (a pipe, a device: renamed over, it would be gone)."""
+    backtest, because a long replay must not end in "is a directory" or "permission
+    denied" (its directory is tried, ``_creatable_in``), nor overwrite the runs file it
+    read (stored data), another output, or something that is not a file (a pipe, a
+    device: renamed over, it would be gone). ``-`` is refused: ``--runs -`` is standard
+    input, but standard output holds the table, and a file named ``-`` is a surprise
+    (``./-`` names one)."""
     given = {flag: path for flag, path in outputs.items() if path is not None}
     for flag, path in given.items():
+        if str(path) == STDIN:
+            return (
+                f"{flag} -: standard output holds the table; give a file name "
+                "(./- for a file named -)"
+            )
         try:
             if path.is_dir():
                 return f"{flag} {path}: is a directory, not a file"
@@ -683,6 +715,9 @@ def output_path_error(runs: Path, outputs: Mapping[str, Path | None]) -> str | N
             return f"{flag} {path}: {exc.strerror or exc}"
         if _same_file(path, runs):
             return f"{flag} {path}: is the --runs file, which would be overwritten"
+        cannot = _creatable_in(path.parent)
+        if cannot:
+            return f"{flag} {path}: {cannot}"
     if len(given) == 2:
         (flag_a, a), (flag_b, b) = given.items()
         if _same_file(a, b):

@@ -27,3 +27,44 @@ def test_a_negligible_progress_value_is_merged_not_a_crash(tmp_path: Path, tiny:
     for point in json.loads(out)["points"]:
         for value in point["median_abs_pct_error"].values():
             assert value is None or (math.isfinite(value) and value < 1e4)
+
+
+def _no_backtest(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpu_eta.forecaster.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "backtest", lambda *a, **k: pytest.fail("backtest ran"))
+
+
+def _runs(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.csv"
+    path.write_text(f"{HEADER}\na,0,2,0\na,2,2,20\nb,0,2,30\nb,2,2,50\n")
+    return path
+
+
+@pytest.mark.parametrize("flag", ["--predictions", "--plot"])
+def test_an_output_in_a_directory_that_takes_no_file_fails_before_the_replay(
+    tmp_path: Path, flag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/sys/p.csv`` (a directory no file can be made in, even by root) failed only
+    after the whole replay, minutes later: the directory is tried up front, exit 2."""
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("no sysfs here")
+    _no_backtest(monkeypatch)
+    code, out, err = run_cli("--runs", str(_runs(tmp_path)), flag, "/sys/p.csv")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"gpu-eta forecaster: evaluate: {flag} /sys/p.csv: ")
+    assert "cannot create a file in /sys" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("flag", ["--predictions", "--plot"])
+def test_a_dash_output_is_refused_not_written_as_a_file_named_dash(
+    tmp_path: Path, flag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--runs -`` reads standard input, so ``--predictions -`` read as standard output
+    but wrote a file named ``-``; standard output holds the table: refused, exit 2."""
+    _no_backtest(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("--runs", str(_runs(tmp_path)), flag, "-")
+    assert (code, out) == (2, "")
+    assert f"{flag} -: standard output holds the table" in err and err.count("\n") == 1
+    assert not (tmp_path / "-").exists()

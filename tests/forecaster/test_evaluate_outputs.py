@@ -98,11 +98,26 @@ def test_a_broken_matplotlib_is_one_line_and_the_other_outputs_are_written(
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
-def test_a_failed_write_names_the_target_not_its_tmp(runs_csv: Path) -> None:
-    code, out, err = run_cli("--runs", str(runs_csv), "--predictions", "/proc/x.csv")
+def _failing_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes that fail once the replay is done (a disk filled, a mount gone read-only
+    meanwhile), naming their temporary file as ``write_atomically``'s OSError would;
+    the directory is writable up front (``output_path_error``)."""
+
+    def fail(path: Path, _write: object) -> None:
+        raise OSError(30, "Read-only file system", str(path.parent / f".{path.name}.x.tmp"))
+
+    monkeypatch.setattr(evaluate, "write_atomically", fail)
+
+
+def test_a_failed_write_names_the_target_not_its_tmp(
+    runs_csv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = runs_csv.parent / "x.csv"
+    _failing_write(monkeypatch)
+    code, out, err = run_cli("--runs", str(runs_csv), "--predictions", str(target))
     assert code == 1 and "gpu_eta" in out
     assert one_line(err).startswith(
-        "gpu-eta forecaster: evaluate: --predictions /proc/x.csv: cannot write: "
+        f"gpu-eta forecaster: evaluate: --predictions {target}: cannot write: "
     )
     assert ".tmp" not in err
 
@@ -203,20 +218,23 @@ def test_nothing_to_score_is_one_line_exit_2_with_the_forecasts_made(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.csv", "runs.csv"]
 
 
-@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
-def test_nothing_to_score_with_predictions_that_cannot_be_written(tmp_path: Path) -> None:
+def test_nothing_to_score_with_predictions_that_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The reason first, then the failed write in its own line; the exit stays 2 (the
     file has nothing to score), and the reason does not claim the file was written."""
     runs = tmp_path / "runs.csv"
     runs.write_text("\n".join([HEADER, *NO_BASELINE_YET]) + "\n")
-    code, out, err = run_cli("--runs", str(runs), "--predictions", "/proc/x.csv")
+    target = tmp_path / "x.csv"
+    _failing_write(monkeypatch)
+    code, out, err = run_cli("--runs", str(runs), "--predictions", str(target))
     assert (code, out) == (2, "") and "Traceback" not in err
     lines = err.splitlines()
     assert len(lines) == 2 and ".tmp" not in err
     assert lines[0].startswith(f"gpu-eta forecaster: evaluate: {runs}: nothing to score: ")
     assert lines[0].endswith("since the start)")
     assert lines[1].startswith(
-        "gpu-eta forecaster: evaluate: --predictions /proc/x.csv: cannot write: "
+        f"gpu-eta forecaster: evaluate: --predictions {target}: cannot write: "
     )
 
 
