@@ -130,7 +130,7 @@ MAX_RUNS = 500_000  # about 2 KiB a run while read: at most ~1 GiB however the r
 # Unix seconds up to the year 5138: a millisecond clock (1.7e12 today) is refused, not
 # read as runs a thousand times longer than they were.
 MAX_TIMESTAMP = 1e11
-# A column whose every value is past MAX_TIMESTAMP is a millisecond clock (up to here)
+# A run whose every time is past MAX_TIMESTAMP is on a millisecond clock (up to here)
 MAX_TIMESTAMP_MS = MAX_TIMESTAMP * 1000
 MAX_NAMED = 5  # runs named in RunsFile.warning()
 # 2000-01-01T00:00:00Z: a run said to start before it is on another clock than Unix time
@@ -1061,25 +1061,27 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
             bad_rows.append(SkippedRun("", line, cut))
     if not runs and not bad and not bad_rows and not more_rows and not unread:
         raise RunsCsvError(line, "no data rows")
-    # counted over the runs kept: a run that went bad later took its rows with it
-    n_read = sum(len(acc.rows) for acc in runs.values())
-    n_big = sum(abs(t) > MAX_TIMESTAMP for acc in runs.values() for _e, t, _ln in acc.rows)
-    if n_big and n_big == n_read:
-        notes.append(
-            f"timestamp_seconds read as milliseconds (each of its {n_read:,} values is "
-            f"above {MAX_TIMESTAMP:g}): divided by 1000"
-        )
-        for acc in runs.values():
-            acc.rows = [(e, t / 1000, ln) for e, t, ln in acc.rows]
-            acc.big = None
-    for key, acc in list(runs.items()):
-        if acc.big is not None:  # a millisecond run among runs in seconds
-            del runs[key]
-            bad[key] = SkippedRun(key[3], acc.big[0], _not_seconds(acc.big[1]))
     _place_blank_keys(runs, bad)
     missing_job = identity_note(seen)
     if missing_job:
         notes.append(missing_job)
+    # each run on its own clock: every time past MAX_TIMESTAMP is a millisecond clock
+    # (in seconds it would end after the year 5138); a run mixing both is damaged
+    n_clocks, n_ms, n_values = len(runs), 0, 0
+    for key, acc in list(runs.items()):
+        if acc.big is None:
+            continue
+        if all(abs(t) > MAX_TIMESTAMP for _e, t, _ln in acc.rows):
+            acc.rows = [(e, t / 1000, ln) for e, t, ln in acc.rows]
+            n_ms, n_values = n_ms + 1, n_values + len(acc.rows)
+        else:  # a millisecond time among seconds in one run
+            del runs[key]
+            bad[key] = SkippedRun(key[3], acc.big[0], _not_seconds(acc.big[1]))
+    if n_ms:
+        notes.append(
+            f"timestamp_seconds read as milliseconds in {n_ms:,} of {n_clocks:,} runs (each "
+            f"of their {n_values:,} values is above {MAX_TIMESTAMP:g}): divided by 1000"
+        )
     assembled = []
     for key, acc in runs.items():
         try:

@@ -476,14 +476,25 @@ def test_columns_without_a_name_are_read_past_and_duplicates_named() -> None:
         parse(f"{HEADER},job,x,job,x\n")
 
 
-def test_a_millisecond_clock_skips_its_runs() -> None:
-    """Unix seconds up to ``MAX_TIMESTAMP``: a run timed in milliseconds would read a
-    thousand times longer; it is skipped, the reason said."""
+def test_a_millisecond_clock_is_judged_per_run() -> None:
+    """Unix seconds up to ``MAX_TIMESTAMP``: a run whose every time is past it is timed
+    in milliseconds (read in seconds it would end after the year 5138), divided by
+    1000 and counted in one note, whatever the other runs use; a run mixing both clocks
+    is skipped, the reason said. (One run in seconds among 35 in milliseconds used to
+    skip the 35.)"""
     ms = "".join(f"m,{e},2,{1_700_000_000_000 + 10_000 * e}\n" for e in range(3))
-    result = parse_runs_file(io.StringIO(f"{HEADER}\n{ms}{TWO}"))
-    assert [r.run_id for r in result.runs] == ["r2", "r3"]
-    assert result.skipped[0].run_id == "m"
-    assert "is not Unix seconds (milliseconds?)" in result.skipped[0].reason
+    mixed = "x,0,2,1700000000000\nx,1,2,1700000010\nx,2,2,1700000020\n"
+    result = parse_runs_file(io.StringIO(f"{HEADER}\n{ms}{TWO}{mixed}"))
+    by_id = {r.run_id: r for r in result.runs}
+    assert sorted(by_id) == ["m", "r2", "r3"]
+    assert by_id["m"].epoch_times[1] == (1.0, 1_700_000_010.0)
+    (skip,) = result.skipped
+    assert skip.run_id == "x" and "is not Unix seconds (milliseconds?)" in skip.reason
+    # one note for the clock (another says TWO's runs start before 2000 beside "m")
+    assert [n for n in result.notes if "milliseconds" in n] == [
+        "timestamp_seconds read as milliseconds in 1 of 4 runs (each of their 3 values is "
+        "above 1e+11): divided by 1000"
+    ]
     assert 1e9 < runs_csv.MAX_TIMESTAMP < 1.7e12
 
 
