@@ -124,7 +124,6 @@ KNOWN_COLUMNS = frozenset(
 FIELD_BOUND = 2 * MAX_FIELD_CHARS + 3
 MAX_LINE_CHARS = MAX_COLUMNS * FIELD_BOUND  # a line of a file of up to MAX_COLUMNS columns
 MAX_HEADER_CHARS = MAX_FILE_COLUMNS * FIELD_BOUND
-MAX_SKIPPED_LINE_CHARS = 64 << 20  # a longer line is no runs CSV (``_lines``)
 MAX_ROWS = 5_000_000
 MAX_RUNS = 500_000  # about 2 KiB a run while read: at most ~1 GiB however the rows fall
 # Unix seconds up to the year 5138: a millisecond clock (1.7e12 today) is refused, not
@@ -479,7 +478,10 @@ def _lines(fh: TextIO | _UntilDamage, number: int, limit: int) -> Iterator[tuple
     Why lines: a runs CSV has no field spanning lines (``_records`` allows a quoted one
     a field's length), and a reader that lets a quoted field run on reads the rest of
     the file into one field after a stray quote; and no line, however long, is held
-    whole (a compressed file of a few KiB can hold a line of gigabytes).
+    whole (a compressed file of a few KiB can hold a line of gigabytes). Why no bound
+    on a line's length: read past, it costs time, not memory, as the rows of a long
+    file do; a line of 70 Mi zeros is one damaged row, not a reason to refuse the rows
+    after it.
     """
     cut_at_cr = False
     while text := fh.readline(limit + 1):
@@ -491,13 +493,9 @@ def _lines(fh: TextIO | _UntilDamage, number: int, limit: int) -> Iterator[tuple
         if len(text) <= limit or text.endswith(("\n", "\r")):
             yield number, text, True
             continue
-        skipped = len(text)
         while (more := fh.readline(limit + 1)) and not more.endswith(("\n", "\r")):
-            skipped += len(more)
-            if skipped > MAX_SKIPPED_LINE_CHARS:
-                raise RunsCsvError(
-                    number, f"a line longer than {MAX_SKIPPED_LINE_CHARS:,} characters"
-                )
+            pass  # read past, a piece at a time: however long, never held
+        cut_at_cr = len(more) == limit + 1 and more.endswith("\r")
         yield number, text[:limit], False
 
 
