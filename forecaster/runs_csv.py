@@ -25,7 +25,8 @@ reaches ``epochs_planned`` (within ``PLAN_SLACK``) is completed; one that stops
 earlier is recorded as not completed (cancelled or crashed), never as a short run.
 
 Input is untrusted: sizes are bounded (``MAX_LINE_CHARS`` a line, read in pieces
-past it; ``MAX_ROWS``, ``MAX_RUNS``) and each line is parsed alone (``_lines``, ``_row``:
+past it; ``MAX_ROWS``, ``MAX_RUNS``, and what the runs hold, estimated as they are
+read: ``MAX_HELD_BYTES``) and each line is parsed alone (``_lines``, ``_row``:
 no field spans lines). Damage to the file as a whole (no header, a required column
 missing, gzip damaged before the first row) is one ``RunsCsvError`` naming the line.
 A row that is a header again (files joined with ``cat``, ``header_names``) gives the
@@ -125,9 +126,22 @@ FIELD_BOUND = 2 * MAX_FIELD_CHARS + 3
 MAX_LINE_CHARS = MAX_COLUMNS * FIELD_BOUND  # a line of a file of up to MAX_COLUMNS columns
 MAX_HEADER_CHARS = MAX_FILE_COLUMNS * FIELD_BOUND
 MAX_ROWS = 5_000_000
-MAX_RUNS = 500_000  # about 2 KiB a run while read: at most ~1 GiB however the rows fall
-# Unix seconds up to the year 5138: a millisecond clock (1.7e12 today) is refused, not
-# read as runs a thousand times longer than they were.
+MAX_RUNS = 500_000
+# What the runs read may hold, estimated as they are read (``_Acc.held``): RUN_BYTES a
+# run, ROW_BYTES a progress point, FEATURE_BYTES a numeric feature, TEXT_BYTES plus its
+# length a text one. Why an estimate and a bound: MAX_RUNS and MAX_ROWS alone let 500,000
+# runs of 60 text columns hold ~9 GiB. Measured (CPython 3.11, peak RSS of the read less
+# the 17 MiB of its imports; each at or under the estimate): 50,000 runs × 11 rows, no
+# feature 132 MiB (2.7 KiB a run); 50,000 × 2 rows × 60 numbers 410 MiB (8.2 KiB);
+# 50,000 × 2 rows × 60 texts of ~200 characters 884 MiB (17.7 KiB); 450,000 runs × 11
+# rows × 4 features 1.48 GiB. The runs handed on are part of it: the replay adds its own.
+MAX_HELD_BYTES = 2 << 30
+RUN_BYTES = 1000
+ROW_BYTES = 250
+FEATURE_BYTES = 130
+TEXT_BYTES = 70
+# Unix seconds up to the year 5138: a run on a millisecond clock (1.7e12 today) is read
+# in milliseconds, never as a run a thousand times longer than it was.
 MAX_TIMESTAMP = 1e11
 # A run whose every time is past MAX_TIMESTAMP is on a millisecond clock (up to here)
 MAX_TIMESTAMP_MS = MAX_TIMESTAMP * 1000
@@ -327,7 +341,7 @@ def _feature(name: str, text: str, comma: bool = False) -> Feature:
     return text
 
 
-@dataclass
+@dataclass(slots=True)
 class _Acc:
     """One run being read: its plan (None while no row has given one), first line,
     points and features."""
@@ -338,6 +352,7 @@ class _Acc:
     sums: dict[str, tuple[float, int]] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
     big: tuple[int, float] | None = None  # the first line past MAX_TIMESTAMP, its value
+    held: int = RUN_BYTES  # the bytes this run holds, estimated (``MAX_HELD_BYTES``)
     # CONSTANT_COLUMNS: name -> (first value, its line), for a row that disagrees
     constant: dict[str, tuple[Feature, int]] = field(default_factory=dict)
     plan_line: int = 0  # the line that gave ``planned``
@@ -884,6 +899,7 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
 
     runs: dict[_Key, _Acc] = {}
     bad: dict[_Key, SkippedRun] = {}
+    held = 0  # bytes the runs in ``runs`` hold, estimated (``MAX_HELD_BYTES``)
     bad_rows: list[SkippedRun] = []
     more_rows = 0
     n_rows = 0
@@ -985,6 +1001,7 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
                 if len(runs) + len(bad) >= MAX_RUNS:
                     raise RunsCsvError(line, f"more than {MAX_RUNS:,} runs")
                 acc = runs[key] = _Acc(planned, line, plan_line=line)
+                held += acc.held
             elif not _same_plan(acc.planned, planned):
                 raise _BadRow(
                     f"run {run_id!r}: epochs_planned {planned:.12g} differs from "
@@ -1015,23 +1032,37 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
                     if key not in runs and len(runs) + len(bad) >= MAX_RUNS:
                         raise RunsCsvError(line, f"more than {MAX_RUNS:,} runs") from None
                     bad[key] = SkippedRun(run_id, line, str(err))
-                runs.pop(key, None)
+                gone = runs.pop(key, None)
+                held -= gone.held if gone is not None else 0
             elif len(bad_rows) < MAX_KEPT_ROWS:
                 bad_rows.append(SkippedRun("", line, str(err)))
             else:
                 more_rows += 1
             continue
+        before = acc.held
         if epoch is not None:
             acc.rows.append((epoch, ts, line))
+            acc.held += ROW_BYTES
             if big and acc.big is None:
                 acc.big = (line, ts)
         for name, value in values:
             if isinstance(value, float):
                 if math.isfinite(value):
+                    if name not in acc.sums:
+                        acc.held += FEATURE_BYTES
                     total, count = acc.sums.get(name, (0.0, 0))
                     acc.sums[name] = (total + value, count + 1)
-            else:
-                acc.texts.setdefault(name, value)
+            elif name not in acc.texts:
+                acc.texts[name] = value
+                acc.held += TEXT_BYTES + len(value)
+        held += acc.held - before
+        if held > MAX_HELD_BYTES:
+            raise RunsCsvError(
+                line,
+                f"the runs read so far would hold more than {MAX_HELD_BYTES / (1 << 30):.3g} GiB "
+                f"of memory ({len(runs):,} runs): split the file (evaluate each part), or "
+                "leave out the columns gpu-eta does not read",
+            )
 
     if reader.damage is not None:
         cut = f"the compressed data ends in this line or after it ({reader.damage})"
@@ -1081,14 +1112,18 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
             f"of their {n_values:,} values is above {MAX_TIMESTAMP:g}): divided by 1000"
         )
     assembled = []
-    for key, acc in runs.items():
+    no_plan: set[_Key] = set()
+    for key in list(runs):
+        acc = runs.pop(key)  # each run's rows freed as its Run is made: never both whole
+        if acc.planned is None:
+            no_plan.add(key)
         try:
             assembled.append((key, _assemble(key, acc, plan_optional)))
         except RunsCsvError as err:
             bad[key] = SkippedRun(key[3], err.line, err.reason)
     assembled = _qualified(assembled)
     out = [run for _key, run in assembled]
-    planless = frozenset(run_key(run) for key, run in assembled if runs[key].planned is None)
+    planless = frozenset(run_key(run) for key, run in assembled if key in no_plan)
     out.sort(key=lambda r: (r.start_timestamp, r.run_id, r.namespace, r.pod, r.container))
     note = _early_note([r.start_timestamp for r in out])
     if note:

@@ -1001,3 +1001,36 @@ def test_column_names_are_shown_without_their_control_characters() -> None:
 
 def parse_text_file(text: str) -> RunsFile:
     return parse_runs_file(io.StringIO(text))
+
+
+def _wide_runs(n_runs: int, n_texts: int) -> str:
+    names = ",".join(f"t{i}" for i in range(n_texts))
+    lines = [f"{HEADER},{names}"]
+    for r in range(n_runs):
+        texts = ",".join(f"{r}-{i}-" + "x" * 190 for i in range(n_texts))
+        lines += [f"r{r},0,2,{r},{texts}", f"r{r},2,2,{r + 9},{texts}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_what_the_runs_hold_is_estimated_and_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MAX_RUNS and MAX_ROWS alone let 500,000 runs of 60 text columns hold ~9 GiB, and
+    450,000 runs of 11 rows 1.9 GB. The estimate (``_Acc.held``) is at or above what
+    the read allocates, and past ``MAX_HELD_BYTES`` the file is refused, one error
+    naming the bound."""
+    path = tmp_path / "wide.csv"
+    path.write_text(_wide_runs(600, 20))
+    per_run = runs_csv.RUN_BYTES + 2 * runs_csv.ROW_BYTES
+    per_run += sum(runs_csv.TEXT_BYTES + len(f"{599}-{i}-") + 190 for i in range(20))
+    tracemalloc.start()
+    try:
+        result = read_runs_file(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(result.runs) == 600
+    assert peak <= 600 * per_run, (peak, 600 * per_run)
+    monkeypatch.setattr(runs_csv, "MAX_HELD_BYTES", 100 * per_run)
+    with pytest.raises(RunsCsvError, match=r"would hold more than .* GiB of memory \(101 runs\)"):
+        read_runs_file(path)
