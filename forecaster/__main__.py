@@ -2,7 +2,10 @@
 
 import sys
 
-from gpu_eta.forecaster.main import main
-
 if __name__ == "__main__":
+    try:
+        from gpu_eta.forecaster.main import main
+    except KeyboardInterrupt:  # Ctrl-C in the first import: one line, no traceback
+        print("gpu-eta forecaster: interrupted", file=sys.stderr)
+        sys.exit(1)
     sys.exit(main())

@@ -477,7 +477,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (``sys.exit(main())`` in ``__main__``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
-        return _delegate(argv[0], argv[1:])
+        try:
+            return _delegate(argv[0], argv[1:])
+        except KeyboardInterrupt:
+            # Ctrl-C while the command's module is imported (numpy, scikit-learn: the
+            # first ~1.5 s) or anywhere its own handling does not reach: one line, as
+            # its own Ctrl-C is (``evaluate.main``), not a traceback and death by SIGINT
+            prefix = "gpu-eta top: " if argv[0] == "top" else f"{PREFIX}{argv[0]}: "
+            print(f"{prefix}interrupted", file=sys.stderr)
+            return ExitCode.RUNTIME
     missing = missing_extra(FORECASTER_EXTRA)
     if missing:  # serve/once (and their --help): a client-only install
         print(PREFIX + extra_message("forecaster", missing), file=sys.stderr)
