@@ -774,12 +774,28 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
+RUNS_FORMAT = """\
+the runs file (docs/evaluate.md): CSV, one row per progress point, a header naming
+  required  run_id, epoch (progress in any unit, 0 = start), timestamp_seconds (Unix
+            seconds or ISO-8601 with an offset), epochs_planned (the run's total; may be
+            left out for runs trained to a target)
+  identity  job_name, node_type, namespace, pod, container (with run_id they tell runs
+            apart), gpu_model, framework, image, progress_unit: always text; gpu-eta finds
+            a run's earlier runs by job_name or image, with namespace, node_type and
+            batch_size (a column named otherwise, such as benchmark, is a plain feature)
+  features  any other column (batch_size, gpus, gpu_utilization_ratio, ...)
+UTF-8 text, plain or gzip-compressed; UTF-16, bzip2, zip, zstd and xz are refused as
+"not UTF-8 text" (convert or decompress first). A damaged run is skipped and named."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     # the service's parser: a flag error raises UsageError("evaluate: …"), one line
     # like every other error of every gpu-eta command, not argparse's usage block
     parser = Parser(
         prog="python -m gpu_eta.forecaster evaluate",
         description="Backtest gpu-eta and the usual ETAs on recorded runs (see docs/evaluate.md).",
+        epilog=RUNS_FORMAT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--runs",

@@ -428,17 +428,50 @@ def _holds_a_time(row: Sequence[str], cols: _Columns | None, comma: bool) -> boo
     return True
 
 
+# first bytes of what is often saved as "CSV" but is not UTF-8 text: (magic, what, do)
+_NOT_TEXT = (
+    (b"\xff\xfe", 'UTF-16 (a spreadsheet\'s "Unicode text")', "save or convert it as UTF-8"),
+    (b"\xfe\xff", "UTF-16", "save or convert it as UTF-8"),
+    *(
+        (b"BZh" + bytes([n]), "bzip2-compressed", "decompress it (bunzip2), or gzip it")
+        for n in b"123456789"
+    ),
+    (b"PK\x03\x04", "a zip archive", "decompress it (unzip), or gzip it"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "decompress it (zstd -d), or gzip it"),
+    (b"\xfd7zXZ\x00", "xz-compressed", "decompress it (unxz), or gzip it"),
+)
+
+
+def not_utf8_text(head: bytes) -> str:
+    """The error for a file whose first line is not UTF-8, from its first bytes
+    ``head``: what it looks like and what to do.
+
+    Why: UTF-16 (Excel's "Unicode text"), bzip2, zip, zstd and xz all read as "not
+    UTF-8 text", which says neither what the file is nor that only UTF-8, plain or
+    gzip-compressed, is read."""
+    for magic, what, do in _NOT_TEXT:
+        if head.startswith(magic):
+            return f"not UTF-8 text: {what}; {do} (UTF-8 is read, plain or gzip-compressed)"
+    return (
+        "not UTF-8 text (another encoding, such as UTF-16 without a byte-order mark or "
+        "Latin-1?): save or convert it as UTF-8 (plain or gzip-compressed)"
+    )
+
+
 def _read_header(fh: TextIO) -> tuple[list[str], str]:
     first = fh.readline(MAX_HEADER_CHARS + 1)
     expected = "expected a header with " + ",".join(REQUIRED_COLUMNS)
     if not first:
         raise RunsCsvError(1, f"empty file: {expected}")
+    head = first[:8].encode("utf-8", "surrogateescape")
+    if any(head.startswith(m) for m, _w, _d in _NOT_TEXT):  # before its length: binary
+        raise RunsCsvError(1, not_utf8_text(head))
     if len(first) > MAX_HEADER_CHARS and not first.endswith(("\n", "\r")):
         raise RunsCsvError(1, f"header longer than {MAX_HEADER_CHARS:,} characters: {expected}")
     if not first.strip():
         raise RunsCsvError(1, f"blank first line: {expected}")
     if not utf8_encodable(first):
-        raise RunsCsvError(1, "not UTF-8 text")
+        raise RunsCsvError(1, not_utf8_text(head))
     first = first.removeprefix("\ufeff")  # a BOM (Excel's "CSV UTF-8") is not part of a name
     try:
         sep = separator(first)

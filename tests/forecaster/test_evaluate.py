@@ -212,7 +212,9 @@ def test_fuzz_damaged_files_never_a_traceback(at: int, cut: int, insert: str) ->
         path.write_text(damaged, encoding="utf-8", errors="surrogatepass")
         code, _out, err = run_cli("--runs", str(path))
     assert code in (0, 2) and "Traceback" not in err
-    lines = err.splitlines()
+    # a header damaged into another column name (0job_name) adds its one note first
+    lines = [line for line in err.splitlines() if "no job_name column" not in line]
+    err = "".join(f"{line}\n" for line in lines)
     if len(lines) == 2:
         assert code == 2 and "malformed run(s)" in lines[0] and "nothing to score" in lines[1]
     else:

@@ -116,3 +116,18 @@ def test_ctrl_c_at_any_moment_of_the_command_is_one_line(tmp_path: Path) -> None
         "gpu-eta forecaster: evaluate: interrupted\n",
         "gpu-eta forecaster: interrupted\n",  # in the first 50 ms: main's own import
     )
+
+
+def test_help_names_every_column_read_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/forecasting.md sends users to ``evaluate --help`` for the format: it names
+    the required and identity columns (from ``runs_csv``'s own lists, so they cannot
+    drift) and the encodings that are refused."""
+    from gpu_eta.forecaster import runs_csv
+
+    code, _out, _err = run_cli("--help")
+    shown = capsys.readouterr().out
+    assert code == 0
+    names = (*runs_csv.REQUIRED_COLUMNS, *runs_csv.KEY_COLUMNS, *runs_csv.JOB_KEY_COLUMNS)
+    for name in (*names, *sorted(runs_csv.TEXT_COLUMNS)):
+        assert name in shown, name
+    assert "UTF-16" in shown and "not UTF-8 text" in shown and "gzip" in shown

@@ -323,3 +323,33 @@ def test_a_gzip_checksum_failure_refuses_the_file_as_corrupt(tmp_path: Path) -> 
     assert "CRC check failed" in str(err.value)
     code, _out, err_text = cli("--runs", str(path))
     assert code == 2 and "corrupt" in err_text and "Traceback" not in err_text
+
+
+@pytest.mark.parametrize(
+    ("data", "hint"),
+    [
+        ("run_id,epoch".encode("utf-16"), "UTF-16"),
+        (b"BZh91AY&SY\x00\x01", "bzip2"),
+        (b"PK\x03\x04\x14\x00\x00\x00", "zip"),
+        (b"\x28\xb5\x2f\xfd\x00\x58", "zstd"),
+        (b"\xfd7zXZ\x00\x00", "xz"),
+        ("run_id,epoch,epochs_planned,timestamp_seconds,caf\xe9\n".encode("latin-1"), "UTF-8"),
+    ],
+)
+def test_text_that_is_not_utf8_says_what_it_looks_like(
+    tmp_path: Path, data: bytes, hint: str
+) -> None:
+    """UTF-16 (Excel's "Unicode text"), bzip2, zip, zstd and xz were all "not UTF-8
+    text" with no word on what to do; the first bytes tell which, and the error says
+    how to make the file readable (only UTF-8, plain or gzip, is read)."""
+    path = tmp_path / "runs.csv"
+    path.write_bytes(data)
+    err = _read_error(path)
+    assert str(err).startswith("line 1: not UTF-8 text") and hint in str(err)
+    assert "save or convert it as UTF-8" in str(err) or "decompress" in str(err)
+
+
+def _read_error(path: Path) -> RunsCsvError:
+    with pytest.raises(RunsCsvError) as err:
+        read_runs_file(path)
+    return err.value
