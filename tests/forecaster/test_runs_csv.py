@@ -407,6 +407,16 @@ def test_a_crlf_split_at_the_line_limit_keeps_the_line_numbers() -> None:
     assert [r.run_id for r in result.runs] == ["r8"] and result.dropped
 
 
+def _read_traced(path: Path) -> tuple[RunsFile, int]:
+    """``read_runs_file(path)`` and the peak bytes Python allocated while it ran."""
+    tracemalloc.start()
+    try:
+        result = read_runs_file(path)
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_line_of_any_length_is_read_past_in_bounded_memory(tmp_path: Path) -> None:
     """A few KiB of gzip can hold a line of gigabytes: it is cut at ``MAX_LINE_CHARS``,
     its run skipped and named, the rest of it read past in pieces; the memory the read
@@ -418,12 +428,7 @@ def test_a_line_of_any_length_is_read_past_in_bounded_memory(tmp_path: Path) -> 
             fh.write(b"ab," * 1_000_000)
         fh.write(b"\nr1,2,2,1020,j\n" + TWO.replace("\n", ",j\n").encode())
     assert path.stat().st_size < 200_000
-    tracemalloc.start()
-    try:
-        result = read_runs_file(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    result, peak = _read_traced(path)
     assert peak < 8 << 20, peak
     assert [r.run_id for r in result.runs] == ["r2", "r3"]
     assert [(s.run_id, s.line) for s in result.skipped] == [("r1", 3)]
@@ -440,12 +445,7 @@ def test_a_line_of_more_than_64_mib_is_skipped_and_the_rest_read(tmp_path: Path)
         for _ in range(70):
             fh.write(b"\0" * (1 << 20))
         fh.write(f"\n{TWO}".encode())
-    tracemalloc.start()
-    try:
-        result = read_runs_file(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    result, peak = _read_traced(path)
     assert peak < 8 << 20, peak
     assert [r.run_id for r in result.runs] == ["r1", "r2", "r3"]
     assert [(s.run_id, s.line) for s in result.skipped] == [("", 4)]
@@ -1023,12 +1023,7 @@ def test_what_the_runs_hold_is_estimated_and_bounded(
     path.write_text(_wide_runs(600, 20))
     per_run = runs_csv.RUN_BYTES + 2 * runs_csv.ROW_BYTES
     per_run += sum(runs_csv.TEXT_BYTES + len(f"{599}-{i}-") + 190 for i in range(20))
-    tracemalloc.start()
-    try:
-        result = read_runs_file(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    result, peak = _read_traced(path)
     assert len(result.runs) == 600
     assert peak <= 600 * per_run, (peak, 600 * per_run)
     monkeypatch.setattr(runs_csv, "MAX_HELD_BYTES", 100 * per_run)
