@@ -714,11 +714,12 @@ def _place_blank_keys(runs: dict[_Key, _Acc], bad: dict[_Key, SkippedRun]) -> No
     Why: an empty cell says nothing, so it splits no run; but which of two jobs' "1"
     a row without a job is, the file does not say. A damaged key joins its run's
     damage (the run is skipped), as a damaged row of a whole key does."""
-    blanks = sorted((k for k in (*runs, *bad) if "" in k[4:]), key=lambda k: k[4:].count(""))
-    if not blanks:
-        return
+    keys = (*runs, *bad)
+    if all(k[4:] == ("", "") for k in keys) or all("" not in k[4:] for k in keys):
+        return  # nothing to place: no job column, or every row gives it
+    blanks = sorted((k for k in keys if "" in k[4:]), key=lambda k: k[4:].count(""))
     by_run: dict[RunKey, list[_Key]] = {}
-    for k in (*runs, *bad):
+    for k in keys:
         by_run.setdefault(k[:4], []).append(k)
     for k in blanks:
         if k not in runs and k not in bad:
