@@ -24,6 +24,7 @@ from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.launch.prometheus import PrometheusServer, ScrapeJob
+from gpu_eta.launch.victoria import VictoriaServer, start_victoriametrics
 
 _RUN = 'namespace="ml",pod="nb",container="c",run_id="exp",node="n1"'
 _ALLOCATED = 'gpu_eta_pod_gpu_allocated{namespace="ml",pod="nb",container="c",node="n1",gpu="0",UUID="GPU-1"} 1'
@@ -41,27 +42,42 @@ class Notebook:
 
     def show(self, **values: float) -> None:
         """Serve these series of the run (the names after ``gpu_eta_training_``), a new
-        last report with them, and wait until Prometheus has scraped them."""
+        last report with them, and wait until the server answers each as served, and no
+        longer answers those left out (their staleness markers), by the selectors the
+        forecaster reads them with (the name alone). Why each: VictoriaMetrics answers
+        a series first scraped now up to about 10 s after that scrape's samples of older
+        series (docs/victoriametrics.md, "New series"); Prometheus answers a scrape whole."""
         report = float(round(time.time(), 3))
+        left_out = set(self.series) - set(values) - {"last_report_timestamp_seconds"}
         self.series = {**values, "last_report_timestamp_seconds": report}
-        self.prom.wait_for(
-            f"gpu_eta_training_last_report_timestamp_seconds{{{_RUN}}} == {report!r}"
-        )
+        for name, value in self.series.items():
+            self.prom.wait_for(f"abs(gpu_eta_training_{name}{{{_RUN}}} - {value!r}) < 0.01")
+            self.prom.wait_for(f"abs(gpu_eta_training_{name} - {value!r}) < 0.01")
+        for name in left_out:
+            self.prom.wait_for(f"absent(gpu_eta_training_{name})")
 
     def exposition(self) -> bytes:
         lines = [f"gpu_eta_training_{name}{{{_RUN}}} {v!r}" for name, v in self.series.items()]
         return "\n".join([*lines, _ALLOCATED, ""]).encode()
 
 
-@pytest.fixture
-def notebook(tmp_path: Path, prometheus_factory) -> Iterator[Notebook]:
+@pytest.fixture(params=["prometheus", "victoriametrics"])
+def notebook(request, tmp_path: Path, prometheus_factory) -> Iterator[Notebook]:
+    """The notebook scraped every second by a real Prometheus, or by a real
+    VictoriaMetrics with its response cache on (``-search.latencyOffset=0s``: its
+    default reads 30 s late, docs/victoriametrics.md, "Freshness")."""
     holder: list[Notebook] = []
     target = MetricsServer(
         "127.0.0.1", 0, lambda _accept: (holder[0].exposition() if holder else b"", TEXT_FORMAT)
     ).serve()
     store = HistoryStore.open(tmp_path / "h.sqlite")
+    vm: VictoriaServer | None = None
     try:
-        prom = prometheus_factory([ScrapeJob("exporter", [f"127.0.0.1:{target.port}"])])
+        jobs = [ScrapeJob("exporter", [f"127.0.0.1:{target.port}"])]
+        if request.param == "prometheus":
+            prom: PrometheusServer = prometheus_factory(jobs)
+        else:
+            prom = vm = start_victoriametrics(jobs, data_dir=tmp_path / "vm")
         # a window of 20 s past the previous cycle: the earlier attempt's last samples
         # stay in it for every cycle of the new attempt below
         settings = CycleSettings(
@@ -75,6 +91,8 @@ def notebook(tmp_path: Path, prometheus_factory) -> Iterator[Notebook]:
         holder.append(Notebook(prom, store, Cycle(PromClient(prom.url), store, settings)))
         yield holder[0]
     finally:
+        if vm is not None:
+            vm.stop()
         store.close()
         target.stop()
 
@@ -112,7 +130,7 @@ def test_a_run_trained_again_without_a_plan_is_not_given_the_earlier_plan(
     )
     notebook.cycle.run()
     assert _finished(notebook.store) == [(first, 3, True)]
-    again = float(round(time.time(), 3)) + 0.1
+    again = round(time.time() + 0.1, 3)  # exact in decimal: VictoriaMetrics stores it so
     for epoch in range(5):
         ends = {"epoch_end_timestamp_seconds": time.time()} if epoch else {}
         notebook.show(epoch=epoch, run_start_timestamp_seconds=again, **ends)
@@ -133,7 +151,7 @@ def test_a_run_trained_again_in_steps_is_followed_in_its_steps(
         notebook.show(epochs_planned=3, epoch=epoch, run_start_timestamp_seconds=first, **ends)
         notebook.cycle.run()
     assert _finished(notebook.store) == [(first, 3, True)]
-    again = float(round(time.time(), 3)) + 0.1
+    again = round(time.time() + 0.1, 3)  # exact in decimal: VictoriaMetrics stores it so
     caplog.set_level(logging.INFO, logger="gpu_eta.forecaster")
     for k in range(5):
         notebook.show(steps_planned=100, step=10 * k, run_start_timestamp_seconds=again)
@@ -143,3 +161,37 @@ def test_a_run_trained_again_in_steps_is_followed_in_its_steps(
         assert job.run.epochs_done == 10 * k and job.run.features["progress_unit"] == "steps"
         assert _finished(notebook.store) == [(first, 3, True)], k
     assert not [r.message for r in caplog.records if "present again" in r.message]
+
+
+def test_a_run_trained_again_in_steps_keeps_the_steps_between_its_cycles(
+    notebook: Notebook,
+) -> None:
+    """A run of 3 planned epochs completes; the notebook trains it again in steps, two
+    steps between cycles. The steps no cycle's latest step read (5, 15, ...) are stored
+    from the step range reads: the earlier attempt's plan, in the 5 minutes the step
+    range query looks back for a plan, does not hide the new attempt's steps."""
+    first = float(round(time.time())) - 30
+    for epoch in range(4):
+        ends = {"epoch_end_timestamp_seconds": time.time()} if epoch else {}
+        notebook.show(epochs_planned=3, epoch=epoch, run_start_timestamp_seconds=first, **ends)
+        notebook.cycle.run()
+    again = round(time.time() + 0.1, 3)
+    shown = []
+    # 9 cycles, two of them reading every run's range (range_every 5): the 2nd, and the
+    # 8th after a pause longer than the read window (20 s before the previous cycle),
+    # whose window no longer reaches back to the cycle that found the run restarted
+    for k in range(1, 10):
+        for step in (10 * k - 5, 10 * k):
+            notebook.show(steps_planned=100, step=step, run_start_timestamp_seconds=again)
+            shown.append(step)
+        notebook.cycle.run()
+        if k == 2:
+            time.sleep(25)
+    (stored,) = [r for r in notebook.store.running() if r.run.run_id == "exp"]
+    steps = {e for e, _t in stored.run.epoch_times}
+    between = {s for s in shown if s % 10}  # steps only a range read sees
+    assert steps & {s for s in between if s < 20}, sorted(steps)
+    # the clause names the run while the step range looks back for a plan, not only
+    # while the read window reaches back to when it was found
+    assert steps & {s for s in between if 20 < s < 80}, sorted(steps)
+    assert steps - {0} <= set(shown)
