@@ -790,7 +790,7 @@ class Cycle:
                 run_keys(instant.get("ended", ())), run_keys(instant["present"])
             )
         )
-        again = self._again(found, now - window)
+        again = self._again(found, now - window, now)
         instant.update({name: ask(name) for name in queries.DYNAMIC if name not in instant})
         # runs present at the previous read and absent now: their exporter's scrape may
         # have failed. Their last report and allocations are asked of targets whose
@@ -826,7 +826,7 @@ class Cycle:
         # plan, an epoch, a batch size), which the window's ``last_over_time`` answers
         marks = progress_marks(instant)
         static.forget(went_back(self._marks, marks) | found, now)
-        again = self._again((), now - window)
+        again = self._again((), now - window, now)
         # a run at (or past) the plan held for it may have raised its plan since the
         # last full read: read again before it is judged finished, what is held kept
         # should the read not answer it (``refresh``). Only where its progress moved
@@ -924,17 +924,22 @@ class Cycle:
         # a run's steps are kept one per cell anyway: read at a coarser step there
         read_runs = len(seen) if ending is None else len(ending)
         templates, step = queries.range_reads(span, s.min_step_seconds, s.max_points, read_runs)
-        steps = {"step_range": queries.STEP_RANGE} if steps_only else {}
+        steps: dict[str, str] = {}
+        if steps_only:
+            # its plans with the restarted runs' clause (queries.step_range), naming the
+            # runs found restarted within its reach, not only within the window
+            reach = self._step_range_since(now, span)
+            keep = self._step_range_since(now, s.lookback_seconds)
+            named = queries.again_match(k[3] for k in static.restarted(reach, keep_since=keep))
+            steps = {"step_range": queries.step_range(runs, named)}
         coarse = queries.range_step(span, s.min_step_seconds, s.max_points)
         fine = read_runs if step < coarse else 0  # a long read at the fine step: windows
         ranges = {
             name: self._range(tpl.format(runs=runs), now - span, now, step, fine, said)
             for name, tpl in templates.items()
         }
-        for name, tpl in steps.items():
-            ranges[name] = self.client.range(
-                tpl.format(runs=runs), now - span, now, coarse, warnings=said
-            )
+        for name, query in steps.items():  # step_range: already a query, not a template
+            ranges[name] = self.client.range(query, now - span, now, coarse, warnings=said)
         return instant, ranges, span, ending, held_keys, frozen
 
     def _range(
@@ -997,12 +1002,23 @@ class Cycle:
         memory = queries.for_pods_split(queries.MEMORY_RATIO, span, idle, pods, limit, most)
         return {"util_mean": util, "memory_ratio": ask(queries.MEMORY_RATIO, memory)}
 
-    def _again(self, found: Set[RunKey], since: float) -> str:
+    def _again(self, found: Set[RunKey], since: float, now: float) -> str:
         """The set match naming the runs restarted since ``since`` (the read window's
         start: ``StaticSeries.restarted``) and ``found`` restarted by this read, for
-        the restarted runs' clause (``queries.again_match``; empty: none)."""
-        keys = {*self._static.restarted(since), *found}
+        the restarted runs' clause (``queries.again_match``; empty: none). Those found
+        within the step range query's reach (``_step_range_since``) are kept for it."""
+        keep = self._step_range_since(now, self.settings.lookback_seconds)
+        keys = {*self._static.restarted(since, keep_since=keep), *found}
         return queries.again_match(k[3] for k in keys)
+
+    @staticmethod
+    def _step_range_since(now: float, span: float) -> float:
+        """The earliest time a run found restarted matters to the step range query over
+        ``span`` before ``now``: at each step it looks back ``STEP_RANGE_PLAN_LOOKBACK``
+        for a plan, so a run restarted that long before the span's start still has its
+        earlier attempt's plan there (a run is found restarted at or after its
+        restart)."""
+        return now - span - queries.STEP_RANGE_PLAN_SECONDS
 
     def _unknown_runs_parts(
         self, keys: Sequence[RunKey], window: float, again: str = ""

@@ -297,9 +297,28 @@ PROMETHEUS_MAX_POINTS = 11_000
 # only when the instant queries found such a run. ``last_over_time(…[5m])``, not the
 # bare selector: VictoriaMetrics looks back about one step in a range query, so a
 # sparsely sampled epochs_planned would exclude nothing there (Prometheus: 5 min).
-STEP_RANGE = (
-    "gpu_eta_training_step{runs} unless last_over_time(gpu_eta_training_epochs_planned[5m])"
-)
+STEP_RANGE_PLAN_LOOKBACK = "5m"
+STEP_RANGE_PLAN_SECONDS = 5 * 60  # the same, in seconds
+_STEP_RANGE_PLANS = f"last_over_time({_TRAINING}epochs_planned[{STEP_RANGE_PLAN_LOOKBACK}])"
+STEP_RANGE = "gpu_eta_training_step{runs} unless " + _STEP_RANGE_PLANS
+
+
+def step_range(runs: str = "", again: str = "") -> str:
+    """``STEP_RANGE`` for the runs ``runs`` matches (``matcher``; empty: every run), its
+    plans read with the restarted runs' clause (``AGAIN_SERIES``) for the runs ``again``
+    names, over the same 5 minutes; without ``again``, ``STEP_RANGE`` as it is.
+
+    Why: a run trained again in steps after an epochs run has its earlier attempt's
+    plan in those 5 minutes, so every step of its first 5 minutes was left out at every
+    step of the range (only each cycle's latest step was kept, and those between
+    cycles were lost for good). Evaluated at each step, the clause leaves the plan out
+    at the steps where the run, present, no longer sends it (its staleness marker): the
+    earlier attempt's steps, while it sent its plan, stay out."""
+    if not again:
+        return STEP_RANGE.format(runs=runs)
+    clause = _again_clause("epochs_planned", STEP_RANGE_PLAN_LOOKBACK, again)
+    return f"gpu_eta_training_step{runs} unless ({_STEP_RANGE_PLANS}{clause})"
+
 
 # A failed scrape makes Prometheus mark every series of its target stale at once, so
 # the plain selectors above (present, allocated) lose the target's runs until its next

@@ -92,9 +92,11 @@ class StaticSeries:
             self._fallback.pop(key, None)
             self._restarted[key] = at
 
-    def restarted(self, since: float) -> list[RunKey]:
-        """The runs ``forget`` dropped at or after ``since``, in key order; earlier ones
-        are forgotten.
+    def restarted(self, since: float, keep_since: float | None = None) -> list[RunKey]:
+        """The runs ``forget`` dropped at or after ``since``, in key order; those dropped
+        before ``keep_since`` (default: ``since``) are forgotten: a reader that looks
+        back further (the step range query's plans, ``queries.step_range``) asks for
+        them later in the same cycle.
 
         Why: the earlier attempt's last samples stay in a read window that reaches back
         before the run was found restarted (``since``: the window's start), and a series
@@ -103,8 +105,9 @@ class StaticSeries:
         cycle, a full read reads every run): the cycle names these runs in its reads'
         restarted runs' clause (``queries.AGAIN_SERIES``) until the window no longer
         reaches back that far."""
-        self._restarted = {k: t for k, t in self._restarted.items() if t >= since}
-        return sorted(self._restarted)
+        keep = since if keep_since is None else min(since, keep_since)
+        self._restarted = {k: t for k, t in self._restarted.items() if t >= keep}
+        return sorted(k for k, t in self._restarted.items() if t >= since)
 
     def started_again(self, samples: Iterable[Sample]) -> set[RunKey]:
         """The runs whose start in ``samples`` (``queries.STARTED_AGAIN``: the runs
