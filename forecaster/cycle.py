@@ -368,6 +368,8 @@ class Cycle:
         self._finished_present.note_running_again(revived)  # read as any running run
         if revived:  # the model learnt them as cancelled runs: refitted without them now
             self._relearn_from = self.store.version
+            lately = revived_lately(self._revive_refits, now, s.refit_seconds)
+            self._log_revived(revived, lately)
             force, self._revive_refits = revive_refit(
                 self._revive_refits, revived, now, s.refit_seconds
             )
@@ -1002,6 +1004,28 @@ class Cycle:
         memory = queries.for_pods_split(queries.MEMORY_RATIO, span, idle, pods, limit, most)
         return {"util_mean": util, "memory_ratio": ask(queries.MEMORY_RATIO, memory)}
 
+    def _log_revived(self, revived: Sequence[RunKey], lately: Set[RunKey]) -> None:
+        """Say the runs finished as vanished that the history revived (present again
+        with the same start): INFO for those not revived within the last refit interval
+        (``lately``, ``revived_lately``), DEBUG for the others. Why: a run that keeps
+        coming back (an exporter flapping past the vanish grace, a run finished each
+        cycle by a plan not its own) said so every cycle; once per revival is enough,
+        its next revives are as many refits it no longer forces (``revive_refit``)."""
+        back = [k for k in revived if k not in lately]
+        for level, keys in (
+            (logging.INFO, back),
+            (logging.DEBUG, [k for k in revived if k in lately]),
+        ):
+            if keys:
+                log.log(
+                    level,
+                    "history file %s: %d run(s) finished as vanished are present again with "
+                    "the same start, running again (first: %s)",
+                    self.store.path,
+                    len(keys),
+                    ascii("/".join(keys[0])),
+                )
+
     def _again(self, found: Set[RunKey], since: float, now: float) -> str:
         """The set match naming the runs restarted since ``since`` (the read window's
         start: ``StaticSeries.restarted``) and ``found`` restarted by this read, for
@@ -1318,6 +1342,15 @@ def went_back(
     return out
 
 
+def revived_lately(
+    forced: Mapping[RunKey, float], now: float, refit_seconds: float
+) -> frozenset[RunKey]:
+    """The runs whose revive forced a refit within the last ``refit_seconds`` before
+    ``now`` (``revive_refit``'s ``forced``): coming back again, they force none and are
+    not said again at INFO (``Cycle._log_revived``). Pure."""
+    return frozenset(k for k, t in forced.items() if now - t < refit_seconds)
+
+
 def revive_refit(
     forced: Mapping[RunKey, float], revived: Sequence[RunKey], now: float, refit_seconds: float
 ) -> tuple[bool, dict[RunKey, float]]:
@@ -1331,7 +1364,8 @@ def revive_refit(
     cycle by a plan or epoch that is not its own, an exporter flapping past the vanish
     grace) forced a full refit every cycle, seconds of a core each at scale; the regular
     refit, due ``refit_seconds`` after the one it forced, learns it as it is then."""
-    kept = {k: t for k, t in forced.items() if now - t < refit_seconds}
+    lately = revived_lately(forced, now, refit_seconds)
+    kept = {k: t for k, t in forced.items() if k in lately}
     force = any(k not in kept for k in revived)
     if force:
         kept.update((k, now) for k in revived)

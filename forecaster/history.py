@@ -1429,13 +1429,7 @@ class HistoryStore:
         if self._running_ends is not None:
             for key in keys:
                 self._running_ends.pop(key, None)
-        log.info(
-            "history file %s: %d run(s) finished as vanished are present again with the "
-            "same start, running again (first: %s)",
-            self.path,
-            len(keys),
-            ascii("/".join(keys[0])),
-        )
+        # said by the caller, which knows whether they keep coming back (Cycle._run)
 
     def _all_running_ends(self) -> dict[int, list[tuple[float, float]]]:
         ends: dict[int, list[tuple[float, float]]] = {}

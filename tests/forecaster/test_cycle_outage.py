@@ -9,6 +9,7 @@ the same start is running again (``HistoryStore.record``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -146,6 +147,43 @@ def test_a_run_that_keeps_coming_back_forces_one_refit_per_refit_interval(
     # interval since the refit it forced, it forces one again
     t[0] += 600
     assert away_and_back() == [1, 0]
+
+
+def test_a_run_that_keeps_coming_back_is_said_back_once_per_refit_interval(
+    store: HistoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run finished as vanished and revived again and again (an exporter flapping past
+    the grace): one INFO line when it comes back, none for its next revives within
+    ``refit_seconds`` (they are DEBUG), one again once that has passed since the last."""
+    t = [NOW]
+    live = job("a", 10, [(1, NOW - 10)], NOW - 100)
+    client = CannedClient(live)
+    cycle = make_cycle(
+        client, store, clock=lambda: t[0], vanish_grace_seconds=120, refit_seconds=600
+    )
+    cycle.run()
+    caplog.set_level(logging.DEBUG, logger="gpu_eta.forecaster")
+
+    def away_and_back() -> list[tuple[int, str]]:
+        """Three cycles away (finished), one back (revived): what was said of it."""
+        client.answers = {}
+        for _ in range(3):
+            t[0] += 60
+            cycle.run()
+        t[0] += 60
+        client.answers = live
+        caplog.clear()
+        cycle.run()
+        assert store.finished() == []
+        return [
+            (r.levelno, r.getMessage()) for r in caplog.records if "present again" in r.getMessage()
+        ]
+
+    (said,) = away_and_back()
+    assert said[0] == logging.INFO and "1 run(s)" in said[1] and "ml/pod-a/c/a" in said[1]
+    assert [level for level, _ in away_and_back()] == [logging.DEBUG]  # 240 s later
+    t[0] += 600
+    assert [level for level, _ in away_and_back()] == [logging.INFO]
 
 
 def test_revive_refit() -> None:
