@@ -73,6 +73,8 @@ _RANGE = {
     for templates in (queries.RANGE, queries.CHANGES_RANGE, {"step_range": queries.STEP_RANGE})
     for name, t in templates.items()
 }
+# the step range query with restarted runs named (queries.step_range), their clause taken out
+_RANGE[_shape(AGAIN_CLAUSE.sub("", queries.step_range("", '{run_id=~"x"}')))] = "step_range"
 # the raw samples the GPU-use mean of some pods is computed from (queries.util_samples)
 _RAW_MARK = '{__name__=~"gpu_eta_pod_gpu_utilization_ratio|'
 _RAW_MATCH = re.compile(r'\{__name__=~"[^"]*",((?:exported_)?pod)=~"([^"]*)"\}\[\d+s\]')
@@ -162,6 +164,7 @@ class CannedClient:
         self._count(query)
         if warnings is not None:
             warnings.extend(self.range_warnings)
+        query = AGAIN_CLAUSE.sub("", query)  # as the instant queries' (queries.step_range)
         match = _SET_MATCH.search(query)
         name = _RANGE[_shape(re.sub(r'\{run_id=~"[^"]*"\}', "", query))]
         self.range_spans.append((name, start, end))

@@ -104,6 +104,29 @@ def test_the_restarted_runs_clause_names_only_them_and_only_when_asked() -> None
     assert queries.again_match([]) == "" and queries.again_match(["é"]) == ""
 
 
+def test_the_step_range_reads_the_restarted_runs_plans_with_their_clause() -> None:
+    """``step_range``: without a run named, ``STEP_RANGE`` as it was; with runs named,
+    its plans take their clause over the same 5 minutes (not the cycle's window), the
+    runs' set match kept on the steps."""
+    runs = queries.matcher("run_id", ["exp"])
+    assert queries.step_range() == queries.STEP_RANGE.format(runs="")
+    assert queries.step_range(runs) == queries.STEP_RANGE.format(runs=runs)
+    again = queries.again_match(["exp"])
+    named = queries.step_range(runs, again)
+    clause = (
+        f" unless on ({queries.RUN_LABELS}) ((last_over_time(gpu_eta_training_epochs_planned"
+        f"{again}[5m]) unless on ({queries.RUN_LABELS}) gpu_eta_training_epochs_planned{again})"
+        f" and on ({queries.RUN_KEY_LABELS}) "
+        f"gpu_eta_training_last_report_timestamp_seconds{again})"
+    )
+    assert named == (
+        f"gpu_eta_training_step{runs} unless "
+        f"(last_over_time(gpu_eta_training_epochs_planned[5m]){clause})"
+    )
+    longest = queries.again_match([f"run-{i:04d}-{'x' * 30}" for i in range(200)][:35])
+    assert longest and len(queries.step_range(runs, longest)) <= queries.MAX_QUERY_CHARS
+
+
 def test_the_means_for_some_pods_match_every_selector_in_both_pod_labels() -> None:
     for name in queries.SPAN:
         tpl = queries.INSTANT[name]
