@@ -110,12 +110,13 @@ def test_a_run_finished_as_vanished_comes_back_running(store: HistoryStore) -> N
 
 
 def test_a_run_that_keeps_coming_back_forces_one_refit_per_refit_interval(
-    store: HistoryStore,
+    store: HistoryStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A run finished as vanished and revived, again and again (an exporter flapping past
     the grace, a run finished each cycle by a plan not its own): its first revive forces
-    a refit at once; its next ones within ``refit_seconds`` wait for the regular refit,
-    which comes ``refit_seconds`` after the one forced (a refit a cycle, else)."""
+    a refit at once and is said at INFO; its next ones within ``refit_seconds`` wait for
+    the regular refit, which comes ``refit_seconds`` after the one forced (a refit a
+    cycle, else), and are said at DEBUG (an INFO line a cycle, else)."""
     t = [NOW]
     live = job("a", 10, [(1, NOW - 10)], NOW - 100)
     client = CannedClient(live)
@@ -123,6 +124,8 @@ def test_a_run_that_keeps_coming_back_forces_one_refit_per_refit_interval(
         client, store, clock=lambda: t[0], vanish_grace_seconds=120, refit_seconds=600
     )
     cycle.run()
+    caplog.set_level(logging.DEBUG, logger="gpu_eta.forecaster")
+    said: list[list[int]] = []  # per revive, the levels of its "present again" lines
 
     def away_and_back() -> list[int]:
         """Three cycles away (finished), one back (revived): the fits meanwhile."""
@@ -134,12 +137,17 @@ def test_a_run_that_keeps_coming_back_forces_one_refit_per_refit_interval(
         assert [r.completed for r in store.finished()] == [False]
         t[0] += 60
         client.answers = live
+        caplog.clear()
         assert [j.run.run_id for j in cycle.run().jobs] == ["a"]
         assert store.finished() == []
+        lines = [r for r in caplog.records if "present again" in r.getMessage()]
+        assert all("1 run(s)" in r.getMessage() and "ml/pod-a/c/a" in r.getMessage() for r in lines)
+        said.append([r.levelno for r in lines])
         return StandInModel.fits[fits:]
 
     assert away_and_back() == [0]  # revived: refitted at once, without it
     assert away_and_back() == []  # again 240 s later: no refit forced
+    assert said == [[logging.INFO], [logging.DEBUG]]
     t[0] += 360  # the regular refit, 600 s after the forced one: the history changed
     cycle.run()
     assert StandInModel.fits[-1:] == [0] and len(StandInModel.fits) == 3
@@ -147,43 +155,7 @@ def test_a_run_that_keeps_coming_back_forces_one_refit_per_refit_interval(
     # interval since the refit it forced, it forces one again
     t[0] += 600
     assert away_and_back() == [1, 0]
-
-
-def test_a_run_that_keeps_coming_back_is_said_back_once_per_refit_interval(
-    store: HistoryStore, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A run finished as vanished and revived again and again (an exporter flapping past
-    the grace): one INFO line when it comes back, none for its next revives within
-    ``refit_seconds`` (they are DEBUG), one again once that has passed since the last."""
-    t = [NOW]
-    live = job("a", 10, [(1, NOW - 10)], NOW - 100)
-    client = CannedClient(live)
-    cycle = make_cycle(
-        client, store, clock=lambda: t[0], vanish_grace_seconds=120, refit_seconds=600
-    )
-    cycle.run()
-    caplog.set_level(logging.DEBUG, logger="gpu_eta.forecaster")
-
-    def away_and_back() -> list[tuple[int, str]]:
-        """Three cycles away (finished), one back (revived): what was said of it."""
-        client.answers = {}
-        for _ in range(3):
-            t[0] += 60
-            cycle.run()
-        t[0] += 60
-        client.answers = live
-        caplog.clear()
-        cycle.run()
-        assert store.finished() == []
-        return [
-            (r.levelno, r.getMessage()) for r in caplog.records if "present again" in r.getMessage()
-        ]
-
-    (said,) = away_and_back()
-    assert said[0] == logging.INFO and "1 run(s)" in said[1] and "ml/pod-a/c/a" in said[1]
-    assert [level for level, _ in away_and_back()] == [logging.DEBUG]  # 240 s later
-    t[0] += 600
-    assert [level for level, _ in away_and_back()] == [logging.INFO]
+    assert said[-1] == [logging.INFO]
 
 
 def test_revive_refit() -> None:
