@@ -23,6 +23,7 @@ from gpu_eta.forecaster.queue_replay import (
     REQUEST_SIZES,
     SCHEDULED,
     Holder,
+    Node,
     ReplayError,
     Request,
     StartCalibrator,
@@ -78,6 +79,9 @@ class PodStart:
     units: int
     created: float
     prediction: StartPrediction
+    # the nodes ``predict_queue`` kept it off (a ``blocked_elsewhere`` pod's), which
+    # ``StartTracker`` keeps it off in the cycles after
+    excluded_nodes: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -281,11 +285,12 @@ def predict_queue(
     durations: Sequence[float],
     now: float,
     settings: PendingSettings,
-    blocked: Collection[tuple[str, str]] = (),
+    blocked: Collection[tuple[str, str]] | Mapping[tuple[str, str], Collection[str]] = (),
     random_state: int | None = 0,
 ) -> PendingSet:
     """``predict``, with each pod of ``blocked`` (namespace, pod: ``StartTracker.blocked``)
-    that still fits free GPUs now kept off the nodes it fits on
+    kept off the nodes it fits on now and off those ``blocked`` maps it to (the nodes
+    it was kept off before, whose GPU pods and allocatable have not changed since)
     (``PendingPod.excluded_nodes``) and published ``blocked_elsewhere``: with the start
     the replay gives it on the other nodes, or without one when it gets none there (no
     other node suits it, or none frees for it within the horizon).
@@ -302,25 +307,32 @@ def predict_queue(
     elsewhere would tell, so that start silences no alert (``GpuEtaPodPendingNoStart``)
     and none of its predictions is scored (``StartTracker``).
 
-    One that fits no free GPU any more (others took them) waits for GPUs too, and is
-    replayed as any pod. Whether it fits free GPUs is read from the cluster now
+    Once kept off a node, it stays off it when it fits no free GPU there any more (others
+    took them): what kept it off (that node's CPU or memory) is still there. Read again
+    each cycle from the nodes it fits now, it was replayed on that node as soon as the
+    free GPU was taken, predicted to start when the GPU freed again (and "now", and
+    blocked again, every 5 minutes), so the alert never fired on it and the pods behind
+    it were predicted a run late. ``StartTracker.blocked`` stops keeping it off the
+    nodes when a GPU pod leaves one of them or one's allocatable changes (what held it
+    may be gone); it is then replayed as any pod, and given the grace again. A blocked
+    pod kept off no node (it fits no free GPU and was kept off none) is replayed as any
+    pod too. Whether it fits free GPUs is read from the cluster now
     (``nodes_fitting_now``: the units every running pod holds taken), not drawn: a pod
     whose forecast end has passed still holds its GPUs (one past its deletion timestamp
     does not, as in the replay)."""
     pending = []
-    kept_off = set()
+    kept_off: dict[tuple[str, str], frozenset[str]] = {}
     for p in queue.pending:
         key = (p.namespace, p.pod)
-        fitting = (
-            nodes_fitting_now(
+        if key in blocked and not p.gated:
+            before = frozenset(blocked[key]) if isinstance(blocked, Mapping) else frozenset()
+            fitting = nodes_fitting_now(
                 queue.nodes, queue.holders, p, now, one_replica_per_pod=settings.one_replica_per_pod
             )
-            if key in blocked and not p.gated
-            else ()
-        )
-        if fitting:
-            p = replace(p, excluded_nodes=p.excluded_nodes | frozenset(fitting))
-            kept_off.add(key)
+            off = before | frozenset(fitting)
+            if off:
+                p = replace(p, excluded_nodes=p.excluded_nodes | off)
+                kept_off[key] = off
         pending.append(p)
     if not kept_off:
         return predict(queue, job_ends, durations, now, settings, random_state)
@@ -328,17 +340,25 @@ def predict_queue(
         replace(queue, pending=tuple(pending)), job_ends, durations, now, settings, random_state
     )
     pods = tuple(
-        _blocked_elsewhere(p) if (p.namespace, p.pod) in kept_off else p for p in result.pods
+        _blocked_elsewhere(p, kept_off[(p.namespace, p.pod)])
+        if (p.namespace, p.pod) in kept_off
+        else p
+        for p in result.pods
     )
     return replace(result, pods=pods)
 
 
-def _blocked_elsewhere(start: PodStart) -> PodStart:
-    """A kept-off pod's ``start`` (``predict_queue``) as published: ``blocked_elsewhere``,
-    with its start on the other nodes when the replay predicted one."""
+def _blocked_elsewhere(start: PodStart, off: frozenset[str]) -> PodStart:
+    """A pod's ``start`` (``predict_queue``) kept off the nodes ``off``, as published:
+    ``blocked_elsewhere``, with its start on the other nodes when the replay predicted
+    one."""
     pred = start.prediction
     starts = pred.starts if pred.status == PREDICTED else None
-    return replace(start, prediction=StartPrediction(BLOCKED_ELSEWHERE, starts, pred.started_share))
+    return replace(
+        start,
+        prediction=StartPrediction(BLOCKED_ELSEWHERE, starts, pred.started_share),
+        excluded_nodes=off,
+    )
 
 
 # ``gpu_eta_forecaster_job_errors_total{reason}`` values for the queue's pods left
@@ -467,10 +487,16 @@ def job_end_times(
     return out
 
 
+# a node a blocked pod is kept off, as ``StartTracker`` remembers it: (when it was first
+# kept off it, how many GPU pods were on the node then, the node's allocatable GPU units)
+NodeMark = tuple[float, int, int]
 # a pod's kept predictions as saved: (namespace, pod, its uid or "", when last read
 # waiting, its raw (P10, P50, P90) start predictions, oldest first, since when every
-# prediction of it has been a start now or ``blocked_elsewhere``: None when not)
-SavedWait = tuple[str, str, str, float, list[tuple[float, float, float]], float | None]
+# prediction of it has been a start now or ``blocked_elsewhere``: None when not, the
+# nodes it is kept off: node → its mark)
+SavedWait = tuple[
+    str, str, str, float, list[tuple[float, float, float]], float | None, dict[str, NodeMark]
+]
 
 
 @dataclass(slots=True)
@@ -485,6 +511,41 @@ class _Waiting:
     # the cycle from which every prediction of it has started it now (its P50 the
     # cycle's time: it fits free GPUs) or found it ``blocked_elsewhere``; None: not so
     fits_since: float | None = None
+    # the nodes it was kept off (``blocked_elsewhere``) → their marks (``NodeMark``)
+    excluded: dict[str, NodeMark] = field(default_factory=dict)
+
+
+def _units(node: Node) -> int:
+    """All of ``node``'s allocatable GPU units, of every resource."""
+    return sum(node.allocatable.values())
+
+
+def _held_since(holders: Iterable[Holder], since: float) -> int:
+    """How many of ``holders`` started by ``since`` (or when not known)."""
+    return sum(1 for h in holders if h.started is None or h.started <= since)
+
+
+def _still_closed(
+    marks: Mapping[str, NodeMark], nodes: Mapping[str, Node], on: Mapping[str, list[Holder]]
+) -> bool:
+    """Whether every node of ``marks`` is still as it was when the pod was kept off it:
+    there, with the same allocatable GPU units, and every GPU pod that was on it then
+    still on it (no fewer pods that started by then: one that left may have freed the
+    CPU or memory the pod waits for; pods bound since start after it and are not
+    counted)."""
+    for name, (since, n_held, units) in marks.items():
+        node = nodes.get(name)
+        if node is None or _units(node) != units or _held_since(on.get(name, ()), since) < n_held:
+            return False
+    return True
+
+
+def _holders_by_node(queue: ClusterQueue) -> dict[str, list[Holder]]:
+    """``queue``'s GPU pods by the node they are on."""
+    on: dict[str, list[Holder]] = {}
+    for h in queue.holders:
+        on.setdefault(h.node, []).append(h)
+    return on
 
 
 class StartTracker:
@@ -526,6 +587,17 @@ class StartTracker:
     and scored when it starts they would teach the calibrator that zero-width intervals
     miss by hours.
 
+    The nodes a blocked pod was kept off stay closed to it (``blocked`` maps it to
+    them) while it waits, fitting free GPUs there or not, until one of them changes in a
+    way that may let it fit: a GPU pod that was on it leaves (its CPU and memory free),
+    its allocatable GPU units change, or it is gone. Then the pod is kept off none and
+    given the grace again. Why: what keeps it off (the node's CPU or memory, an
+    affinity) is not seen to lift when another pod takes the free GPU; forgotten then,
+    the pod was replayed onto the node again, predicted to start there when the GPU
+    freed, every 5 minutes "now" and blocked again. Only GPU pods are read, so a CPU-only
+    pod leaving frees nothing here: the pod stays kept off until a GPU pod leaves or it
+    starts.
+
     ``waiting`` and ``restore`` hand the kept predictions to ``pending_state``, which
     keeps them in the history file: a ``once`` CronJob (a new process every cycle)
     would otherwise never see a pod it predicted start, and never calibrate.
@@ -544,12 +616,16 @@ class StartTracker:
         self.blocked_seconds = blocked_seconds
         self._kept: dict[tuple[str, str], _Waiting] = {}
 
-    def blocked(self, queue: ClusterQueue, now: float) -> frozenset[tuple[str, str]]:
+    def blocked(self, queue: ClusterQueue, now: float) -> dict[tuple[str, str], frozenset[str]]:
         """The pending pods of ``queue`` (namespace, pod) predicted to start now, or
         found blocked, in every cycle since at least ``blocked_seconds`` ago: they fit
-        free GPUs and were not bound, so they wait for something else. A pod read under
-        a kept name with another uid is another pod, and not blocked."""
-        out = set()
+        free GPUs and were not bound, so they wait for something else. Each → the nodes
+        it was kept off and that have not changed since (``_still_closed``); a pod one
+        of whose nodes changed is not blocked (it is given the grace again). A pod read
+        under a kept name with another uid is another pod, and not blocked."""
+        nodes = {n.name: n for n in queue.nodes}
+        on = _holders_by_node(queue) if any(k.excluded for k in self._kept.values()) else {}
+        out = {}
         for p in queue.pending:
             kept = self._kept.get((p.namespace, p.pod))
             if (
@@ -557,9 +633,10 @@ class StartTracker:
                 and kept.fits_since is not None
                 and now - kept.fits_since >= self.blocked_seconds
                 and not _other_pod(kept.uid, p.uid)
+                and _still_closed(kept.excluded, nodes, on)
             ):
-                out.add((p.namespace, p.pod))
-        return frozenset(out)
+                out[(p.namespace, p.pod)] = frozenset(kept.excluded)
+        return out
 
     def update(self, queue: ClusterQueue, result: PendingSet, now: float) -> PendingSet:
         """Learn from pods that started since, remember ``result``'s, return it calibrated."""
@@ -607,6 +684,7 @@ class StartTracker:
                 kept.starts.clear()
                 kept.fits_since = now if kept.fits_since is None else kept.fits_since
                 kept.seen = now
+                self._keep_off(kept, p.excluded_nodes, queue, now)
             elif p.prediction.status == PREDICTED and p.prediction.starts is not None:
                 uid = uids.get(key, "")
                 kept = self._kept.setdefault(key, _Waiting(now, uid=uid))
@@ -615,11 +693,14 @@ class StartTracker:
                 del kept.starts[: -self.per_pod]
                 kept.seen = now
                 fits = p.prediction.starts[1] <= now
+                if kept.excluded:  # kept off nodes no more (one changed): the grace anew
+                    kept.excluded, kept.fits_since = {}, None
                 kept.fits_since = (
                     (now if kept.fits_since is None else kept.fits_since) if fits else None
                 )
             elif key in self._kept:
                 self._kept[key].fits_since = None
+                self._kept[key].excluded = {}
         scale = self.calibrator.scale
         pods = tuple(
             replace(p, prediction=self.calibrator.widen(p.prediction, now, scale))
@@ -630,19 +711,34 @@ class StartTracker:
         }
         return replace(result, pods=pods, requests=requests, interval_scale=scale)
 
+    @staticmethod
+    def _keep_off(kept: _Waiting, off: Collection[str], queue: ClusterQueue, now: float) -> None:
+        """Mark the nodes of ``off`` in ``kept`` as they are now (``NodeMark``); a node
+        already marked keeps its mark (when it was first kept off, the pods then)."""
+        nodes = {n.name: n for n in queue.nodes}
+        new = [name for name in off if name not in kept.excluded and name in nodes]
+        if not new:
+            return
+        on = _holders_by_node(queue)
+        for name in new:
+            kept.excluded[name] = (now, _held_since(on.get(name, ()), now), _units(nodes[name]))
+
     def waiting(self) -> list[SavedWait]:
         """The pods whose predictions are kept, by name: (namespace, pod, uid, when last
-        read waiting, its raw predictions oldest first, since when it has fit now)."""
+        read waiting, its raw predictions oldest first, since when it has fit now, the
+        nodes it is kept off)."""
         return [
-            (ns, pod, w.uid, w.seen, list(w.starts), w.fits_since)
+            (ns, pod, w.uid, w.seen, list(w.starts), w.fits_since, dict(w.excluded))
             for (ns, pod), w in sorted(self._kept.items())
         ]
 
     def restore(self, rows: Iterable[SavedWait]) -> None:
         """Keep ``rows`` (``waiting``'s, as saved) beside what is kept: the latest
         ``per_pod`` predictions of each."""
-        for ns, pod, uid, seen, starts, fits_since in rows:
-            self._kept[(ns, pod)] = _Waiting(seen, list(starts)[-self.per_pod :], uid, fits_since)
+        for ns, pod, uid, seen, starts, fits_since, excluded in rows:
+            self._kept[(ns, pod)] = _Waiting(
+                seen, list(starts)[-self.per_pod :], uid, fits_since, dict(excluded)
+            )
 
     def _forget(self, key: tuple[str, str]) -> list[tuple[float, float, float]]:
         """Drop a pod's predictions (returned) and when it was last read."""

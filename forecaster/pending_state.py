@@ -36,7 +36,7 @@ from typing import Protocol
 
 from gpu_eta.common.versioned_json import load_versioned
 from gpu_eta.forecaster.kube_state import ClusterQueue
-from gpu_eta.forecaster.pending import PendingSet, SavedWait, StartTracker
+from gpu_eta.forecaster.pending import NodeMark, PendingSet, SavedWait, StartTracker
 from gpu_eta.forecaster.queue_replay import (
     MAX_CALIBRATION_CHARS,
     ReplayError,
@@ -59,6 +59,10 @@ MAX_PREDICTIONS_CHARS = 8 * 1024 * 1024
 MAX_NAME_CHARS = 253  # a namespace or pod name (a DNS subdomain at most)
 MAX_UID_CHARS = 128  # a pod's uid (a UUID: 36)
 MAX_TIMESTAMP = 1e11  # unix seconds, past year 5000: not a time we predicted
+# nodes a blocked pod is kept off, saved per pod (the first by name; a pod kept off more
+# is kept off the others again only while it fits free GPUs there): ~40 characters each
+MAX_SAVED_EXCLUDED_NODES = 256
+MAX_COUNT = 1_000_000  # GPU pods on a node, or its allocatable GPU units
 # the predictions row is written at the first update of a process (a ``once`` run's only
 # one) and then at most this often: every pending pod adds a prediction each cycle, so
 # it changes every cycle (0.4 MB at 500 pending pods), and a ``serve`` restarted
@@ -133,9 +137,11 @@ class SavedStartTracker(StartTracker):
 
 def predictions_json(rows: Sequence[SavedWait]) -> str:
     """``StartTracker.waiting``'s rows as saved (times to 0.1 s): the most recently
-    read ``MAX_SAVED_PODS``, each pod's latest ``MAX_SAVED_PER_POD`` predictions, and
-    since when it has fit now (a sixth item, only when it has: ``StartTracker.blocked``
-    needs it in a ``once`` run)."""
+    read ``MAX_SAVED_PODS``, each pod's latest ``MAX_SAVED_PER_POD`` predictions, since
+    when it has fit now (a sixth item, only when it has or a seventh follows:
+    ``StartTracker.blocked`` needs it in a ``once`` run) and the nodes it is kept off (a
+    seventh, only when there are: ``[node, since, pods, units]``, its
+    ``MAX_SAVED_EXCLUDED_NODES`` first by name)."""
     kept = sorted(rows, key=lambda r: r[3])[-MAX_SAVED_PODS:]
     pods = [
         [
@@ -145,11 +151,22 @@ def predictions_json(rows: Sequence[SavedWait]) -> str:
             round(seen, 1),
             [[round(t, 1) for t in s] for s in starts[-MAX_SAVED_PER_POD:]],
             # only when set: a forecaster of before reads the others' rows as ever
-            *(() if fits_since is None else (round(fits_since, 1),)),
+            *_tail(fits_since, excluded),
         ]
-        for ns, pod, uid, seen, starts, fits_since in sorted(kept, key=lambda r: r[:4])
+        for ns, pod, uid, seen, starts, fits_since, excluded in sorted(kept, key=lambda r: r[:4])
     ]
     return json.dumps({"version": PREDICTIONS_VERSION, "pods": pods}, separators=(",", ":"))
+
+
+def _tail(fits_since: float | None, excluded: dict[str, NodeMark]) -> tuple[object, ...]:
+    """A saved pod's optional sixth and seventh items (``predictions_json``)."""
+    if not excluded:
+        return () if fits_since is None else (round(fits_since, 1),)
+    nodes = [
+        [name, round(since, 1), n_held, units]
+        for name, (since, n_held, units) in sorted(excluded.items())[:MAX_SAVED_EXCLUDED_NODES]
+    ]
+    return (None if fits_since is None else round(fits_since, 1), nodes)
 
 
 def parse_predictions(text: str) -> tuple[list[SavedWait], int]:
@@ -160,7 +177,8 @@ def parse_predictions(text: str) -> tuple[list[SavedWait], int]:
     A pod whose names are not strings of at most ``MAX_NAME_CHARS`` (its uid a string
     of at most ``MAX_UID_CHARS``, "" when not read), whose times (when last read, and
     since when it fit now: an optional sixth item, None when absent) are not
-    times, or whose predictions are not at most ``MAX_SAVED_PER_POD`` ordered
+    times, whose nodes kept off (an optional seventh item) are not at most
+    ``MAX_SAVED_EXCLUDED_NODES`` ``[name, time, count, count]``, or whose predictions are not at most ``MAX_SAVED_PER_POD`` ordered
     (P10 ≤ P50 ≤ P90) times is skipped and counted: one damaged pod is no reason to
     forget the others. A P90 may be infinite (JSON's ``Infinity``, as ``json.dumps``
     writes it): a prediction the replay publishes with its P90 beyond
@@ -180,11 +198,14 @@ def parse_predictions(text: str) -> tuple[list[SavedWait], int]:
 
 def _saved_wait(item: object) -> SavedWait | None:
     """One saved pod, or None when damaged (``parse_predictions``)."""
-    if not (isinstance(item, list) and len(item) in (5, 6)):
+    if not (isinstance(item, list) and len(item) in (5, 6, 7)):
         return None
     ns, pod, uid, seen, starts = item[:5]
-    fits_since = item[5] if len(item) == 6 else None
+    fits_since = item[5] if len(item) >= 6 else None
     if fits_since is not None and not _time(fits_since):
+        return None
+    excluded = _excluded(item[6]) if len(item) == 7 else {}
+    if excluded is None:
         return None
     names_ok = all(isinstance(n, str) and 0 < len(n) <= MAX_NAME_CHARS for n in (ns, pod))
     uid_ok = isinstance(uid, str) and len(uid) <= MAX_UID_CHARS
@@ -204,7 +225,35 @@ def _saved_wait(item: object) -> SavedWait | None:
         ):
             return None
         out.append((float(s[0]), float(s[1]), float(s[2])))
-    return (ns, pod, uid, float(seen), out, None if fits_since is None else float(fits_since))
+    fits = None if fits_since is None else float(fits_since)
+    return (ns, pod, uid, float(seen), out, fits, excluded)
+
+
+def _excluded(value: object) -> dict[str, NodeMark] | None:
+    """A saved pod's nodes kept off (``predictions_json``'s seventh item), or None when
+    damaged."""
+    if not (isinstance(value, list) and 0 < len(value) <= MAX_SAVED_EXCLUDED_NODES):
+        return None
+    out: dict[str, NodeMark] = {}
+    for node in value:
+        if not (isinstance(node, list) and len(node) == 4):
+            return None
+        name, since, n_held, units = node
+        if not (
+            isinstance(name, str)
+            and 0 < len(name) <= MAX_NAME_CHARS
+            and _time(since)
+            and _count(n_held)
+            and _count(units)
+        ):
+            return None
+        out[name] = (float(since), n_held, units)
+    return out
+
+
+def _count(value: object) -> bool:
+    """An int in [0, ``MAX_COUNT``] (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
 
 
 def _time(value: object) -> bool:

@@ -126,26 +126,65 @@ def test_a_blocked_pod_is_not_scored_when_it_starts():
     assert tracker.calibrator.n_obs == 0
 
 
-def test_a_blocked_pod_that_no_longer_fits_waits_for_gpus_again():
-    """Once the free GPU is taken (``next`` started on it), the blocked pod fits no free
-    GPU: it waits for GPUs again and is replayed like any other pod, from the GPU that
-    frees next; when it fits again it is given the grace again."""
-    tracker = StartTracker()
+def _blocked_then_next_bound(tracker: StartTracker) -> tuple[ClusterQueue, float]:
+    """Cycles until ``stuck`` is ``blocked_elsewhere``, then ``next`` bound on n1's free
+    GPU: the queue then, and the time of the next cycle."""
     q = queue()
     t = NOW
-    while t - NOW <= BLOCKED_GRACE_SECONDS:
-        cycle(tracker, q, t)
+    while cycle(tracker, q, t)["stuck"].status != BLOCKED_ELSEWHERE:
+        assert t - NOW <= BLOCKED_GRACE_SECONDS
         t += CYCLE
-    assert cycle(tracker, q, t)["stuck"].status == BLOCKED_ELSEWHERE
     t += CYCLE
     full = dataclasses.replace(
         q,
         holders=(*q.holders, Holder("ml", "next", "n1", G, 1, None, t - 10, uid="un")),
-        pending=q.pending[:1],
+        pending=(q.pending[0], PendingPod("ml", "later", G, 1, t - 5, uid="ul")),
     )
-    again = cycle(tracker, full, t)["stuck"]
-    assert again.status == PREDICTED and offsets(again, t)[0] > 0
-    assert tracker.blocked(full, t + CYCLE) == frozenset()
+    return full, t
+
+
+def test_a_blocked_pod_stays_off_its_node_once_the_free_gpu_is_taken():
+    """Once the free GPU is taken (``next`` bound on it), ``stuck`` fits no free GPU, but
+    what kept it off n1 (n1's CPU or memory, say) has not moved: no pod left n1. It stays
+    kept off n1, ``blocked_elsewhere`` without a start (no other node), and ``later``
+    takes the first GPU to free. Kept off only while it fit free GPUs, it was replayed on
+    n1 again ("starts in ~20 min", then "now", then blocked again, every 5 minutes), the
+    alert never fired on it and ``later`` was predicted an hour late."""
+    tracker = StartTracker()
+    full, t = _blocked_then_next_bound(tracker)
+    next_started = full.holders[-1].started
+    for _ in range(3):
+        got = cycle(tracker, full, t)
+        assert got["stuck"].status == BLOCKED_ELSEWHERE and got["stuck"].starts is None
+        p10, _, p90 = offsets(got["later"], t)
+        # the GPU that frees first (``next``'s, the history's hour after it started),
+        # not ``job``'s (ENDS: from +6000 s), which is left if ``stuck`` takes the first
+        assert p10 == p90 == next_started + 3600 - t
+        t += CYCLE
+    # kept across a restart (a ``once`` CronJob is a new process every cycle)
+    rows, skipped = parse_predictions(predictions_json(tracker.waiting()))
+    fresh = StartTracker()
+    fresh.restore(rows)
+    assert skipped == 0 and fresh.blocked(full, t) == tracker.blocked(full, t) == {
+        ("ml", "stuck"): frozenset({"n1"})
+    }
+    assert cycle(fresh, full, t)["stuck"].status == BLOCKED_ELSEWHERE
+
+
+def test_a_blocked_pod_is_given_the_grace_again_when_a_pod_leaves_its_node():
+    """A pod leaving n1 (``job`` ended) may free the CPU or memory ``stuck`` waited for:
+    it is kept off n1 no more, fits the GPU ``job`` freed, is predicted to start now, and
+    is given the grace again."""
+    tracker = StartTracker()
+    full, t = _blocked_then_next_bound(tracker)
+    cycle(tracker, full, t)
+    t += CYCLE
+    ended = dataclasses.replace(full, holders=full.holders[1:])
+    assert tracker.blocked(ended, t) == {}
+    again = cycle(tracker, ended, t)["stuck"]
+    assert again.status == PREDICTED and offsets(again, t) == [0.0, 0.0, 0.0]
+    assert tracker.blocked(ended, t + BLOCKED_GRACE_SECONDS - 1) == {}
+    assert tracker.blocked(ended, t + BLOCKED_GRACE_SECONDS) == {("ml", "stuck"): frozenset()}
 
 
 def test_fitting_since_is_saved_with_the_predictions():
@@ -158,11 +197,11 @@ def test_fitting_since_is_saved_with_the_predictions():
     assert skipped == 0
     fresh = StartTracker()
     fresh.restore(rows)
-    assert fresh.blocked(q, NOW + BLOCKED_GRACE_SECONDS) == frozenset({("ml", "stuck")})
-    assert fresh.blocked(q, NOW + BLOCKED_GRACE_SECONDS - 1) == frozenset()
+    assert set(fresh.blocked(q, NOW + BLOCKED_GRACE_SECONDS)) == {("ml", "stuck")}
+    assert fresh.blocked(q, NOW + BLOCKED_GRACE_SECONDS - 1) == {}
     # a row saved before (five fields) still reads: not fitting since any time
     old = [
-        [ns, pod, uid, seen, [list(s) for s in starts]] for ns, pod, uid, seen, starts, _ in rows
+        [ns, pod, uid, seen, [list(s) for s in starts]] for ns, pod, uid, seen, starts, *_ in rows
     ]
     text = json.dumps({"version": 1, "pods": old})
     back, skipped = parse_predictions(text)
@@ -223,10 +262,10 @@ def test_a_blocked_pod_is_kept_off_the_nodes_it_fits_and_starts_elsewhere():
     assert {s.value for s in starts if s.labels["pod"] == "stuck"} == {NOW + 100}
     # the tracker keeps it blocked, and keeps none of its predictions to score
     tracker = StartTracker()
-    tracker.restore([("ml", "stuck", "us", NOW - CYCLE, [], NOW - BLOCKED_GRACE_SECONDS)])
+    tracker.restore([("ml", "stuck", "us", NOW - CYCLE, [], NOW - BLOCKED_GRACE_SECONDS, {})])
     tracker.update(q, result, NOW)
-    assert tracker.blocked(q, NOW + CYCLE) == frozenset({("ml", "stuck")})
-    assert [starts for ns, pod, *_, starts, _ in tracker.waiting() if pod == "stuck"] == [[]]
+    assert tracker.blocked(q, NOW + CYCLE) == {("ml", "stuck"): frozenset({"n1"})}
+    assert [w[4] for w in tracker.waiting() if w[1] == "stuck"] == [[]]
 
 
 def test_a_pod_past_its_deletion_timestamp_has_freed_its_gpus_for_the_check_too():

@@ -20,6 +20,7 @@ from gpu_eta.forecaster.kube_state import ClusterQueue
 from gpu_eta.forecaster.pending import PendingSet, PendingSettings, StartTracker, predict
 from gpu_eta.forecaster.pending_state import (
     MAX_PREDICTIONS_CHARS,
+    MAX_SAVED_EXCLUDED_NODES,
     MAX_SAVED_PER_POD,
     MAX_SAVED_PODS,
     START_CALIBRATION_KEY,
@@ -250,14 +251,17 @@ def test_a_once_cronjob_scores_the_predictions_of_its_earlier_runs(tmp_path: Pat
 def test_saved_predictions_round_trip_and_keep_the_latest_pods() -> None:
     tracker = StartTracker()
     rows = [
-        ("ml", f"p{i}", f"u{i}", NOW + i, [(NOW + 10, NOW + 20, NOW + 30)] * 2, None)
+        ("ml", f"p{i}", f"u{i}", NOW + i, [(NOW + 10, NOW + 20, NOW + 30)] * 2, None, {})
         for i in range(3)
     ]
-    rows.insert(0, ("ml", "fits", "uf", NOW, [(NOW, NOW, NOW)], NOW - 120))  # fits now since
+    rows.insert(0, ("ml", "fits", "uf", NOW, [(NOW, NOW, NOW)], NOW - 120, {}))  # fits now since
+    # blocked, kept off two nodes (when first kept off, GPU pods on it then, its units)
+    off = {"n1": (NOW - 60, 3, 8), "n2": (NOW, 0, 4)}
+    rows.insert(0, ("ml", "blocked", "ub", NOW, [], NOW - 400, off))
     tracker.restore(rows)
     text = predictions_json(tracker.waiting())
     assert parse_predictions(text) == (rows, 0)
-    many = [("ml", f"p{i:05d}", "", NOW + i, [], None) for i in range(MAX_SAVED_PODS + 10)]
+    many = [("ml", f"p{i:05d}", "", NOW + i, [], None, {}) for i in range(MAX_SAVED_PODS + 10)]
     kept, _ = parse_predictions(predictions_json(many))
     assert len(kept) == MAX_SAVED_PODS and min(r[3] for r in kept) == NOW + 10
 
@@ -279,6 +283,13 @@ def test_saved_predictions_round_trip_and_keep_the_latest_pods() -> None:
         ["ml", "p", NOW, []],
         ["ml", "p", "u", NOW, [], float("nan")],  # since when it fits now: not a time
         ["ml", "p", "u", NOW, [], None, 1],
+        ["ml", "p", "u", NOW, [], NOW, [["n1", NOW, -1, 8]]],  # nodes kept off: a count < 0
+        ["ml", "p", "u", NOW, [], NOW, [["n1", NOW, True, 8]]],
+        ["ml", "p", "u", NOW, [], NOW, [["", NOW, 1, 8]]],
+        ["ml", "p", "u", NOW, [], NOW, [["n1", float("nan"), 1, 8]]],
+        ["ml", "p", "u", NOW, [], NOW, [["n1", NOW, 1]]],
+        ["ml", "p", "u", NOW, [], NOW, [["n1", NOW, 1, 8]] * (MAX_SAVED_EXCLUDED_NODES + 1)],
+        ["ml", "p", "u", NOW, [], NOW, [], 1],
     ],
     ids=[
         "unordered",
@@ -295,6 +306,13 @@ def test_saved_predictions_round_trip_and_keep_the_latest_pods() -> None:
         "short",
         "fits-since-nan",
         "long",
+        "off-negative",
+        "off-bool",
+        "off-no-name",
+        "off-nan",
+        "off-short",
+        "off-too-many",
+        "too-long",
     ],
 )
 def test_a_damaged_saved_pod_is_skipped_and_counted(
@@ -302,7 +320,7 @@ def test_a_damaged_saved_pod_is_skipped_and_counted(
 ) -> None:
     good = ["ml", "ok", "u", NOW, [[NOW + 10, NOW + 20, NOW + 30]]]
     text = json.dumps({"version": 1, "pods": [good, bad]})
-    want = [("ml", "ok", "u", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None)]
+    want = [("ml", "ok", "u", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None, {})]
     assert parse_predictions(text) == (want, 1)
     store = HistoryStore.open(tmp_path / "h.sqlite")
     store.set_meta(START_PREDICTIONS_KEY, text)
