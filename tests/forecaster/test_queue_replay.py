@@ -488,6 +488,34 @@ def test_intervals_come_from_the_holders_intervals():
     assert p90 == pytest.approx(1400, abs=40)
 
 
+def test_workers_sharing_their_runs_forecast_end_together():
+    """The 8 workers of one distributed job share rank 0's forecast (``holder_ends``
+    lends it) and end when the run does: one end is drawn for the run, not one per
+    worker. Drawn apart, a pod waiting for all 8 GPUs waited for the latest of 8 draws:
+    P10/P50/P90 +2.65/+3.06/+3.22 h for a run forecast to end at +1/+2/+3 h. Two runs of
+    one owner with other forecasts (a sweep's) still end apart."""
+    hour = 3600.0
+    ends = (NOW + hour, NOW + 2 * hour, NOW + 3 * hour)
+    workers = [
+        Holder("ml", f"w-{i}", "n1", G, 1, ends, NOW - 600, owner=("Job", "train"))
+        for i in range(8)
+    ]
+    r = replay([node("n1", 8)], workers, [pending("big", 8)], NOW, n_samples=2000)
+    p10, p50, p90 = starts(r, "big")
+    assert p10 == pytest.approx(hour, rel=0.05)
+    assert p50 == pytest.approx(2 * hour, rel=0.05)
+    assert p90 == pytest.approx(3 * hour, rel=0.05)
+    # a sweep's two pods under one Job, each with its own forecast: the first GPU to
+    # free is the earlier of two draws, before the P50 of either
+    other = (NOW + hour + 1, NOW + 2 * hour + 1, NOW + 3 * hour + 1)
+    sweep = [
+        dataclasses.replace(workers[0], ends=ends),
+        dataclasses.replace(workers[1], ends=other),
+    ]
+    r = replay([node("n1", 2)], sweep, [pending("p")], NOW, n_samples=2000)
+    assert starts(r, "p")[1] < 1.9 * hour
+
+
 def test_time_sliced_replicas_are_units():
     # one GPU with 3 replicas: allocatable 3; two pods hold one replica each
     nodes = [node("n1", 3)]
