@@ -64,7 +64,10 @@ docs/metrics/cluster/node-metrics.md upstream):
   preempted, drained) keeps its phase until the kubelet has stopped it, so it is still
   a holder; its GPUs free by that time at the latest (``Holder.deletion_timestamp``),
   whatever its run's forecast says. A pod stuck terminating past it (a finalizer, an
-  unreachable node) is taken to free its GPUs now.
+  unreachable node) is taken to free its GPUs now. A Pending pod not bound to a node
+  that is being deleted (a Job's pod kept by the ``batch.kubernetes.io/job-tracking``
+  finalizer, a suspended Kueue workload's) is left out of the queue and counted
+  (``being_deleted``): kube-scheduler skips a pod being deleted, so it takes no GPU.
 - ``kube_pod_owner`` (gauge 1 per owner reference; ``owner_kind, owner_name,
   owner_is_controller``, each ``<none>`` for a pod without one; a default STABLE pod
   metric) and ``kube_pod_restart_policy`` (gauge 1, ``type``; also default, but
@@ -1334,6 +1337,12 @@ def parse(
             if ph == "Pending":
                 scheduled.append((ns, pod))
         elif ph == "Pending":
+            if deleted.get(uid) is not None:
+                # being deleted (a Job's pod held by the job-tracking finalizer, a
+                # suspended Kueue workload's): kube-scheduler skips such a pod, so it
+                # takes no GPU from the pods behind it (module docstring)
+                rejected["being_deleted"] += 1
+                continue
             c = created.get(uid)
             if c is None and uid in since:  # kube_pod_created missing (module docstring)
                 c = since[uid]

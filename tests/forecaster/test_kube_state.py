@@ -415,6 +415,32 @@ def test_no_pod_vanishes_unseen():
     assert by["fits"].prediction.status == PREDICTED
 
 
+def test_a_pending_pod_being_deleted_is_not_queued_but_counted():
+    """An unbound Pending pod with a deletion timestamp (a Job's pod held by the
+    job-tracking finalizer, a suspended Kueue workload's) is never scheduled:
+    kube-scheduler skips pods being deleted. Queued, it took the free GPU ahead of the
+    live pod, which was predicted a run late. It is left out and counted
+    (``being_deleted``); a bound pod being deleted still holds its GPUs until it is gone."""
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="1")],
+        "ksm_pods": [pod_request("dying", 1), pod_request("live", 1)],
+        "ksm_pod_times": [
+            sample(uid="uid-dying", time="created", value=str(NOW - 600)),
+            sample(uid="uid-live", time="created", value=str(NOW - 60)),
+            sample(uid="uid-dying", time="deleted", value=str(NOW + 30)),
+        ],
+    }
+    q = kube_state.parse(samples, NOW)
+    assert [p.pod for p in q.pending] == ["live"]
+    assert q.rejected == {"being_deleted": 1}
+    (live,) = predict(q, {}, [3600.0], NOW, PendingSettings(n_samples=5)).pods
+    assert live.prediction.starts == (NOW, NOW, NOW)
+    bound = {**samples, "ksm_pods": [pod_request("dying", 1, "Pending", "n1")]}
+    q = kube_state.parse(bound, NOW)
+    assert [(h.pod, h.deletion_timestamp) for h in q.holders] == [("dying", NOW + 30)]
+    assert q.rejected == {}
+
+
 def test_a_pod_asking_zero_gpus_is_no_gpu_pod_and_no_error():
     """``nvidia.com/gpu: 0`` is a request Kubernetes accepts (a CPU-only JupyterHub
     profile overriding a GPU default with ``extra_resource_limits: {nvidia.com/gpu:
