@@ -1230,6 +1230,7 @@ def parse(
     nodes = []
     for name, resources in sorted(alloc.items()):
         lab = labels.get(name, {})
+        from_model = not lab.get(PRODUCT_LABEL) and bool(node_models.get(name))
         product = lab.get(PRODUCT_LABEL) or gfd_product(node_models.get(name, ""))
         try:
             replicas = int(lab.get(REPLICAS_LABEL, "1") or "1")
@@ -1255,6 +1256,7 @@ def parse(
                 name not in closed,
                 taints.get(name, ()),
                 node_labels.get(name),
+                product_from_model=from_model,
             )
         )
 

@@ -230,6 +230,10 @@ class Node:
     # its labels as ``kube_node_labels`` shows them (keys in KSM's spelling, no ``label_``
     # prefix: ``pool``, ``nvidia_com_gpu_family``); None: not known, every selector passes
     labels: Mapping[str, str] | None = None
+    # ``product`` was spelt from the GPU model gpu-eta's exporter reports (no product
+    # label read): the label GPU feature discovery writes may be that spelling with a
+    # sharing suffix (``product_spellings``)
+    product_from_model: bool = False
 
     def whole(self, resource: str) -> int:
         """Units of ``resource`` that are whole devices (a multi-unit pod can use them)."""
@@ -673,15 +677,34 @@ def _offers(
     user to change the request). Where the type is offered by known nodes, a typeless
     node does not take the pod: its type may stay unknown for good (a pool without
     gpu-eta's exporter and without the label allowlist), and taken as every type it
-    would predict each typed pod to start "now" on GPUs kube-scheduler never gives it."""
+    would predict each typed pod to start "now" on GPUs kube-scheduler never gives it.
+    A node typed from the exporter's model (``Node.product_from_model``) offers the
+    label's shared and MIG spellings too (``product_spellings``)."""
     return (
         node.allocatable.get(resource, 0) > 0
         and (
             not product
             or node.product == product
             or (not node.product and (resource, product) not in typed)
+            or (node.product_from_model and product_spellings(node.product, product))
         )
         and (not selector or selects(node, selector))
+    )
+
+
+def product_spellings(node_product: str, product: str) -> bool:
+    """Whether ``product``, a pod's ``nvidia.com/gpu.product`` selector, is a label GPU
+    feature discovery writes for GPUs of ``node_product`` (its spelling of the model)
+    when they are shared: ``<model>-SHARED`` for a time-sliced ``nvidia.com/gpu`` not
+    renamed, ``<model>-MIG-<profile>`` (``-SHARED`` after it when time-sliced too) on a
+    MIG node under the single strategy (the device plugin's ``internal/lm/resource.go``,
+    ``productLabel``: the parts joined by hyphens, ``SHARED`` last).
+
+    Why: a node whose type is spelt from the model gpu-eta's exporter reports
+    (``Node.product_from_model``) carries no sign of either, and a pod selecting the
+    label its node really has was ``never_fits``, though it starts there."""
+    return product == f"{node_product}-SHARED" or (
+        product.startswith(f"{node_product}-MIG-") and len(product) > len(node_product) + 5
     )
 
 

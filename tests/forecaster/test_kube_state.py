@@ -212,6 +212,56 @@ def test_a_node_typed_from_the_exporter_matches_pods_selecting_the_gfd_spelling(
     )
 
 
+@pytest.mark.parametrize(
+    ("model", "selected", "fits"),
+    [
+        ("Tesla T4", "Tesla-T4-SHARED", True),  # time-sliced, not renamed
+        ("NVIDIA A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", True),  # MIG single
+        ("NVIDIA A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED", True),
+        ("Tesla T4", "Tesla-T4-SHARED-X", False),
+        ("Tesla T4", "Tesla-T4X", False),
+        ("Tesla T4", "Tesla-T4-MIG", False),
+        ("NVIDIA A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", False),
+    ],
+)
+def test_a_node_typed_from_the_exporter_matches_the_gfd_shared_and_mig_spellings(
+    model: str, selected: str, fits: bool
+):
+    """GPU feature discovery labels a time-sliced GPU (``nvidia.com/gpu`` not renamed)
+    ``<model>-SHARED`` and a MIG single-strategy node's ``<model>-MIG-<profile>`` (the
+    device plugin's ``internal/lm/resource.go``, ``productLabel``). A node typed from
+    gpu-eta's exporter (the NVML name, no label) may be either, so pods selecting those
+    spellings fit it; they were ``never_fits``, though they start there."""
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="4")],
+        "ksm_pods": [pod_request("waiter", 1)],
+        "ksm_pod_times": [sample(uid="uid-waiter", time="created", value=str(NOW - 60))],
+        "ksm_pod_meta": [
+            sample(
+                uid="uid-waiter", meta="nodeselectors", nodeselector_nvidia_com_gpu_product=selected
+            )
+        ],
+    }
+    q = kube_state.parse(samples, NOW, node_models={"n1": model})
+    (got,) = predict(q, {}, [3600.0], NOW, PendingSettings(n_samples=5)).pods
+    assert got.prediction.status == (PREDICTED if fits else NEVER_FITS)
+    # a product label KSM exports is the node's type as written: no other spelling fits
+    labelled = {
+        **samples,
+        "ksm_nodes": [
+            sample(
+                node="n1",
+                resource="nvidia_com_gpu",
+                label_nvidia_com_gpu_product=kube_state.gfd_product(model),
+                value="4",
+            )
+        ],
+    }
+    q = kube_state.parse(labelled, NOW, node_models={"n1": model})
+    (got,) = predict(q, {}, [3600.0], NOW, PendingSettings(n_samples=5)).pods
+    assert got.prediction.status == NEVER_FITS
+
+
 def test_a_pods_node_selector_is_held_to_the_node_labels_ksm_shows():
     """A pending pod's nodeSelector keys beyond the GPU type are read
     (``kube_pod_nodeselectors``) and held against the GPU nodes' labels
