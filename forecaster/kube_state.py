@@ -89,7 +89,8 @@ docs/metrics/cluster/node-metrics.md upstream):
   finds it ``blocked_elsewhere`` once it has fit free GPUs for a while).
 - ``kube_pod_info`` (gauge 1, ``priority_class`` among its labels). KSM exposes the
   class name, not its value: ``--pending.priority-class NAME=VALUE`` maps names to
-  values (unknown names count as 0, the default priority).
+  values (unknown names count as 0, the default priority;
+  ``ClusterQueue.priorities_unknown`` names them for the log).
 - ``kube_pod_nodeselectors`` (opt-in in KSM: ``--metric-opt-in-list``) with
   ``nodeselector_nvidia_com_gpu_product``: a pod that selects a GPU type. Read for
   pending GPU pods, and for the GPU pods created in the arrival window (``ARRIVALS``,
@@ -729,6 +730,9 @@ class ClusterQueue:
     given. ``selectors_unchecked``: the nodeSelector keys (KSM's spelling) of pending
     pods that no GPU node's labels show, each with the number of pending pods selecting
     it; not held against any node. ``selectors_checked``: the keys (sorted) that were.
+    ``priorities_unknown``: the priority class names of pending pods that
+    ``--pending.priority-class`` gives no value, each with the number of pending pods of
+    it; they are queued at 0, Kubernetes' default, and named in the log.
     """
 
     nodes: tuple[Node, ...] = ()
@@ -742,6 +746,7 @@ class ClusterQueue:
     created_missing: int = 0
     nodes_read: tuple[str, ...] = ()
     finished: tuple[tuple[str, str], ...] = ()
+    priorities_unknown: Mapping[str, int] = field(default_factory=dict)
     selectors_unchecked: Mapping[str, int] = field(default_factory=dict, init=False)
     selectors_checked: tuple[str, ...] = field(default=(), init=False)
 
@@ -1316,6 +1321,7 @@ def parse(
     missing_in: set[str] = set()  # namespaces of pending pods without toleration series
     read_in: set[str] = set()  # ... and of those with
     first_seen = 0  # pending pods without kube_pod_created, placed by PENDING_SINCE
+    unknown: Counter[str] = Counter()  # priority class names without a value → pods
     for uid, (ns, pod, node, res, units) in sorted(requests.items()):
         ph = phase.get(uid)
         if ph == "Running" or (ph == "Pending" and node):
@@ -1352,6 +1358,9 @@ def parse(
             if c is None or not math.isfinite(c) or c > now + 300:
                 rejected["bad_created"] += 1
                 continue
+            name = klass.get(uid, "")
+            if name and name not in priorities:
+                unknown[name] += 1
             pending.append(
                 PendingPod(
                     ns,
@@ -1359,7 +1368,7 @@ def parse(
                     res,
                     units,
                     c,
-                    priorities.get(klass.get(uid, ""), 0),
+                    priorities.get(name, 0),
                     selector.get(uid, ""),
                     # no series: missing, not tolerating nothing (module docstring)
                     tolerations.get(uid),
@@ -1385,4 +1394,5 @@ def parse(
         first_seen,
         nodes_read=tuple(sorted(nodes_read)),
         finished=tuple(sorted(finished)),
+        priorities_unknown=dict(unknown),
     )

@@ -108,6 +108,9 @@ class PendingSet:
     # ClusterQueue's: pending pods without kube_pod_created, queued by when Prometheus
     # first saw them Pending
     created_missing: int = 0
+    # ClusterQueue's: priority class names no --pending.priority-class gives a value →
+    # pending pods of each (queued at 0)
+    priorities_unknown: Mapping[str, int] = field(default_factory=dict)
 
 
 def predict(
@@ -197,6 +200,7 @@ def predict(
         selectors_unchecked=queue.selectors_unchecked,
         selectors_checked=queue.selectors_checked,
         created_missing=queue.created_missing,
+        priorities_unknown=queue.priorities_unknown,
     )
 
 
@@ -373,6 +377,8 @@ SELECTORS_UNCHECKED = "selectors_unchecked"
 # not an error counted: no kube_pod_created for some pending pods, queued by when
 # Prometheus first saw them Pending
 CREATED_MISSING = "created_missing"
+# nor this: priority class names of pending pods without a --pending.priority-class value
+PRIORITIES_UNKNOWN = "priorities_unknown"
 
 
 def error_counts(pending: PendingSet | None) -> dict[str, int]:
@@ -393,8 +399,8 @@ def error_counts(pending: PendingSet | None) -> dict[str, int]:
 def describe(pending: PendingSet | None) -> str:
     """One line on the queue's pods and series left without a prediction ("" when none),
     with ``kube_state``'s reasons, on taints not applied for want of tolerations and on
-    nodeSelector keys not checked for want of node labels: what an operator reads in the
-    log."""
+    nodeSelector keys not checked for want of node labels and on priority classes
+    without a value: what an operator reads in the log."""
     if pending is None:
         return ""
     parts = []
@@ -414,6 +420,16 @@ def describe(pending: PendingSet | None) -> str:
             f"pending GPU pods select nodes by {keys}, which no GPU node's kube_node_labels "
             "shows (not in kube-state-metrics' --metric-labels-allowlist=nodes=[...]): "
             "those keys are not held against any node (docs/pending.md)"
+        )
+    if pending.priorities_unknown:
+        names = ", ".join(
+            f"{name} ({n} pod{'s' if n > 1 else ''})"
+            for name, n in sorted(pending.priorities_unknown.items())
+        )
+        parts.append(
+            f"pending GPU pods have priority classes {names} whose values are not known "
+            "(kube-state-metrics exports the name only): they are queued at priority 0; "
+            "give each with --pending.priority-class NAME=VALUE (docs/pending.md)"
         )
     if pending.created_missing:
         parts.append(
@@ -437,8 +453,8 @@ def describe(pending: PendingSet | None) -> str:
 
 def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
     """What changes the queue's log line (``describe``): the rejections by reason and
-    whether any pod is past ``--pending.max-pods``, taints are not applied or which
-    nodeSelector keys are not checked. Not the number skipped, nor of pods selecting a
+    whether any pod is past ``--pending.max-pods``, taints are not applied, which
+    nodeSelector keys are not checked or which priority classes have no value. Not the number skipped, nor of pods selecting a
     key, which move with the queue every cycle (the counter has the former): one line
     per change, not per cycle; likewise whether creation times are missing, not for how
     many pods."""
@@ -455,7 +471,12 @@ def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
         else ()
     )
     missing = ((CREATED_MISSING, 1),) if pending.created_missing > 0 else ()
-    return (*rejected, *skipped, *ignored, *unchecked, *missing)
+    unknown = (
+        ((f"{PRIORITIES_UNKNOWN} {' '.join(sorted(pending.priorities_unknown))}", 1),)
+        if pending.priorities_unknown
+        else ()
+    )
+    return (*rejected, *skipped, *ignored, *unchecked, *missing, *unknown)
 
 
 def _namespaces(names: Sequence[str], shown: int = 5) -> str:

@@ -491,6 +491,41 @@ def test_a_pending_pod_being_deleted_is_not_queued_but_counted():
     assert q.rejected == {}
 
 
+def test_priority_classes_without_a_value_are_counted_and_logged_once(caplog):
+    """KSM exports a pod's priority class name, not its value; a name not given with
+    ``--pending.priority-class`` is read as 0. Silently so, a site that forgot one saw
+    its high-priority pods queued behind the rest with no hint why: the names are
+    counted per class (pods) and named in one WARNING line with the flag, repeated only
+    when the names change; no error is counted (the pods are predicted)."""
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="1")],
+        "ksm_pods": [pod_request(p, 1) for p in ("a", "b", "c", "d")],
+        "ksm_pod_times": [
+            sample(uid=f"uid-{p}", time="created", value=str(NOW - 60 + i))
+            for i, p in enumerate("abcd")
+        ],
+        "ksm_pod_meta": [
+            sample(uid="uid-a", meta="info", priority_class="research-high"),
+            sample(uid="uid-b", meta="info", priority_class="research-high"),
+            sample(uid="uid-c", meta="info", priority_class="known"),
+            sample(uid="uid-d", meta="info", priority_class=""),
+        ],
+    }
+    q = kube_state.parse(samples, NOW, priorities={"known": 10})
+    assert [(p.pod, p.priority) for p in q.pending] == [("a", 0), ("b", 0), ("c", 10), ("d", 0)]
+    assert q.priorities_unknown == {"research-high": 2}
+    pending = predict(q, {}, [3600.0], NOW, PendingSettings(n_samples=5))
+    assert pending.priorities_unknown == {"research-high": 2}
+    assert error_counts(pending) == {}
+    caplog.set_level("INFO", logger="gpu_eta.forecaster.publish")
+    state = ServiceState()
+    for _ in range(2):
+        state.success(ForecastSet(timestamp=NOW, pending=pending), 0.5, NOW)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert "research-high (2 pods)" in lines[0] and "--pending.priority-class" in lines[0]
+
+
 def test_a_pod_asking_zero_gpus_is_no_gpu_pod_and_no_error():
     """``nvidia.com/gpu: 0`` is a request Kubernetes accepts (a CPU-only JupyterHub
     profile overriding a GPU default with ``extra_resource_limits: {nvidia.com/gpu:
