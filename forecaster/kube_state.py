@@ -90,7 +90,9 @@ docs/metrics/cluster/node-metrics.md upstream):
 - ``kube_pod_info`` (gauge 1, ``priority_class`` among its labels). KSM exposes the
   class name, not its value: ``--pending.priority-class NAME=VALUE`` maps names to
   values (unknown names count as 0, the default priority;
-  ``ClusterQueue.priorities_unknown`` names them for the log).
+  ``ClusterQueue.priorities_unknown`` names them for the log). Read for pending GPU
+  pods, and over the arrival window for the GPU pods created in it (``ARRIVALS``,
+  ``arrival="info"``): pods arriving later keep their priority.
 - ``kube_pod_nodeselectors`` (opt-in in KSM: ``--metric-opt-in-list``) with
   ``nodeselector_nvidia_com_gpu_product``: a pod that selects a GPU type. Read for
   pending GPU pods, and for the GPU pods created in the arrival window (``ARRIVALS``,
@@ -431,6 +433,10 @@ ARRIVALS = (
             "nodeselectors": (
                 "max by (uid, nodeselector_nvidia_com_gpu_product) (last_over_time("
                 'kube_pod_nodeselectors{nodeselector_nvidia_com_gpu_product!=""}[{arrivals}]))'
+            ),
+            "info": (
+                "max by (uid, priority_class) (last_over_time("
+                'kube_pod_info{priority_class!=""}[{arrivals}]))'
             ),
         },
     )
@@ -965,14 +971,14 @@ class _PodRequests:
 
 
 # resource, units, tolerations, product
-ArrivalKey = tuple[str, int, tuple[Toleration, ...] | None, str]
+ArrivalKey = tuple[str, int, tuple[Toleration, ...] | None, str, int]
 
 
 def _arrival_order(key: ArrivalKey) -> tuple:
     """A sort key for arrival shapes: by resource, units, then tolerations (unknown
-    ones last), then product."""
-    res, units, tols, product = key
-    return (res, units, tols is None, tols or (), product)
+    ones last), then product, then priority."""
+    res, units, tols, product, priority = key
+    return (res, units, tols is None, tols or (), product, priority)
 
 
 def _selections(
@@ -1066,7 +1072,10 @@ def _checkable(
 
 
 def _arrivals(
-    series: Sequence[Sample], arrivals_seconds: float, extra: Collection[str] = ()
+    series: Sequence[Sample],
+    arrivals_seconds: float,
+    extra: Collection[str] = (),
+    priorities: Mapping[str, int] | None = None,
 ) -> tuple[Arrival, ...]:
     """GPU pods created in the window (``ARRIVALS``), or first seen in it where KSM
     exports no ``kube_pod_created`` (``ARRIVALS_SEEN``, the same ``request`` series) →
@@ -1086,9 +1095,19 @@ def _arrivals(
     ``nodeselector_nvidia_com_gpu_product`` as for a pending pod), so on a cluster of
     several types the A100 pods arriving later take only A100 GPUs, not the H100s a
     queued H100 pod waits for. A pod that selected no type (or whose selectors KSM
-    does not show: ``kube_pod_nodeselectors`` is opt-in) gets "": any type."""
+    does not show: ``kube_pod_nodeselectors`` is opt-in) gets "": any type.
+
+    And its priority (``arrival="info"``, ``kube_pod_info``'s ``priority_class``, valued
+    by ``priorities``; none, or a class without a value: 0), by which the replay queues
+    the pods arriving later ahead of waiting pods of lower priority (``Arrival``)."""
     tolerations = _pod_tolerations(series, Counter(), ("arrival", "tolerations"))
     products, _ = _selections(series, ("arrival", "nodeselectors"))
+    values = priorities or {}
+    priority = {
+        s.labels.get("uid", ""): values.get(s.labels.get("priority_class", ""), 0)
+        for s in series
+        if s.labels.get("arrival") == "info"
+    }
     shapes: Counter[ArrivalKey] = Counter()
     seen = set()
     for s in series:
@@ -1099,10 +1118,10 @@ def _arrivals(
         if not uid or units is None or not is_gpu_resource(res, extra) or uid in seen:
             continue
         seen.add(uid)
-        shapes[(res, units, tolerations.get(uid), products.get(uid, ""))] += 1
+        shapes[(res, units, tolerations.get(uid), products.get(uid, ""), priority.get(uid, 0))] += 1
     return tuple(
-        Arrival(res, units, n / arrivals_seconds, product, tols)
-        for (res, units, tols, product), n in sorted(
+        Arrival(res, units, n / arrivals_seconds, product, tols, prio)
+        for (res, units, tols, product, prio), n in sorted(
             shapes.items(), key=lambda kv: _arrival_order(kv[0])
         )
     )
@@ -1381,7 +1400,9 @@ def parse(
             (read_in if uid in tolerations else missing_in).add(ns)
 
     # without kube_pod_created, the GPU pods first seen in the window (denylisted)
-    arrivals = _arrivals([*get("ksm_arrivals"), *get(ARRIVALS_SEEN_PART)], arrivals_seconds, extra)
+    arrivals = _arrivals(
+        [*get("ksm_arrivals"), *get(ARRIVALS_SEEN_PART)], arrivals_seconds, extra, priorities
+    )
     return ClusterQueue(
         tuple(nodes),
         tuple(holders),

@@ -449,6 +449,12 @@ class Arrival:
     measured on showed no toleration series), every taint passes, as for a
     ``PendingPod``. So pods arriving from outside a team's tainted pool take none of
     its GPUs from the pods waiting for it.
+
+    ``priority``: the recent pods' priority (their class's value). A pod arriving joins
+    the queue behind the waiting pods of its priority and above, ahead of those below,
+    as kube-scheduler's queue sorts by priority before creation time: priority-0 pods
+    arriving while a backfill pod (a negative priority) waits take the GPUs that free
+    before it does.
     """
 
     resource: str
@@ -456,6 +462,7 @@ class Arrival:
     rate_per_second: float
     product: str = ""
     tolerations: tuple[Toleration, ...] | None = ()
+    priority: int = 0
     # KSM's arrivals keep the GPU type only (``kube_state._arrivals``): no other node
     # label is selected; a class constant, read as ``PendingPod.selector`` is
     selector: ClassVar[Selector] = ()
@@ -1216,8 +1223,9 @@ def _one_sample(
     - a pod that already failed (not ``fresh``: waiting since an earlier sweep) can only
       fit where units freed since (``changed``): elsewhere units only shrank. Its
       shape is tried in a sweep only when one of those nodes fits it (``_Nearby``);
-    - the shapes tried are merged in queue order (index order: items are in queue
-      order, pods arriving later join at the end).
+    - the shapes tried are merged in queue order (``(-priority, index)``: items are in
+      queue order, a pod arriving later joins behind the pods of its priority and above,
+      ahead of those below).
 
     Every pod that starts does so at the same moment, on the same node and with the
     same draws as when every pod is tried on every node
@@ -1233,6 +1241,12 @@ def _one_sample(
     # arrivals, always at its end)
     queues = {shape: deque(queue) for shape, queue in plan.queues.items()}
     fresh_from = {shape: queue[0] for shape, queue in plan.queues.items()}
+    # each waiting pod's place in the queue: (-priority, index)
+    order = [-it.priority for it in plan.items]
+
+    def rank(i: int) -> tuple[int, int]:
+        return order[i], i
+
     real_waiting = len(plan.waiting)
     total_rate = sum(a.rate_per_second for a, _, _ in plan.arrivals)
     next_arrival = now + rng.expovariate(total_rate) if total_rate > 0 else math.inf
@@ -1254,10 +1268,10 @@ def _one_sample(
                 continue
             nodes_now = plan.nodes_of[shape] if shape in fresh_from else nearby.of(shape[2])
             if _fits(free, nodes_now, plan.pools[shape], shape[1]):
-                heads.append((queue[0], shape))
+                heads.append((rank(queue[0]), shape))
         heapq.heapify(heads)
         while heads:
-            i, shape = heapq.heappop(heads)
+            (_, i), shape = heapq.heappop(heads)
             fresh = i >= fresh_from.get(shape, math.inf)
             nodes_now = plan.nodes_of[shape] if fresh else nearby.of(shape[2])
             best, pool = _choose(free, nodes_now, plan.pools[shape], shape[1], placement, rng)
@@ -1266,7 +1280,7 @@ def _one_sample(
             queue = queues[shape]
             queue.popleft()
             if queue:
-                heapq.heappush(heads, (queue[0], shape))
+                heapq.heappush(heads, (rank(queue[0]), shape))
             else:
                 del queues[shape]
             if i < n_items:
@@ -1284,9 +1298,10 @@ def _one_sample(
         t = min(events[0][0] if events else math.inf, next_arrival)
         if t > horizon:
             break
-        if next_arrival <= t:  # a new pod joins the end of the queue
-            _, _, shape = _pick(plan.arrivals, rng.random() * total_rate)
-            queues.setdefault(shape, deque()).append(n_items + n_future)
+        if next_arrival <= t:  # a new pod joins the queue behind those of its priority
+            arrival, _, shape = _pick(plan.arrivals, rng.random() * total_rate)
+            order.append(-arrival.priority)
+            bisect.insort(queues.setdefault(shape, deque()), n_items + n_future, key=rank)
             fresh_from.setdefault(shape, n_items + n_future)
             n_future += 1
             next_arrival = t + rng.expovariate(total_rate)

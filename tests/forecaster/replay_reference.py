@@ -2,7 +2,8 @@
 
 ``one_sample`` has ``queue_replay._one_sample``'s signature and does what its docstring
 says without any of its shortcuts: at ``now`` and at every moment units free, every
-waiting pod is tried in queue order on every node it may use. It starts from the same
+waiting pod is tried in queue order (priority, then index: a pod arriving joins behind
+the pods of its priority and above) on every node it may use. It starts from the same
 ``_QueuePlan`` (the items, their shapes, which may start, each shape's nodes and pools,
 the arrivals; not the per-shape queues and indexes only the fast form uses) and draws
 from the same primitives (``_running_now``, ``_choose``, ``_pick``, the durations), so
@@ -12,6 +13,7 @@ both must give the very same starts. Slow: for the tests and
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
@@ -39,6 +41,7 @@ def one_sample(
     shape_of = list(plan.shapes)
     cands = [plan.nodes_of.get(shape, ()) for shape in shape_of]
     waiting = list(plan.waiting)
+    order = [-it.priority for it in items]  # a pod's place: (-priority, index)
     real_waiting = len(waiting)
     total_rate = sum(a.rate_per_second for a, _, _ in plan.arrivals)
     next_arrival = now + rng.expovariate(total_rate) if total_rate > 0 else math.inf
@@ -66,11 +69,12 @@ def one_sample(
         t = min(events[0][0] if events else math.inf, next_arrival)
         if t > horizon:
             break
-        if next_arrival <= t:
-            _, cand, shape = qr._pick(plan.arrivals, rng.random() * total_rate)
+        if next_arrival <= t:  # behind the pods of its priority and above
+            arrival, cand, shape = qr._pick(plan.arrivals, rng.random() * total_rate)
             shape_of.append(shape)
             cands.append(cand)
-            waiting.append(len(shape_of) - 1)
+            order.append(-arrival.priority)
+            bisect.insort(waiting, len(shape_of) - 1, key=lambda j: (order[j], j))
             n_future += 1
             next_arrival = t + rng.expovariate(total_rate)
             if n_future >= max_arrivals:
@@ -105,6 +109,7 @@ def pod_by_pod_sample(
     shape_of = list(plan.shapes)
     cands = [plan.nodes_of.get(shape, ()) for shape in shape_of]
     waiting = list(plan.waiting)
+    order = [-it.priority for it in items]  # a pod's place: (-priority, index)
     real_waiting = len(waiting)
     total_rate = sum(a.rate_per_second for a, _, _ in plan.arrivals)
     next_arrival = now + rng.expovariate(total_rate) if total_rate > 0 else math.inf
@@ -144,12 +149,13 @@ def pod_by_pod_sample(
         t = min(events[0][0] if events else math.inf, next_arrival)
         if t > horizon:
             break
-        if next_arrival <= t:
-            _, cand, shape = qr._pick(plan.arrivals, rng.random() * total_rate)
+        if next_arrival <= t:  # behind the pods of its priority and above
+            arrival, cand, shape = qr._pick(plan.arrivals, rng.random() * total_rate)
             shape_of.append(shape)
             cands.append(cand)
-            waiting.append(len(shape_of) - 1)
-            fresh.add(waiting[-1])
+            order.append(-arrival.priority)
+            bisect.insort(waiting, len(shape_of) - 1, key=lambda j: (order[j], j))
+            fresh.add(len(shape_of) - 1)
             n_future += 1
             next_arrival = t + rng.expovariate(total_rate)
             if n_future >= max_arrivals:

@@ -413,6 +413,26 @@ def test_arrivals_ask_for_the_gpu_type_their_pods_selected():
     assert result.pods[("ml", "waiter")].starts == (NOW + 200,) * 3
 
 
+def test_arrivals_carry_their_pods_priority():
+    """The pods created in the arrival window arrive later with their priority class's
+    value (``--pending.priority-class``; a class without one, or none, is 0), so the
+    replay queues them ahead of waiting pods of lower priority."""
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="1")],
+        "ksm_arrivals": [
+            *(sample(uid=u, resource="nvidia_com_gpu", arrival="request") for u in "abcd"),
+            series(uid="a", arrival="info", priority_class="high"),
+            series(uid="b", arrival="info", priority_class="high"),
+            series(uid="c", arrival="info", priority_class="unmapped"),
+        ],
+    }
+    q = kube_state.parse(samples, NOW, priorities={"high": 1000}, arrivals_seconds=3600)
+    assert {(a.priority, round(a.rate_per_second * 3600)) for a in q.arrivals} == {
+        (1000, 2),
+        (0, 2),
+    }
+
+
 def pod_request(pod: str, value: float, phase: str = "Pending", node: str = "") -> Sample:
     return Sample(
         {
@@ -1064,6 +1084,8 @@ def test_queries_against_real_prometheus(prometheus_factory, ksm_target):
     q = kube_state.parse(samples, now, priorities={"low": -10})
     assert_cluster_queue(q)
     assert sum(a.rate_per_second for a in q.arrivals) * 3600 == pytest.approx(5)
+    # any-gpu's class is "low": the pods like it arrive at its priority
+    assert {(a.units, a.priority) for a in q.arrivals if a.priority} == {(1, -10)}
 
     ends = {
         ("ml", "train-a"): (now + 500, now + 600, now + 700),

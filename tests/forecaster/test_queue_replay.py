@@ -256,6 +256,37 @@ def test_arrivals_take_gpus_only_where_the_pods_they_were_measured_on_could():
     assert member_with(None).status == BEYOND_HORIZON
 
 
+def test_arrivals_of_a_higher_priority_go_ahead_of_a_low_priority_pod():
+    """kube-scheduler's queue sorts by priority before creation time: priority-0 pods
+    arriving while a backfill pod (priority -100) waits go ahead of it. Six such pods an
+    hour arrive on a 1-GPU node whose job ends in an hour: the backfill pod waits for
+    every one of them (each runs the history's hour), past the 6-hour horizon. Arrivals
+    without a priority queued behind every known pod, so it was given the next GPU
+    (+0.92/+1.01/+1.08 h). Arrivals of its priority or below still queue behind it."""
+    hour = 3600.0
+    holders = [Holder("ml", "job", "n1", G, 1, (NOW + 3300, NOW + 3600, NOW + 3900), NOW - 600)]
+    low = PendingPod("batch", "backfill", G, 1, NOW - 60, priority=-100)
+
+    def backfill(priority: int) -> StartPrediction:
+        r = replay(
+            [node("n1", 1)],
+            holders,
+            [low],
+            NOW,
+            durations=[hour],
+            arrivals=[Arrival(G, 1, 6 / hour, priority=priority)],
+            n_samples=200,
+            horizon_seconds=6 * hour,
+        )
+        return r.pods[("batch", "backfill")]
+
+    assert Arrival(G, 1, 1.0).priority == 0
+    assert backfill(0).status == BEYOND_HORIZON
+    for behind in (-100, -1000):  # the job's end, drawn: +3300/+3600/+3900 s
+        p10, p50, p90 = (t - NOW for t in backfill(behind).starts)
+        assert 3200 < p10 < 3400 and 3500 < p50 < 3700 and 3800 < p90 < 4000
+
+
 @pytest.mark.parametrize(
     ("toleration", "taint", "expected"),
     [
@@ -791,7 +822,8 @@ def random_queue(seed: int) -> dict:
     and MIG units, GPU types, taints, closed nodes; holders with and without forecasts
     (ends shared by several, so units free at the same moments); pending pods of every
     shape with priorities, types and tolerations; requests; arrivals with and without
-    tolerations and types; either placement.
+    tolerations and types, of priorities above, among and below the pods'; either
+    placement.
     Durations come from a few values, so started pods end together too."""
     import random
 
@@ -832,6 +864,7 @@ def random_queue(seed: int) -> dict:
             rng.uniform(0, 0.01),
             rng.choice(("", "", "A100", "H100")),
             rng.choice((None, (), MEMBER)),
+            rng.choice((0, 0, 100, -100)),  # ahead of, among or behind the pods'
         )
         for u in (1, 2)
         if rng.random() < 0.5
