@@ -9,7 +9,8 @@ never raise into training.
 
 The plan: ``max_epochs`` and the optimizer steps from where the run starts to
 ``max_epochs``, at most ``max_steps`` (``planned_run``): each epoch's batches over the
-gradient accumulation of that epoch. When ``max_steps`` ends the run before
+gradient accumulation of that epoch; a run resumed from a checkpoint saved inside an
+epoch plans only that epoch's batches left (``resumed_batches``). When ``max_steps`` ends the run before
 ``max_epochs`` would, the planned epochs are those ``max_steps`` completes if they are
 whole (``max_steps=8`` at 4 steps an epoch: 2), else none; and an epoch that
 ``max_steps`` cut short is not counted done (``epoch_cut``: its last batch not
@@ -142,12 +143,16 @@ def planned_run(
     epochs_done: int,
     step: int,
     segments: Sequence[tuple[int, int]],
+    epoch_steps_done: int = 0,
 ) -> tuple[int, int, bool]:
     """Where a run of automatic optimization ends, from ``epochs_done`` done at
     ``global_step`` ``step``: (the epochs it trains into, its optimizer steps in all,
     whether its last epoch is whole). ``segments`` are (first epoch, optimizer steps
     each epoch from it), by first epoch, the first at or before ``epochs_done``: an
-    accumulation schedule's, or one for every epoch.
+    accumulation schedule's, or one for every epoch. ``epoch_steps_done`` are the
+    optimizer steps the epoch in progress has taken already (a run resumed from a
+    checkpoint saved inside an epoch trains only that epoch's batches left): without
+    them, its done batches were planned twice.
 
     The trainer stops once ``global_step`` reaches ``max_steps``, checked after each
     batch, and steps on an epoch's last batch whatever it accumulated, so the epoch
@@ -155,9 +160,9 @@ def planned_run(
     is still an epoch the run trains into). Segment by segment: ``max_epochs`` may be
     large (Lightning's 1000 when unset) at no cost. Pure.
     """
-    total = step
-    if max_steps and total >= max_steps:
+    if max_steps and step >= max_steps:
         return epochs_done, max_steps, True
+    total = step - epoch_steps_done  # where the epoch in progress started
     for i, (first, each) in enumerate(segments):
         end = segments[i + 1][0] if i + 1 < len(segments) else max_epochs
         start = max(first, epochs_done)
@@ -224,6 +229,21 @@ def _steps_segments(
     return tuple((first, math.ceil(batches / factor)) for first, factor in schedule)
 
 
+def resumed_batches(trainer: Any, batches: int) -> int:
+    """The batches of the epoch in progress that a run resumed from a checkpoint saved
+    inside it has trained already: the epoch loop's ``batch_progress.current.ready``
+    as the trainer restored it (Lightning 2.x resumes at that batch index), when it is
+    a whole number inside the epoch; else 0 (a fresh run, one resumed at an epoch's
+    end, or a Lightning that keeps it elsewhere)."""
+    try:
+        ready = trainer.fit_loop.epoch_loop.batch_progress.current.ready
+    except AttributeError:
+        return 0
+    if isinstance(ready, bool) or not isinstance(ready, int) or not 0 < ready < batches:
+        return 0
+    return ready
+
+
 def _steps_at(segments: Sequence[tuple[int, int]], epoch: int) -> int:
     """The optimizer steps epoch ``epoch`` takes under ``segments``."""
     return next(each for first, each in reversed(segments) if first <= epoch)
@@ -285,7 +305,9 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
             per_epoch = _steps_at(segments, epoch)
             steps = _finite_int(getattr(trainer, "estimated_stepping_batches", None))
             if epochs:  # from where the run starts (a resumed one's other batches)
-                epochs, steps, whole = planned_run(epochs, max_steps, epoch, step, segments)
+                factor = _steps_at(self._schedule, epoch)  # its accumulation now
+                done = resumed_batches(trainer, batches) // factor
+                epochs, steps, whole = planned_run(epochs, max_steps, epoch, step, segments, done)
                 epochs = epochs if whole else None  # max_steps inside an epoch
         elif automatic:  # an iterable's: as manual (module doc)
             steps = _finite_int(getattr(trainer, "estimated_stepping_batches", None))

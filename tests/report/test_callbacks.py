@@ -339,6 +339,10 @@ def test_manual_plan(args, plan):
         ((10, 11, 2, 8, ((0, 5), (1, 3))), (3, 11, True)),
         ((10**9, 9, 0, 0, ((0, 3),)), (3, 9, True)),  # many epochs cost nothing
         ((10, 6, 2, 8, ((0, 4),)), (2, 6, True)),  # max_steps behind it: ends now
+        ((1, None, 0, 36, ((0, 40),), 36), (1, 40, True)),  # resumed 36 steps into an epoch
+        ((4, None, 1, 12, ((0, 8),), 4), (4, 32, True)),
+        ((10, 20, 1, 12, ((0, 8),), 4), (3, 20, False)),  # max_steps counted from there too
+        ((3, None, 1, 7, ((0, 5), (1, 3)), 2), (3, 11, True)),  # a schedule's epoch: 5, 3, 3
     ],
 )
 def test_planned_run(args, end):
@@ -730,6 +734,35 @@ L.Trainer(max_epochs=4, callbacks=[GpuEtaCallback()], **QUIET).fit(
 """,
     )
     assert first_and_last(journaling_listener) == ((2, 4, 8, 16), (4, 4, 16, 16))
+
+
+@needs("lightning")
+def test_lightning_resumed_mid_epoch_plans_only_the_batches_left(journaling_listener, tmp_path):
+    """Resumed from a checkpoint saved inside an epoch (a preempted job's
+    ``every_n_train_steps``), the trainer trains only that epoch's batches left; planned
+    as whole epochs from the checkpoint's step, one epoch of 10 batches resumed at step 6
+    planned 16 steps and ended at 10 of 16, read as stopped early. One script, two runs
+    (their run ids): an epoch of 10 batches saved at step 6 and resumed for that one
+    epoch; the same saved at step 12 (2 batches into the second epoch) and resumed for
+    three epochs."""
+    run(
+        journaling_listener,
+        lightning_script(samples=160)
+        + f"""
+from lightning.pytorch.callbacks import ModelCheckpoint
+every = ModelCheckpoint(dirpath={str(tmp_path)!r}, every_n_train_steps=6, save_top_k=-1,
+                        save_on_train_epoch_end=False)
+L.Trainer(max_epochs=2, callbacks=[every], **QUIET | dict(enable_checkpointing=True)).fit(M(), data)
+for run_id, ckpt, epochs in (("one", "epoch=0-step=6", 1), ("three", "epoch=1-step=12", 3)):
+    L.Trainer(max_epochs=epochs, callbacks=[GpuEtaCallback(run_id=run_id)], **QUIET).fit(
+        M(), data, ckpt_path=f"{tmp_path}/{{ckpt}}.ckpt")
+""",
+    )
+    rows = journaled(journaling_listener.store)
+    fields = ("epoch", "epochs", "step", "steps")
+    firsts = {r["run_id"]: tuple(r[f] for f in fields) for r in reversed(rows)}
+    assert firsts == {"one": (0, 1, 6, 10), "three": (1, 3, 12, 30)}
+    assert reached_by_run(journaling_listener) == {"one": (1, 1, 10, 10), "three": (3, 3, 30, 30)}
 
 
 @needs("transformers")
