@@ -19,7 +19,10 @@ Which process reports: in a job of several processes, the first of each pod (its
 node-local rank 0: ``LOCAL_RANK``, or MPI's and SLURM's local rank; ``RANK`` only when
 no local rank is set); the others get a disabled reporter (one INFO line), unless
 ``any_rank=True`` or ``GPU_ETA_ANY_RANK=1`` (each process then reports a run of its
-own).
+own). With no such variable set, an initialized ``torch.distributed`` group's rank
+decides (``torch.multiprocessing.spawn`` passes ranks as arguments): read at each
+report until the group is up, so a reporter started before ``init_process_group``
+reports until then, and another rank's stops at its first report after it.
 
 Where the exporter is: ``url`` argument, else ``GPU_ETA_URL`` (e.g.
 ``http://10.0.0.5:9843/progress``; an ``http://`` URL without a port means port 80,
@@ -61,6 +64,7 @@ import multiprocessing
 import os
 import re
 import secrets
+import sys
 import threading
 import time
 import urllib.parse
@@ -259,6 +263,28 @@ def other_rank(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     if value.isascii() and value.isdigit() and int(value) > 0:
         return names[0], value
     return None
+
+
+def torch_rank() -> int | None:
+    """The rank of ``torch.distributed``'s default process group, when the training
+    script has imported ``torch.distributed`` (never imported here: this module is
+    standard library only) and initialized it; else None. Never raises."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    try:
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        return int(dist.get_rank())
+    except Exception:  # a torch without these, a group torn down meanwhile
+        return None
+
+
+def names_a_rank(env: Mapping[str, str] | None = None) -> bool:
+    """Whether a launcher variable (``RANK`` or one of ``LOCAL_RANK_VARIABLES``) is set:
+    then it decides which process reports (``other_rank``), never the process group."""
+    env = os.environ if env is None else env
+    return any(env.get(n, "").strip() for n in ("RANK", *LOCAL_RANK_VARIABLES))
 
 
 def _env_true(name: str) -> bool:
@@ -607,6 +633,9 @@ class ProgressReporter:
         self._thread: threading.Thread | None = None
         self._conn: http.client.HTTPConnection | None = None
         self._target: tuple[str, int, str] | None = None
+        # whether torch.distributed's rank, once its group is initialized, still decides
+        # if this process reports (``_other_group_rank``)
+        self._group_rank_pending = False
         # The checks and the sender's start (see the module doc), under one try.
         try:
             self.run_id = run_id_setting(run_id)
@@ -630,13 +659,18 @@ class ProgressReporter:
             size = _count(queue_size, 1)
             self._queue = collections.deque(maxlen=int(size) if size else QUEUE_SIZE)
             self.source_address = source_address or os.environ.get("GPU_ETA_SOURCE_ADDRESS") or None
+            every_rank = bool(any_rank or (any_rank is None and _env_true("GPU_ETA_ANY_RANK")))
             rank = other_rank()
-            if rank and not (any_rank or (any_rank is None and _env_true("GPU_ETA_ANY_RANK"))):
+            if rank and not every_rank:
                 log.info(
                     "gpu-eta: %s=%s: only rank 0 reports (any_rank=True or GPU_ETA_ANY_RANK=1 "
                     "to report from this process too)",
                     *rank,
                 )
+                return
+            # no launcher variable says: the process group's rank, once it is up
+            self._group_rank_pending = not every_rank and not names_a_rank()
+            if self._group_rank_pending and self._other_group_rank():
                 return
             self.url = url if url is not None else exporter_url()
             if self.url is None:
@@ -664,7 +698,9 @@ class ProgressReporter:
 
     @property
     def enabled(self) -> bool:
-        return self._target is not None
+        return self._target is not None and not self._silenced
+
+    _silenced = False  # another rank's reporter, found once its process group was up
 
     @property
     def stats(self) -> dict[str, int]:
@@ -964,6 +1000,8 @@ class ProgressReporter:
         start, epoch ends and the end, are tried whatever the backoff)."""
         if self._target is None or self._closing:
             return
+        if self._group_rank_pending and self._other_group_rank():
+            return
         with self._cond:  # the step taken and queued in one order (``step``'s threads)
             self._take_step()
             data = (self._body(event), thinnable)
@@ -971,6 +1009,33 @@ class ProgressReporter:
                 self._stats["dropped"] += 1
             self._queue.append(data)
             self._cond.notify_all()
+
+    def _other_group_rank(self) -> bool:
+        """Whether this process turned out not to be rank 0 of an initialized
+        ``torch.distributed`` group (``torch_rank``), read while no launcher variable
+        names a rank: a ``torch.multiprocessing.spawn`` script passes each worker its
+        rank and sets none. Read at each report until the group is up, since a reporter
+        may start before ``init_process_group``; then decided for good. Another rank's
+        reporter then stops: what it queued is dropped (counted), nothing more is sent,
+        and one INFO line says so."""
+        rank = torch_rank()
+        if rank is None:
+            return False
+        self._group_rank_pending = False
+        if rank == 0:
+            return False
+        self._silenced = True
+        with self._cond:
+            self._stats["dropped"] += len(self._queue)
+            self._queue.clear()
+            self._closing = True
+            self._cond.notify_all()
+        log.info(
+            "gpu-eta: torch.distributed rank %d: only rank 0 reports (any_rank=True or "
+            "GPU_ETA_ANY_RANK=1 to report from this process too)",
+            rank,
+        )
+        return True
 
     def _next_report(self) -> tuple[bytes, bool] | None:
         """The next report to send, waiting for one (and out any hold); None once

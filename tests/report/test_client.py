@@ -1050,6 +1050,79 @@ def test_a_rank_a_child_inherited_is_its_pods_own(monkeypatch) -> None:
     assert got == (None, None)
 
 
+SPAWN_SCRIPT = """
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+from gpu_eta_report import start
+
+def worker(rank, world_size, before_init):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", sys.argv[1]
+    if before_init:
+        r = start(epochs=2, steps_per_epoch=3, run_id=f"before-{rank}", min_interval_seconds=0)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    if not before_init:
+        r = start(epochs=2, steps_per_epoch=3, run_id=f"after-{rank}", min_interval_seconds=0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+    for step in range(1, 7):
+        model(torch.randn(8, 4)).sum().backward()
+        r.step(step)
+        if step % 3 == 0:
+            r.epoch_end(step // 3)
+    r.end()
+    print("RANK", rank, r.enabled, flush=True)
+    dist.barrier()  # rank 1 leaving the group while rank 0 ends its run aborts gloo
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(2, sys.argv[2] == "before"), nprocs=2, join=True)
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("when", ["after", "before"])
+def test_ranks_of_a_torch_spawn_script_without_rank_variables_report_once(when, tmp_path):
+    """The PyTorch DDP tutorial's pattern: ``torch.multiprocessing.spawn`` passes each
+    worker its rank, and ``init_process_group(rank=rank)`` sets no ``RANK`` nor
+    ``LOCAL_RANK``: every rank reported a run of its own, each report starting the
+    other's anew. The initialized default group's rank decides then: reporters started
+    after ``init_process_group`` send nothing from rank 1; started before it, rank 1's
+    announces its run and stops at its first report after the group is up."""
+    pytest.importorskip("torch.distributed")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        master_port = sock.getsockname()[1]
+    script = tmp_path / "spawn_ddp.py"
+    script.write_text(SPAWN_SCRIPT)
+    server = RecordingServer()
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("RANK", *LOCAL_RANK_VARIABLES)},
+        "GPU_ETA_URL": f"http://127.0.0.1:{server.port}/progress",
+    }
+    env.pop("GPU_ETA_ANY_RANK", None)
+    try:
+        out = subprocess.run(
+            [sys.executable, str(script), str(master_port), when],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+    finally:
+        server.close()
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted(line for line in out.stdout.splitlines() if line.startswith("RANK")) == [
+        "RANK 0 True",
+        "RANK 1 False",
+    ]
+    events = [(b["run_id"], b["event"]) for b in server.bodies]
+    rank0 = [e for run_id, e in events if run_id == f"{when}-0"]
+    assert rank0[0] == "start" and rank0[-1] == "end" and len(rank0) == 10
+    rank1 = [e for run_id, e in events if run_id == f"{when}-1"]
+    # before: its start, unless the group came up before the sender sent it (dropped)
+    assert rank1 == [] if when == "after" else set(rank1) <= {"start"}
+
+
 class RecordingServer(PostServer):
     """Answers every POST 200 and keeps its body, in the order they arrived."""
 
