@@ -13,7 +13,9 @@ exporter reached again is said once at INFO (``FailureWarnings``). When the
 exporter answers 429 (or 503) with ``Retry-After``, the sender holds its reports that
 long, at most ``MAX_RETRY_AFTER_SECONDS``, then sends the newest of them (the older
 ones are superseded: counted dropped), or the refused report again when nothing newer
-came meanwhile: it is still the whole current state (``end()``'s final report).
+came meanwhile: it is still the whole current state (``end()``'s final report). While
+``end()`` or ``close()`` waits, a backlog that would not be sent in time gives way to
+the newest report likewise.
 
 Which process reports: in a job of several processes, the first of each pod (its
 node-local rank 0: ``LOCAL_RANK``, or MPI's and SLURM's local rank; ``RANK`` only when
@@ -628,6 +630,10 @@ class ProgressReporter:
         # the refused report is kept while a hold is on (None: no hold)
         self._hold_until = 0.0
         self._refused: tuple[bytes, bool] | None = None
+        # while ``close`` waits: its deadline (monotonic), and how long the last send
+        # took (sender thread), which tell whether the backlog can still be sent in order
+        self._flush_deadline = math.inf
+        self._send_seconds = 0.0
         self._stats = {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0, "ignored": 0}
         self._failure_warnings = FailureWarnings()  # sender thread only
         self._thread: threading.Thread | None = None
@@ -707,7 +713,8 @@ class ProgressReporter:
         """Reports ``sent`` (2xx), ``rejected`` (any other answer: 4xx, 5xx; the reason
         is logged once), ``failed`` (network), ``dropped`` (never sent: queue full, a
         step report while backing off after failures, superseded by a newer one when a
-        ``Retry-After`` hold ends, or still queued when ``close`` ends during a hold).
+        ``Retry-After`` hold ends or while ``close`` waits for a backlog it cannot send in
+        time, or still queued when ``close``'s wait ends).
         Counted per answer: a refused report sent again after its hold counts again. Also
         ``ignored``: progress values left out as unusable, and calls that failed
         inside the reporter (a bug; the call did nothing)."""
@@ -848,16 +855,26 @@ class ProgressReporter:
 
     def _close_by(self, deadline: float, grace_seconds: float) -> None:
         """Wait until what is queued is sent or ``deadline`` (monotonic) passes, stop the
-        sender, and give its thread ``grace_seconds`` past the deadline to end."""
+        sender, and give its thread ``grace_seconds`` past the deadline to end.
+
+        Meanwhile the sender sends the newest report next once the backlog would not
+        fit before the deadline (``_next_report``): each report carries the whole state,
+        and ``end()``'s is the one that matters. What is still queued at the deadline is
+        counted dropped now, not by a sender thread that may never get to it."""
         thread = self._thread
         if thread is None:
             return
         with self._cond:
+            self._flush_deadline = min(self._flush_deadline, deadline)
+            self._cond.notify_all()
             while (
                 self._queue or self._refused is not None or self._inflight
             ) and time.monotonic() < deadline:
                 self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
             self._closing = True
+            self._stats["dropped"] += len(self._queue)
+            self._queue.clear()
+            self._refused = None  # refused: counted then, not again
             self._cond.notify_all()
         thread.join(timeout=max(0.0, deadline - time.monotonic()) + grace_seconds)
         self._thread = None
@@ -1043,7 +1060,10 @@ class ProgressReporter:
 
         After a hold only the newest queued report is sent: each carries the whole
         state, so the older ones are superseded (counted dropped) rather than sent as a
-        burst that would be refused again. With nothing queued, the refused report is
+        burst that would be refused again. So too while ``close`` waits (``end()``),
+        once the queued reports, at the last send's duration each, would not all be
+        sent before its deadline: ``end()``'s report, the newest, goes next rather than
+        be lost behind a backlog sent in order to a slow exporter. With nothing queued, the refused report is
         sent again: it is the current state still (``end()``'s, with its final
         metrics), and ``close`` waits for it within its flush timeout. Superseded, it is
         not counted again (its refusal was). Closing during a hold drops what is
@@ -1051,10 +1071,16 @@ class ProgressReporter:
         longer.
         """
         while True:
-            wait = self._hold_until - time.monotonic()
+            now = time.monotonic()
+            wait = self._hold_until - now
             if (self._queue or self._refused is not None) and wait <= 0:
                 refused, self._refused = self._refused, None
-                if refused is None:  # no hold
+                if refused is None and len(self._queue) > 1:
+                    left = self._flush_deadline - now
+                    if left < len(self._queue) * self._send_seconds:  # the newest next
+                        refused = self._queue.popleft()  # superseded, as after a hold
+                        self._stats["dropped"] += 1
+                if refused is None:  # no hold, and the backlog fits
                     return self._queue.popleft()
                 if not self._queue:
                     return refused
@@ -1091,7 +1117,9 @@ class ProgressReporter:
                 if report[1] and time.monotonic() < backoff_until:
                     result = "dropped"
                 else:
+                    sending = time.monotonic()
                     result, cause = self._send(report)
+                    self._send_seconds = time.monotonic() - sending
                 if result == "failed":  # 0.5 s, doubling to 30 s
                     failures += 1
                     backoff_until = time.monotonic() + min(30.0, 0.5 * 2 ** min(failures - 1, 6))
