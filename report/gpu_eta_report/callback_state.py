@@ -51,6 +51,19 @@ class ReportingCallbackState:
         self.options = options
         self.reporter: ProgressReporter | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy (``copy.deepcopy``, ``pickle``) takes: everything but the
+        reporter. KerasTuner deep-copies the callbacks given to ``search()`` for each
+        trial; a copy is a callback for another training, whose run starts when that
+        training does, and a reporter (its sender thread, its connection) cannot be
+        copied anyway."""
+        state = dict(self.__dict__)
+        state["reporter"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
     def _start(self, **plan: Any) -> None:
         """Start the run's reporter with the ``plan`` read from the trainer (epochs,
         steps, where a resumed run starts...) and the constructor's ``options``.

@@ -85,6 +85,17 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         if not hasattr(self, "params"):
             self.params: dict[str, Any] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        """As ``ReportingCallbackState``'s, without the lock (no lock can be copied):
+        the copy makes its own."""
+        state = super().__getstate__()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._lock = threading.Lock()
+
     def set_params(self, params: dict[str, Any]) -> None:  # Keras calls this before training
         self.params = params
 

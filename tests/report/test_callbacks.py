@@ -384,6 +384,35 @@ m.fit(x, y, epochs=4, batch_size=32, verbose=0, callbacks=[GpuEtaCallback(batch_
 
 
 @needs("keras")
+def test_keras_callback_copies_and_pickles_and_the_copy_reports(journaling_listener):
+    """KerasTuner deep-copies the callbacks given to ``search()`` for each trial: a
+    lock made in the constructor raised ``TypeError: cannot pickle '_thread.lock'``,
+    ending the search. A copy, deep or pickled (also of a callback that reported a
+    run), trains and reports a run of its own."""
+    out = run(
+        journaling_listener,
+        keras_script()
+        + """
+import copy, pickle
+cb = GpuEtaCallback(batch_size=32, run_id="original")
+m.fit(x, y, epochs=1, batch_size=32, verbose=0, callbacks=[cb])
+cb.options = {}  # each copy its own run id
+deep, pickled = copy.deepcopy(cb), pickle.loads(pickle.dumps(GpuEtaCallback(batch_size=32)))
+for name, each in (("deep", deep), ("pickled", pickled)):
+    each.options = {"run_id": name}
+    m.fit(x, y, epochs=2, batch_size=32, verbose=0, callbacks=[each])
+print("COPIES", deep.batch_size, pickled.batch_size)
+""",
+    )
+    assert "COPIES 32 32" in out
+    assert reached_by_run(journaling_listener) == {
+        "original": (1, 1, 2, 2),
+        "deep": (2, 2, 4, 4),
+        "pickled": (2, 2, 4, 4),
+    }
+
+
+@needs("keras")
 def test_keras_callback_reports_from_rank_zero_only(listener):
     """Keras has no rank of its own to ask: a process its launcher calls rank 1 (two
     ranks in one pod) reports nothing, rank 0 reports the run."""
