@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from gpu_eta_report.client import ProgressReporter, start
+from gpu_eta_report.client import ProgressReporter, check_options, start
 
 log = logging.getLogger("gpu_eta.report")
 
@@ -45,6 +45,11 @@ class ReportingCallbackState:
     callbacks."""
 
     def __init__(self, url: str | None = None, batch_size: int | None = None, **options: Any):
+        """Store the settings; an option ``start()`` does not take raises ``TypeError``
+        here (``check_options``), where the callback is made: taken, it raised only in
+        the first hook, whose errors are swallowed, leaving the run silently
+        unreported."""
+        check_options(options, f"{type(self).__name__}()")
         super().__init__()  # the framework's Callback, next in the MRO
         self.url = url
         self.batch_size = batch_size

@@ -1,7 +1,8 @@
 """The progress client: runs inside training processes, standard library only.
 
 Design goal: reporting must never hurt training. Every public method returns at
-once and never raises; reports go through a small bounded queue to one daemon
+once and never raises (but ``start()`` given a keyword it does not take: a
+``TypeError`` at the call, before any training, as from any Python function); reports go through a small bounded queue to one daemon
 thread that POSTs them with short timeouts over one kept-alive connection. Each
 report carries the whole state (run id, epoch, step, plan), so dropping one under
 pressure loses nothing but freshness: the queue drops its oldest entry when full,
@@ -56,9 +57,11 @@ import atexit
 import collections
 import contextlib
 import datetime
+import difflib
 import email.utils
 import hashlib
 import http.client
+import inspect
 import json
 import logging
 import math
@@ -1212,6 +1215,26 @@ class ProgressReporter:
             self._conn = None
 
 
+def check_options(options: Mapping[str, object], caller: str) -> None:
+    """Raise ``TypeError`` naming the first of ``options`` that ``start()`` does not
+    take, and the keyword meant where one is close (``timeout`` → ``timeout_seconds``).
+
+    The one exception this package raises, and only where it is called, before any
+    training: a misspelt keyword is a programming error, as it is to any Python
+    function. Taken silently, it would leave reporting off (a callback's ``start`` at
+    ``on_train_begin``, whose error no hook may raise) or its setting unused.
+    """
+    known = set(inspect.signature(start).parameters) | set(
+        inspect.signature(ProgressReporter.__init__).parameters
+    )
+    known -= {"self", "options"}
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"{caller} got an unexpected keyword argument {name!r}{hint}")
+
+
 def start(
     epochs: int | None = None,
     steps_per_epoch: int | None = None,
@@ -1228,8 +1251,10 @@ def start(
     twice shows two runs, never one spliced series. A run resumed from a checkpoint
     passes ``initial_epoch`` (epochs done) and ``initial_step`` (by default
     ``initial_epoch × steps_per_epoch``): its first report then says where it starts.
-    ``options`` are the other ``ProgressReporter`` arguments.
+    ``options`` are the other ``ProgressReporter`` arguments; one it does not take is a
+    ``TypeError`` (``check_options``), the only exception ``start`` raises.
     """
+    check_options(options, "start()")
     reporter = ProgressReporter(
         url,
         epochs=epochs,

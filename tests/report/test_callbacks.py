@@ -413,6 +413,34 @@ print("COPIES", deep.batch_size, pickled.batch_size)
 
 
 @needs("keras")
+@needs("lightning")
+@needs("transformers")
+def test_a_misspelt_callback_option_is_a_type_error_at_construction(listener):
+    """``GpuEtaCallback(batch_size=32, timeout=5)``: the option reached ``start`` only
+    when training began, whose ``TypeError`` the hook swallowed at DEBUG: the run was
+    never reported, silently. It is refused when the callback is made, before any
+    training, naming the option meant; a well-spelt one still trains and reports."""
+    out = run(
+        listener,
+        keras_script()
+        + """
+import gpu_eta_report.keras, gpu_eta_report.lightning, gpu_eta_report.hf
+for module in (gpu_eta_report.keras, gpu_eta_report.lightning, gpu_eta_report.hf):
+    try:
+        module.GpuEtaCallback(timeout=5)
+    except TypeError as err:
+        print("REFUSED", err)
+m.fit(x, y, epochs=2, batch_size=32, verbose=0,
+      callbacks=[GpuEtaCallback(batch_size=32, timeout_seconds=5)])
+""",
+    )
+    refused = [line for line in out.splitlines() if line.startswith("REFUSED")]
+    assert len(refused) == 3 and all("'timeout_seconds'" in line for line in refused)
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs) == (2, 2)
+
+
+@needs("keras")
 def test_keras_callback_reports_from_rank_zero_only(listener):
     """Keras has no rank of its own to ask: a process its launcher calls rank 1 (two
     ranks in one pod) reports nothing, rank 0 reports the run."""

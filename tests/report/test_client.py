@@ -946,6 +946,20 @@ def test_only_each_pods_first_process_reports(env, reports, listener, monkeypatc
     assert len(listener.store.snapshot()) == int(reports)
 
 
+def test_a_misspelt_keyword_is_a_type_error_at_the_call_naming_the_right_one(listener):
+    """``start(epochs=3, timeout=5)``: a keyword ``start`` does not take is a programming
+    error, raised at the call (before any training) as by any Python function, and
+    naming the keyword meant; every value of a keyword it takes is still taken without
+    raising."""
+    with pytest.raises(TypeError, match=r"'timeout'.*'timeout_seconds'"):
+        start(epochs=3, timeout=5, url=url(listener))
+    with pytest.raises(TypeError, match=r"'nonsense'"):
+        start(epochs=3, nonsense=1, url=url(listener))
+    r = start(epochs=3, timeout_seconds="5s", url=url(listener), source_address=POD.ip)
+    r.end()
+    assert r.timeout_seconds == client.DEFAULT_TIMEOUT_SECONDS and r.stats["sent"] == 2
+
+
 def test_any_rank_argument_overrides_the_environment(listener, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("GPU_ETA_ANY_RANK", "1")
