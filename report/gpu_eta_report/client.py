@@ -34,7 +34,8 @@ the downward API in ``GPU_ETA_HOST_IP``, ``HOST_IP`` or ``NODE_IP``
 (``status.hostIP``) with port ``GPU_ETA_PORT`` (default 9843). With none of them the
 reporter is disabled (a warning once, no error).
 
-How long one send may take: ``timeout_seconds`` argument, else
+How long one send may take, connect, send and answer together (``DeadlineSocket``):
+``timeout_seconds`` argument, else
 ``GPU_ETA_TIMEOUT_SECONDS``, else 2 s (a value that is not a number in (0, 60] is
 replaced by the default, with one warning); ``end()`` waits that long for the
 final report.
@@ -59,6 +60,7 @@ import contextlib
 import datetime
 import difflib
 import email.utils
+import functools
 import hashlib
 import http.client
 import inspect
@@ -69,6 +71,7 @@ import multiprocessing
 import os
 import re
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -560,6 +563,82 @@ class FailureWarnings:
         return warned
 
 
+class RequestDeadline:
+    """When the request in progress must be over (monotonic seconds, ``at``): shared by
+    a reporter's sender, which sets it for each report, and its connection's socket
+    (``DeadlineSocket``), which times every operation out by it."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at = math.inf
+
+    def remaining(self) -> float:
+        """Seconds left, else ``TimeoutError`` (what a socket timeout raises)."""
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        return left
+
+
+class DeadlineSocket(socket.socket):
+    """A socket whose every connect, send and read times out at its request's
+    ``deadline``, not a timeout of its own each.
+
+    Why: ``http.client`` applies its timeout to each socket operation, so an answer
+    dribbled a byte at a time within it (a proxy, an overloaded node) held the sender
+    for as long as the answer took, minutes, while every report after it waited or was
+    dropped. Each operation is given the time left of the whole request instead.
+    """
+
+    __slots__ = ("deadline",)
+
+    def connect(self, address: Any) -> None:
+        self.settimeout(self.deadline.remaining())
+        super().connect(address)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self.settimeout(self.deadline.remaining())  # sendall's timeout bounds all of it
+        super().sendall(data, flags)
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        self.settimeout(self.deadline.remaining())
+        return super().send(data, flags)
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        self.settimeout(self.deadline.remaining())
+        return super().recv(bufsize, flags)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        self.settimeout(self.deadline.remaining())  # the answer's reads (makefile)
+        return super().recv_into(buffer, nbytes, flags)
+
+
+def deadline_connection(
+    deadline: RequestDeadline,
+    address: tuple[str, int],
+    timeout: object = None,
+    source_address: tuple[str, int] | None = None,
+) -> DeadlineSocket:
+    """``socket.create_connection`` making a ``DeadlineSocket`` (``HTTPConnection``'s
+    ``_create_connection``; its per-operation ``timeout`` is not used). The name lookup
+    is the resolver's and not bounded by the deadline."""
+    host, port = address
+    error: OSError | None = None
+    for family, kind, proto, _, target in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = DeadlineSocket(family, kind, proto)
+        sock.deadline = deadline
+        try:
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(target)
+            return sock
+        except OSError as err:
+            sock.close()
+            error = err
+    raise error if error is not None else OSError(f"no address for {host!r}")
+
+
 # Reporters whose sender runs: closed at interpreter exit, within EXIT_FLUSH_SECONDS
 # in all. A reporter leaves the set when it is closed, so none is kept alive by it.
 EXIT_FLUSH_SECONDS = 1.0
@@ -641,6 +720,7 @@ class ProgressReporter:
         self._failure_warnings = FailureWarnings()  # sender thread only
         self._thread: threading.Thread | None = None
         self._conn: http.client.HTTPConnection | None = None
+        self._deadline = RequestDeadline()  # of the report being sent (``_send``)
         self._target: tuple[str, int, str] | None = None
         # whether torch.distributed's rank, once its group is initialized, still decides
         # if this process reports (``_other_group_rank``)
@@ -1171,21 +1251,27 @@ class ProgressReporter:
         """POST one report (its body, thinnable): ``sent``, ``rejected`` or ``failed``,
         and for ``failed`` the cause in one line (else "").
 
-        Retried once, on a new connection, only when a kept-alive connection turns out
-        closed by the exporter (it closes idle ones after 10 s): the report did not
-        reach it. After a timeout, or on a new connection, it may have arrived, or the
-        exporter is away: a retry would only double the wait, or the report.
+        The send timeout bounds each attempt whole, connect, send and answer together
+        (``DeadlineSocket``). Retried once, on a new connection, only when a kept-alive
+        connection turns out closed by the exporter (it closes idle ones after 10 s):
+        the report did not reach it. After a timeout, or on a new connection, it may
+        have arrived, or the exporter is away: a retry would only double the wait, or
+        the report.
         """
         assert self._target is not None
         host, port, path = self._target
         data = report[0]
         for _ in range(2):
             reused = self._conn is not None
+            self._deadline.at = time.monotonic() + self.timeout_seconds
             try:
                 if self._conn is None:
                     source = (self.source_address, 0) if self.source_address else None
                     self._conn = http.client.HTTPConnection(
                         host, port, timeout=self.timeout_seconds, source_address=source
+                    )
+                    self._conn._create_connection = functools.partial(  # type: ignore[attr-defined]
+                        deadline_connection, self._deadline
                     )
                 self._conn.request(
                     "POST", path, body=data, headers={"Content-Type": "application/json"}

@@ -1027,6 +1027,67 @@ def test_a_report_that_timed_out_is_not_sent_again():
         silent.close()
 
 
+class DribblingServer:
+    """A real TCP server that answers each request a byte every ``gap`` seconds, the
+    status line and headers (``part="headers"``) or the body (``part="body"``): each
+    read returns well within a send timeout, the whole answer takes long past it."""
+
+    def __init__(self, part: str, gap: float = 0.2) -> None:
+        import socket
+        import threading
+
+        self.part, self.gap = part, gap
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn) -> None:
+        head, body = b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n", b"x" * 40
+        try:
+            while b"\r\n\r\n" not in conn.recv(65536):
+                pass
+            if self.part == "body":
+                conn.sendall(head)
+            for byte in head + body if self.part == "headers" else body:
+                conn.sendall(bytes([byte]))
+                time.sleep(self.gap)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.parametrize("part", ["headers", "body"])
+def test_the_send_timeout_bounds_the_whole_answer_not_each_read(part):
+    """An answer dribbled a byte every 0.2 s (a proxy, an overloaded node): with the
+    timeout applied to each socket read, one report held the sender for as long as the
+    answer took (8 s here, minutes from a slower one) while every report after it was
+    dropped. The send timeout bounds connect, send and answer together."""
+    server = DribblingServer(part)
+    try:
+        r = start(epochs=2, url=f"http://127.0.0.1:{server.port}/progress", timeout_seconds=0.5)
+        t0 = time.monotonic()
+        wait_for(lambda: r.stats["failed"] == 1, seconds=3)
+        took = time.monotonic() - t0
+        r.close(0)
+    finally:
+        server.close()
+    assert 0.4 < took < 1.0
+
+
 def test_a_kept_alive_connection_the_exporter_closed_is_retried_once():
     """What the retry is for: the exporter closes a kept-alive connection after 10 s
     idle; the next report finds it closed, unsent, and goes on a new one."""
