@@ -24,15 +24,36 @@ beyond the plan held is reported at the plan. A run starting at a later epoch
 ``params["steps"]``, or, unknown, × the batches of its first epoch once that ended. A
 generator that runs out before the last epoch ends the training early; the run's plan
 stays.
+
+A loop of fits, one epoch each (``for e in range(15): model.fit(..., epochs=e + 1,
+initial_epoch=e, callbacks=[cb])``, the script's own work between), is one run rather
+than a run a fit (which the exporter's cap on new runs refuses from the 11th on): a fit
+of the same callback starting at the epoch the last one reached continues its run,
+with that fit's plan (``GpuEtaCallback(epochs=15)`` states the loop's). Which fit a
+later one continues is known only when that one starts, so the first fit's end is sent
+at once (most fits are the last), and the loop is that run and one more; from then on
+each fit's end is held back ``LOOP_END_GRACE_SECONDS`` for the next fit, and sent when
+that time passes, when another training starts, or at exit.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import threading
+import time
+import weakref
 from typing import Any
 
 from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
+from gpu_eta_report.client import EXIT_FLUSH_SECONDS, ProgressReporter
+
+# How long the end of a fit in a loop of fits waits for the next fit to continue its
+# run. Why a minute: the script's own work between two fits (an evaluation, a
+# checkpoint) must pass, while a loop that is over should not look running for long
+# (its end is sent at once when another training starts, and at exit).
+LOOP_END_GRACE_SECONDS = 60.0
 
 
 def _callback_base() -> type:
@@ -60,6 +81,21 @@ def _callback_base() -> type:
 
 _Base = _callback_base()
 
+# callbacks holding a fit's end back (``GpuEtaCallback._end_deferred``)
+_DEFERRING: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _end_deferred_at_exit() -> None:
+    """Send the ends still held back, within ``EXIT_FLUSH_SECONDS`` in all. Registered
+    after the client's exit hook, so it runs before it (atexit runs the last first)."""
+    deadline = time.monotonic() + EXIT_FLUSH_SECONDS
+    for callback in list(_DEFERRING):
+        with contextlib.suppress(Exception):
+            callback._end_deferred(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(_end_deferred_at_exit)
+
 
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
     """Reports ``epochs`` and ``steps`` from ``self.params``, plus the epoch logs."""
@@ -84,12 +120,22 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         self._assumed: int | None = None
         if not hasattr(self, "params"):
             self.params: dict[str, Any] = {}
+        # A loop of fits, each continuing the last (module doc): the epochs the last fit
+        # reached, whether one fit continued another, and the last fit's reporter with
+        # its final logs while its end is held back, until ``_end_timer`` fires.
+        self._reached: int | None = None
+        self._looping = False
+        self._held: ProgressReporter | None = None
+        self._held_logs: dict[str, Any] | None = None
+        self._end_timer: threading.Timer | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        """As ``ReportingCallbackState``'s, without the lock (no lock can be copied):
-        the copy makes its own."""
+        """As ``ReportingCallbackState``'s, without the lock (no lock can be copied), nor
+        a fit's end held back: the copy makes its own lock, and its trainings are runs
+        of their own."""
         state = super().__getstate__()
         del state["_lock"]
+        state.update(_reached=None, _looping=False, _held=None, _held_logs=None, _end_timer=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -111,17 +157,35 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         self._epoch = epoch
         with self._lock:
             self._epoch_batches = 0
-        if self.reporter is not None:
-            return
+            if self.reporter is not None:
+                return
+            held, self._held = self._held, None
+            timer, self._end_timer = self._end_timer, None
+        if timer is not None:
+            timer.cancel()
+        reached, self._reached = self._reached, None
+        continues = bool(epoch) and epoch == reached  # the last fit's run goes on
         params = self.params or {}
-        epochs = params.get("epochs")
+        epochs = int(params["epochs"]) if params.get("epochs") else None
         steps = params.get("steps")
         self._steps_per_epoch = int(steps) if steps else None
         self._assumed = self._steps_per_epoch
         per_epoch = self._steps_per_epoch
         self._counted = 0 if epoch == 0 else epoch * per_epoch if per_epoch else None
+        if held is not None:
+            _DEFERRING.discard(self)
+            if continues:  # this fit's plan, but what the user set
+                self.reporter = held
+                plan = {
+                    "epochs": epochs,
+                    "steps": epochs * per_epoch if epochs and per_epoch else None,
+                }
+                held.plan(**{k: v for k, v in plan.items() if k not in self.options})
+                return
+            held.end(metrics=self._held_logs)  # no fit continued it: its end, now
+        self._looping = continues
         self._start(
-            epochs=int(epochs) if epochs else None,
+            epochs=epochs,
             steps_per_epoch=self._steps_per_epoch,
             batch_size=self.batch_size,
             initial_epoch=epoch,
@@ -161,7 +225,32 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
                 self._assumed = self._steps_per_epoch or batches
                 reporter.plan(steps=step + max(0, int(epochs) - epoch - 1) * self._assumed)
         reporter.epoch_end(epoch + 1, step=step, metrics=logs)
+        self._reached = epoch + 1
 
     @never_raises
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        self._finish(metrics=logs)
+        """End the run; in a loop of fits (this fit continued the last) hold the end
+        back ``LOOP_END_GRACE_SECONDS`` for the next fit to continue the run: sent, an
+        end would make the exporter take the run for finished while the loop trains on
+        (module doc)."""
+        if not self._looping or self.reporter is None:
+            self._finish(metrics=logs)
+            return
+        timer = threading.Timer(LOOP_END_GRACE_SECONDS, self._end_deferred)
+        timer.daemon = True  # never holds the exit: the exit hook sends the end
+        with self._lock:
+            self._held, self.reporter = self.reporter, None
+            self._held_logs, self._end_timer = logs, timer
+        _DEFERRING.add(self)
+        timer.start()
+
+    def _end_deferred(self, flush_timeout_seconds: float | None = None) -> None:
+        """Send the end held back (no fit continued the run in time, or at exit)."""
+        with self._lock:
+            held, self._held = self._held, None
+            timer, self._end_timer = self._end_timer, None
+        if timer is not None:
+            timer.cancel()
+        _DEFERRING.discard(self)
+        if held is not None:
+            held.end(flush_timeout_seconds, metrics=self._held_logs)

@@ -441,6 +441,41 @@ m.fit(x, y, epochs=2, batch_size=32, verbose=0,
 
 
 @needs("keras")
+def test_keras_fit_once_an_epoch_in_a_loop_is_one_run(journaling_listener):
+    """``for e in range(12): m.fit(..., epochs=e + 1, initial_epoch=e, callbacks=[cb])``
+    (train an epoch, then the script's own work): every fit was a run of its own, and
+    from the 11th on the container's run cap refused them (429). A fit of the reused
+    callback starting at the epoch the last reached continues its run. The first fit
+    ended before any continuation was known (its end is sent at once: most fits are
+    the last), so the loop is two runs; each later fit's end waits for the next fit,
+    and is sent when none continues (here a fresh fit from epoch 0, which is a run of
+    its own) or at exit. The rows of each run in the order they started."""
+    out = run(
+        journaling_listener,
+        keras_script()
+        + """
+cb = GpuEtaCallback(batch_size=32)
+for e in range(12):
+    m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
+m.fit(x, y, epochs=2, batch_size=32, verbose=0, callbacks=[cb])
+print("STATS", cb.reporter)
+""",
+    )
+    assert "STATS None" in out
+    rows = journaled(journaling_listener.store)
+    runs = list(dict.fromkeys(row["run_id"] for row in rows))
+    fields = ("epoch", "epochs", "step", "steps")
+    last = {run_id: [r for r in rows if r["run_id"] == run_id][-1] for run_id in runs}
+    assert [tuple(last[run_id][f] for f in fields) for run_id in runs] == [
+        (1, 1, 2, 2),
+        (12, 12, 24, 24),
+        (2, 2, 4, 4),
+    ]
+    assert all(last[run_id]["ended_timestamp"] is not None for run_id in runs)
+    assert journaling_listener.counts()["too_many_runs"] == 0
+
+
+@needs("keras")
 def test_keras_callback_reports_from_rank_zero_only(listener):
     """Keras has no rank of its own to ask: a process its launcher calls rank 1 (two
     ranks in one pod) reports nothing, rank 0 reports the run."""
