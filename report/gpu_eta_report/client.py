@@ -660,6 +660,48 @@ def _close_at_exit() -> None:
 atexit.register(_close_at_exit)
 
 
+def _forget_in_forked_child() -> None:
+    """In a child forked from a process with open reporters (``os.fork``, a helper):
+    each is disabled there. The child has their queues but not their sender threads,
+    so a report it queued was never sent and held its exit ``EXIT_FLUSH_SECONDS``; and
+    the run is the parent's to report. Their locks are made anew: a sender thread may
+    have held one when the process forked, and none would release it in the child."""
+    global _OPEN_LOCK
+    _OPEN_LOCK = threading.Lock()
+    for reporter in list(_OPEN):
+        with contextlib.suppress(Exception):
+            reporter._forked()
+    _OPEN.clear()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_forget_in_forked_child)
+
+
+def _close_older(reporter: ProgressReporter) -> None:
+    """Close the process's open reporters of ``reporter``'s exporter and container,
+    without an end (``close``), before it starts: a notebook cell interrupted mid-run
+    never calls ``end()``, and each run again left a reporter and its sender behind.
+    Two reporters of one container can only replace each other's run in turn (the
+    exporter keeps one run a container), so the older one has nothing left to report;
+    one of another container or exporter is left alone."""
+    with _OPEN_LOCK:
+        older = [
+            r
+            for r in _OPEN
+            if r is not reporter and (r.url, r.container) == (reporter.url, reporter.container)
+        ]
+    for each in older:
+        log.info(
+            "gpu-eta: run %s left open in this process (no end(): an interrupted run?) "
+            "is closed; run %s reports for its container now",
+            each.run_id,
+            reporter.run_id,
+        )
+        each._silenced = True
+        each.close(0)
+
+
 class ProgressReporter:
     """One training run's reporter. Make it with ``start()``; see the module doc."""
 
@@ -776,6 +818,7 @@ class ProgressReporter:
                 self.url = None
                 return
             self._thread = threading.Thread(target=self._run, name="gpu-eta-report", daemon=True)
+            _close_older(self)
             with _OPEN_LOCK:
                 _OPEN.add(self)
             self._thread.start()
@@ -1109,6 +1152,19 @@ class ProgressReporter:
                 self._stats["dropped"] += 1
             self._queue.append(data)
             self._cond.notify_all()
+
+    def _forked(self) -> None:
+        """Disable this reporter in a forked child (``_forget_in_forked_child``): no
+        sender, nothing queued, nothing sent; a fresh lock. The connection is left to
+        the parent (closing it here would not reach the parent's socket, but its
+        object is the parent's)."""
+        self._cond = threading.Condition()
+        self._thread = None
+        self._conn = None
+        self._target = None
+        self._queue.clear()
+        self._refused = None
+        self._closing = True
 
     def _other_group_rank(self) -> bool:
         """Whether this process turned out not to be rank 0 of an initialized

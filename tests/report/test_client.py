@@ -995,7 +995,9 @@ import atexit, time
 started = []
 atexit.register(lambda: print("exit took %.2f" % (time.monotonic() - started[0])))
 from gpu_eta_report import start
-reporters = [start(epochs=3, url="http://127.0.0.1:{silent.port}/progress") for _ in range(3)]
+# three containers': a new reporter closes an open one of its own container
+reporters = [start(epochs=3, url="http://127.0.0.1:{silent.port}/progress", container=f"c{{i}}")
+             for i in range(3)]
 for r in reporters:
     r.epoch_end(1)
 started.append(time.monotonic())
@@ -1008,6 +1010,62 @@ started.append(time.monotonic())
         silent.close()
     took = float(out.stdout.split()[-1])
     assert 0.9 < took < 1.6, out.stdout
+
+
+def test_a_forked_child_neither_reports_the_parents_run_nor_waits_at_exit():
+    """A child forked from a training process (a helper of its own, ``os.fork``)
+    inherits the reporter but not its sender thread: a report it queued (it touched
+    the reporter) held its exit for the whole second given to flush, and nothing could
+    send it. The child's copies are disabled: it exits at once, sends nothing, and the
+    parent's run goes on."""
+    server = RecordingServer()
+    code = f"""
+import os, sys, time
+from gpu_eta_report import start
+r = start(epochs=2, url="http://127.0.0.1:{server.port}/progress", min_interval_seconds=0)
+r.step(1)
+t0 = time.monotonic()
+pid = os.fork()
+if pid == 0:
+    r.step(999)
+    sys.exit(0)
+os.waitpid(pid, 0)
+print("CHILD", round(time.monotonic() - t0, 2))
+r.epoch_end(1, step=2)
+r.end()
+"""
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        )
+    finally:
+        server.close()
+    assert float(out.stdout.split("CHILD")[1].split()[0]) < 0.5, out.stdout
+    assert [b["step"] for b in server.bodies] == [0, 1, 2, 2]
+
+
+def test_a_new_reporter_closes_the_open_one_of_its_container_left_by_an_interrupted_run(
+    listener, caplog
+):
+    """A notebook cell interrupted mid-training never calls ``end()``: run again, each
+    run left a reporter and its sender thread behind (five runs, five threads). Two
+    reporters of one container and exporter can only replace each other's run in turn
+    (the exporter keeps one a container), so a new one closes the older, without an
+    end: it did not finish. One for another container keeps reporting."""
+    caplog.set_level(logging.INFO, logger="gpu_eta.report")
+    address = dict(url=url(listener), source_address=POD.ip)
+    interrupted = start(epochs=10, **address)
+    interrupted.step(5)
+    other = start(epochs=10, container="sidecar", **address)
+    again = start(epochs=10, **address)
+    assert interrupted._thread is None and not interrupted.enabled
+    assert other._thread is not None and again._thread is not None
+    assert interrupted.run_id in caplog.text
+    interrupted.end()  # closed already: nothing sent
+    again.end()
+    other.close(0)
+    (p,) = [p for p in listener.store.snapshot() if p.container == "notebook"]
+    assert (p.run_id, p.ended_timestamp is not None) == (again.run_id, True)
 
 
 # -- the connection: what is retried, what is read ------------------------------------
