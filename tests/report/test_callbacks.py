@@ -449,7 +449,8 @@ def test_keras_fit_once_an_epoch_in_a_loop_is_one_run(journaling_listener):
     ended before any continuation was known (its end is sent at once: most fits are
     the last), so the loop is two runs; each later fit's end waits for the next fit,
     and is sent when none continues (here a fresh fit from epoch 0, which is a run of
-    its own) or at exit. The rows of each run in the order they started."""
+    its own) or at exit (a last loop, of two fits). Each run's last row, in the order
+    they started."""
     out = run(
         journaling_listener,
         keras_script()
@@ -459,6 +460,8 @@ for e in range(12):
     m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
 m.fit(x, y, epochs=2, batch_size=32, verbose=0, callbacks=[cb])
 print("STATS", cb.reporter)
+for e in (2, 3):  # a loop again, its last end held back at exit
+    m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
 """,
     )
     assert "STATS None" in out
@@ -470,6 +473,7 @@ print("STATS", cb.reporter)
         (1, 1, 2, 2),
         (12, 12, 24, 24),
         (2, 2, 4, 4),
+        (4, 4, 8, 8),
     ]
     assert all(last[run_id]["ended_timestamp"] is not None for run_id in runs)
     assert journaling_listener.counts()["too_many_runs"] == 0
