@@ -174,13 +174,12 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         self._counted = 0 if epoch == 0 else epoch * per_epoch if per_epoch else None
         if held is not None:
             _DEFERRING.discard(self)
-            if continues:  # this fit's plan, but what the user set
+            if continues:  # this fit's plan, unless the user stated the run's
                 self.reporter = held
-                plan = {
-                    "epochs": epochs,
-                    "steps": epochs * per_epoch if epochs and per_epoch else None,
-                }
-                held.plan(**{k: v for k, v in plan.items() if k not in self.options})
+                if not {"epochs", "steps"} & self.options.keys():
+                    held.plan(
+                        epochs=epochs, steps=epochs * per_epoch if epochs and per_epoch else None
+                    )
                 return
             held.end(metrics=self._held_logs)  # no fit continued it: its end, now
         self._looping = continues

@@ -480,6 +480,26 @@ for e in (2, 3):  # a loop again, its last end held back at exit
 
 
 @needs("keras")
+def test_keras_fit_loop_keeps_the_plan_the_user_stated(journaling_listener):
+    """``GpuEtaCallback(epochs=4)`` in a loop of one-epoch fits: the loop's plan, which
+    no fit's own (``epochs=e + 1``) replaces when it continues the run."""
+    run(
+        journaling_listener,
+        keras_script()
+        + """
+cb = GpuEtaCallback(batch_size=32, epochs=4)
+for e in range(4):
+    m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
+""",
+    )
+    rows = journaled(journaling_listener.store)
+    runs = list(dict.fromkeys(row["run_id"] for row in rows))
+    plans = [{(r["epochs"], r["steps"]) for r in rows if r["run_id"] == run_id} for run_id in runs]
+    assert plans == [{(4, 8)}, {(4, 8)}]
+    assert (rows[-1]["epoch"], rows[-1]["step"]) == (4, 8)
+
+
+@needs("keras")
 def test_keras_callback_reports_from_rank_zero_only(listener):
     """Keras has no rank of its own to ask: a process its launcher calls rank 1 (two
     ranks in one pod) reports nothing, rank 0 reports the run."""

@@ -574,7 +574,10 @@ class SilentExporter:
             except OSError:
                 return
             self.accepted.append(time.monotonic())
-            self._held.append(conn)  # read nothing back, answer nothing
+            self._take(conn)
+
+    def _take(self, conn) -> None:
+        self._held.append(conn)  # read nothing back, answer nothing
 
     def close(self) -> None:
         self.sock.close()
@@ -1085,29 +1088,19 @@ def test_a_report_that_timed_out_is_not_sent_again():
         silent.close()
 
 
-class DribblingServer:
+class DribblingServer(SilentExporter):
     """A real TCP server that answers each request a byte every ``gap`` seconds, the
     status line and headers (``part="headers"``) or the body (``part="body"``): each
     read returns well within a send timeout, the whole answer takes long past it."""
 
     def __init__(self, part: str, gap: float = 0.2) -> None:
-        import socket
-        import threading
-
         self.part, self.gap = part, gap
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
+    def _take(self, conn) -> None:
         import threading
 
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+        threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn) -> None:
         head, body = b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n", b"x" * 40
@@ -1123,9 +1116,6 @@ class DribblingServer:
             pass
         finally:
             conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.mark.parametrize("part", ["headers", "body"])
