@@ -266,11 +266,11 @@ class SlowServer(PostServer):
 
 
 def test_the_end_goes_next_past_a_backlog_and_what_it_supersedes_is_counted_dropped():
-    """An exporter answering in 0.7 s, three epoch ends queued behind the start when
+    """An exporter answering in 0.5 s, three epoch ends queued behind the start when
     ``end()`` is called: sent in order, the backlog outlasted the 2 s ``end()`` waits,
     and the end, which carries the whole state, never arrived nor was counted. The
     end now goes next; what it supersedes is counted dropped."""
-    server = SlowServer(0.7)
+    server = SlowServer(0.5)
     try:
         r = start(epochs=3, url=f"http://127.0.0.1:{server.port}/progress")
         for epoch in (1, 2, 3):
@@ -1043,7 +1043,7 @@ r.end()
         )
     finally:
         server.close()
-    assert float(out.stdout.split("CHILD")[1].split()[0]) < 0.5, out.stdout
+    assert float(out.stdout.split("CHILD")[1].split()[0]) < 0.8, out.stdout  # not 1 s
     assert [b["step"] for b in server.bodies] == [0, 1, 2, 2]
 
 
@@ -1133,7 +1133,7 @@ def test_the_send_timeout_bounds_the_whole_answer_not_each_read(part):
         r.close(0)
     finally:
         server.close()
-    assert 0.4 < took < 1.0
+    assert 0.4 < took < 2.0  # not the 8 s the answer takes
 
 
 def test_a_kept_alive_connection_the_exporter_closed_is_retried_once():
