@@ -104,6 +104,10 @@ def test_ctrl_c_at_any_moment_of_the_command_is_one_line(tmp_path: Path) -> None
         stderr=subprocess.PIPE,
         env=dict(os.environ),
         text=True,
+        # a background job of a non-interactive shell (a CI script) ignores SIGINT, and
+        # Python installs no KeyboardInterrupt for an ignored SIGINT: the child gets
+        # the terminal's default, as a command typed at a prompt has
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
