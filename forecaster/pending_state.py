@@ -32,7 +32,7 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from gpu_eta.common.versioned_json import load_versioned
 from gpu_eta.forecaster.kube_state import ClusterQueue
@@ -92,6 +92,7 @@ class SavedStartTracker(StartTracker):
         self._store = store
         self._saved = self.calibrator.changes
         self._failing = False
+        self._trimming = False  # the last predictions row left something out
         load_calibration(store, self.calibrator)
         self._saved_waits = load_predictions(store, self)
         self._waits_saved_at: float | None = None  # the cycle time of the last write
@@ -103,10 +104,30 @@ class SavedStartTracker(StartTracker):
             self.save()
         due = self._waits_saved_at is None or now - self._waits_saved_at >= PREDICTIONS_SAVE_SECONDS
         if due:
-            waits = predictions_json(self.waiting())
+            saved = saved_predictions(self.waiting())
+            self._log_trimmed(saved)
+            waits = saved.text
             if waits != self._saved_waits and self._write(START_PREDICTIONS_KEY, waits):
                 self._saved_waits, self._waits_saved_at = waits, now
         return out
+
+    def _log_trimmed(self, saved: SavedPredictions) -> None:
+        """One WARNING line when the predictions row starts leaving things out to stay
+        within ``MAX_PREDICTIONS_CHARS`` (then one INFO line when it no longer must):
+        every write of a large queue would repeat it."""
+        trimmed = bool(saved.n_node_lists_dropped or saved.n_pods_dropped)
+        if trimmed and not self._trimming:
+            log.warning(
+                "pending start predictions: the saved row would pass %d characters; the "
+                "nodes kept off of the %d pod(s) read longest ago and %d pod(s) are not "
+                "saved",
+                MAX_PREDICTIONS_CHARS,
+                saved.n_node_lists_dropped,
+                saved.n_pods_dropped,
+            )
+        elif self._trimming and not trimmed:
+            log.info("pending start predictions: saved whole again")
+        self._trimming = trimmed
 
     def save(self) -> bool:
         """Write the calibrator's errors now; False (logged, never raised) on failure."""
@@ -135,27 +156,79 @@ class SavedStartTracker(StartTracker):
         return True
 
 
-def predictions_json(rows: Sequence[SavedWait]) -> str:
+class SavedPredictions(NamedTuple):
+    """``saved_predictions``' row and what it left out to stay within its bound."""
+
+    text: str
+    n_node_lists_dropped: int  # pods saved without the nodes they are kept off
+    n_pods_dropped: int  # pods not saved (beyond those past ``MAX_SAVED_PODS``)
+
+
+def saved_predictions(
+    rows: Sequence[SavedWait], max_chars: int = MAX_PREDICTIONS_CHARS
+) -> SavedPredictions:
     """``StartTracker.waiting``'s rows as saved (times to 0.1 s): the most recently
     read ``MAX_SAVED_PODS``, each pod's latest ``MAX_SAVED_PER_POD`` predictions, since
     when it has fit now (a sixth item, only when it has or a seventh follows:
     ``StartTracker.blocked`` needs it in a ``once`` run) and the nodes it is kept off (a
     seventh, only when there are: ``[node, since, pods, units]``, its
-    ``MAX_SAVED_EXCLUDED_NODES`` first by name)."""
+    ``MAX_SAVED_EXCLUDED_NODES`` first by name).
+
+    At most ``max_chars`` characters (``parse_predictions`` refuses longer rows, and a
+    refused row starts the state over, at every run of a ``once`` CronJob): the count of
+    pods and of nodes per pod is bounded, their total is not (600 pods kept off 300
+    nodes of 60-character names: 11 M characters). Past the bound, the nodes kept off
+    of the pods read longest ago are left out first (their predictions are kept), then
+    those pods themselves.
+    """
     kept = sorted(rows, key=lambda r: r[3])[-MAX_SAVED_PODS:]
-    pods = [
-        [
+    full: list[str] = []
+    bare: list[str] = []  # without the nodes kept off
+    for ns, pod, uid, seen, starts, fits_since, excluded in kept:
+        head = [
             ns,
             pod,
             uid,
             round(seen, 1),
             [[round(t, 1) for t in s] for s in starts[-MAX_SAVED_PER_POD:]],
-            # only when set: a forecaster of before reads the others' rows as ever
-            *_tail(fits_since, excluded),
         ]
-        for ns, pod, uid, seen, starts, fits_since, excluded in sorted(kept, key=lambda r: r[:4])
-    ]
-    return json.dumps({"version": PREDICTIONS_VERSION, "pods": pods}, separators=(",", ":"))
+        # the optional items only when set: a forecaster of before reads the others'
+        # rows as ever
+        full.append(_dumps([*head, *_tail(fits_since, excluded)]))
+        bare.append(_dumps([*head, *_tail(fits_since, {})]))
+    chosen = dict(enumerate(full))  # ``kept``'s index → the pod as written
+    frame = len(_dumps({"version": PREDICTIONS_VERSION, "pods": []}))
+
+    def size() -> int:
+        return frame + sum(map(len, chosen.values())) + max(len(chosen) - 1, 0)
+
+    total, n_lists, n_pods = size(), 0, 0
+    for key in range(len(kept)):  # read longest ago first
+        if total <= max_chars:
+            break
+        if chosen[key] != bare[key]:
+            total -= len(chosen[key]) - len(bare[key])
+            chosen[key] = bare[key]
+            n_lists += 1
+    for key in range(len(kept)):
+        if total <= max_chars:
+            break
+        total -= len(chosen.pop(key)) + (1 if chosen else 0)
+        n_pods += 1
+    pods = ",".join(chosen[i] for i in sorted(chosen, key=lambda i: kept[i][:4]))
+    text = f'{{"version":{PREDICTIONS_VERSION},"pods":[{pods}]}}'
+    return SavedPredictions(text, n_lists, n_pods)
+
+
+def predictions_json(rows: Sequence[SavedWait], max_chars: int = MAX_PREDICTIONS_CHARS) -> str:
+    """``saved_predictions``' row alone."""
+    return saved_predictions(rows, max_chars).text
+
+
+def _dumps(value: object) -> str:
+    """JSON as the predictions row is written: compact, ``Infinity`` for a P90 beyond
+    the horizon."""
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _tail(fits_since: float | None, excluded: dict[str, NodeMark]) -> tuple[object, ...]:

@@ -266,6 +266,76 @@ def test_saved_predictions_round_trip_and_keep_the_latest_pods() -> None:
     assert len(kept) == MAX_SAVED_PODS and min(r[3] for r in kept) == NOW + 10
 
 
+def blocked_rows(n_pods: int, n_nodes: int) -> list:
+    """``n_pods`` blocked pods, each kept off the same ``n_nodes`` nodes of long (GKE
+    style) names: a predictions row far past ``MAX_PREDICTIONS_CHARS`` in full."""
+    off = {
+        f"gke-prod-cluster-gpu-pool-a100-80gb-1a2b3c4d-{i:04d}": (NOW, 7, 8) for i in range(n_nodes)
+    }
+    uid = "0f8b2a1c-1111-2222-3333-444455556666"
+    return [
+        ("team-a", f"sweep-worker-{i:05d}", uid, NOW + i, [], NOW - 200, dict(off))
+        for i in range(n_pods)
+    ]
+
+
+def test_a_predictions_row_too_large_for_its_reader_drops_the_oldest_node_lists() -> None:
+    """600 pods kept off 300 nodes each (10.97 M characters in full) are written within
+    the reader's bound: every pod is kept, the node lists of the pods read longest ago
+    are dropped first."""
+    rows = blocked_rows(600, 300)
+    text = predictions_json(rows)
+    assert len(text) <= MAX_PREDICTIONS_CHARS
+    got, skipped = parse_predictions(text)
+    assert skipped == 0 and [r[:6] for r in got] == [r[:6] for r in rows]
+    with_lists = [r for r in got if r[6]]
+    assert 0 < len(with_lists) < len(rows)
+    assert min(r[3] for r in with_lists) > max(r[3] for r in got if not r[6])
+    first = dict(sorted(rows[0][6].items())[:MAX_SAVED_EXCLUDED_NODES])  # the first by name
+    assert all(r[6] == first for r in with_lists)
+    # below the bound nothing is dropped
+    small = blocked_rows(3, 200)
+    assert parse_predictions(predictions_json(small)) == (small, 0)
+
+
+def test_pods_are_dropped_oldest_first_when_their_rows_alone_pass_the_bound() -> None:
+    rows = [
+        ("ml", f"p{i:05d}", "u" * 36, NOW + i, [(NOW, NOW + 10, NOW + 20)] * 20, None, {})
+        for i in range(100)
+    ]
+    full = predictions_json(rows, max_chars=10**9)
+    text = predictions_json(rows, max_chars=len(full) // 2)
+    assert len(text) <= len(full) // 2
+    got, _ = parse_predictions(text)
+    assert 0 < len(got) < len(rows) and got == rows[-len(got) :]
+
+
+def test_a_trimmed_predictions_row_is_logged_once_and_loads_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What ``once`` runs read back: the trimmed row loads without an ERROR (the state
+    is not started over at every run), and the trimming is one WARNING line."""
+    from gpu_eta.forecaster.pending_state import PREDICTIONS_SAVE_SECONDS
+
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        tracker = SavedStartTracker(store)
+        tracker.restore(blocked_rows(600, 300))
+        with caplog.at_level(logging.INFO):
+            tracker.update(ClusterQueue(), PendingSet(), NOW + 600)
+            tracker.restore(blocked_rows(600, 301))
+            tracker.update(ClusterQueue(), PendingSet(), NOW + 600 + PREDICTIONS_SAVE_SECONDS)
+        lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+        assert "nodes kept off of the" in lines[0].getMessage()
+        caplog.clear()
+        with caplog.at_level(logging.ERROR):
+            loaded = SavedStartTracker(store).waiting()
+        assert not caplog.records and len(loaded) == 600
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize(
     "bad",
     [
