@@ -662,23 +662,51 @@ def selects(node: Node, selector: Selector) -> bool:
 TypeKey = tuple[str, str]  # (resource, GPU product)
 
 
-def typed_offers(nodes: Sequence[Node]) -> frozenset[TypeKey]:
-    """Each (resource, GPU type) some node of known type (``Node.product`` set) has
-    units of: the types a pod may be placed on knowingly, and the requests made now
-    (``default_requests``)."""
-    return frozenset(
-        (r, n.product) for n in nodes if n.product for r, v in n.allocatable.items() if v > 0
-    )
+@dataclass(frozen=True)
+class TypedOffers:
+    """What the nodes of known type offer (``typed_offers``).
+
+    ``keys``: each (resource, GPU type) some node of known type (``Node.product`` set)
+    has units of: the requests made now (``default_requests``). ``from_model``: those
+    of nodes typed from the exporter's model (``Node.product_from_model``), which offer
+    the label's shared and MIG spellings of their type too (``product_spellings``)."""
+
+    keys: frozenset[TypeKey]
+    from_model: frozenset[TypeKey]
+
+    def offer(self, resource: str, product: str) -> bool:
+        """Whether some node of known type may take a pod selecting ``product``: in
+        its own spelling or, typed from the model, in a shared or MIG one. Why: a node
+        of unknown type takes a pod only when none does (``_offers``); checked against
+        ``keys`` alone, a pod selecting ``Tesla-T4-SHARED`` was predicted to start
+        "now" on a typeless node though a T4 node typed from the model offers it."""
+        return (resource, product) in self.keys or any(
+            r == resource and product_spellings(p, product) for r, p in self.from_model
+        )
+
+
+def typed_offers(nodes: Sequence[Node]) -> TypedOffers:
+    """What the nodes of known type have units of (``TypedOffers``): the types a pod
+    may be placed on knowingly."""
+    keys = [
+        ((r, n.product), n.product_from_model)
+        for n in nodes
+        if n.product
+        for r, v in n.allocatable.items()
+        if v > 0
+    ]
+    return TypedOffers(frozenset(k for k, _ in keys), frozenset(k for k, m in keys if m))
 
 
 def _offers(
-    node: Node, resource: str, product: str, selector: Selector, typed: frozenset[TypeKey]
+    node: Node, resource: str, product: str, selector: Selector, typed: TypedOffers
 ) -> bool:
     """``node`` has units of ``resource``, may be of ``product`` ("": any) and its labels
     hold ``selector``; ``typed`` is ``typed_offers`` of the cluster's nodes.
 
     A node whose type is not known (``Node.product`` "") may be of ``product`` only when
-    no node of known type offers it (``typed``): then it is the pod's only candidate (a
+    no node of known type offers it (``typed``, in any spelling it takes:
+    ``TypedOffers.offer``): then it is the pod's only candidate (a
     new GPU node has no type until its label is exported or gpu-eta's exporter on it has
     been read, and the pod would be ``never_fits`` meanwhile, a verdict that tells the
     user to change the request). Where the type is offered by known nodes, a typeless
@@ -692,7 +720,7 @@ def _offers(
         and (
             not product
             or node.product == product
-            or (not node.product and (resource, product) not in typed)
+            or (not node.product and not typed.offer(resource, product))
             or (node.product_from_model and product_spellings(node.product, product))
         )
         and (not selector or selects(node, selector))
@@ -761,7 +789,7 @@ def _suitable(
     product: str,
     tolerations: Sequence[Toleration] | None,
     selector: Selector,
-    typed: frozenset[TypeKey],
+    typed: TypedOffers,
 ) -> bool:
     return _offers(node, resource, product, selector, typed) and tolerated(node, tolerations)
 
@@ -791,7 +819,7 @@ def _placeable(
     product: str,
     tolerations: Sequence[Toleration] | None,
     selector: Selector,
-    typed: frozenset[TypeKey],
+    typed: TypedOffers,
 ) -> bool:
     """Whether a new pod of this resource, product, tolerations and node selector may
     land on ``node`` now (``typed``: ``typed_offers`` of the cluster's nodes)."""
@@ -903,7 +931,7 @@ def default_requests(
     configured = tolerations
     lists = _NodeLists(nodes, one_replica_per_pod)
     out = []
-    for resource, product in sorted(lists.typed, key=lambda k: (k[1], k[0])):
+    for resource, product in sorted(lists.typed.keys, key=lambda k: (k[1], k[0])):
         suitable, _ = lists.of(resource, product, request_tolerations(nodes, resource, configured))
         for size in sizes:
             if lists.fits(suitable, resource, size):

@@ -902,6 +902,35 @@ def test_the_replay_starts_every_pod_as_trying_each_on_every_node_would(monkeypa
         assert fast.requests == plain.requests
 
 
+@pytest.mark.parametrize("spelling", ["Tesla-T4-SHARED", "Tesla-T4-MIG-1g.5gb"])
+def test_a_node_typed_from_the_model_offers_the_shared_spellings_to_typeless_nodes_too(
+    spelling: str,
+) -> None:
+    """A node typed from the exporter's model offers the label's shared and MIG
+    spellings (``product_spellings``), so a typeless node does not take a pod selecting
+    one of them: it would start "now" on GPUs kube-scheduler never gives it. A node
+    whose label is the plain model (GFD writes ``-SHARED`` into the label itself when
+    shared) offers no such spelling: the typeless node stays the pod's only candidate."""
+    from_model = Node("t4", {G: 4}, "Tesla-T4", product_from_model=True)
+    r = replay(
+        [from_model, node("new", 8, "")],
+        [job("busy", "t4", 3600, units=4)],
+        [pending("plain", product="Tesla-T4"), pending("shared", created=1.0, product=spelling)],
+        NOW,
+        **EXACT,
+    )
+    assert starts(r, "plain") == (3600.0, 3600.0, 3600.0)
+    assert starts(r, "shared") == (3600.0, 3600.0, 3600.0)
+    labelled = replay(
+        [node("t4", 4, "Tesla-T4"), node("new", 8, "")],
+        [job("busy", "t4", 3600, units=4)],
+        [pending("shared", product=spelling)],
+        NOW,
+        **EXACT,
+    )
+    assert starts(labelled, "shared") == (0.0, 0.0, 0.0)
+
+
 def test_node_of_unknown_type_takes_a_typed_pod_only_where_no_known_node_offers_the_type():
     """A node whose GPU type is not known (no ``nvidia.com/gpu.product`` label and no
     exporter model: a new node in its first minutes, or a pool without gpu-eta's
