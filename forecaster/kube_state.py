@@ -92,7 +92,8 @@ docs/metrics/cluster/node-metrics.md upstream):
   values (unknown names count as 0, the default priority;
   ``ClusterQueue.priorities_unknown`` names them for the log). Read for pending GPU
   pods, and over the arrival window for the GPU pods created in it (``ARRIVALS``,
-  ``arrival="info"``): pods arriving later keep their priority.
+  ``arrival="info"``): pods arriving later keep their priority. That part only where
+  a mapping is given (``first_round``): without one every class is 0.
 - ``kube_pod_nodeselectors`` (opt-in in KSM: ``--metric-opt-in-list``) with
   ``nodeselector_nvidia_com_gpu_product``: a pod that selects a GPU type. Read for
   pending GPU pods, and for the GPU pods created in the arrival window (``ARRIVALS``,
@@ -420,28 +421,36 @@ _ARRIVAL_REQUEST = (
     "or label_replace(max by (namespace, pod, uid, resource) "
     f'(last_over_time({_INIT_REQ}[{{arrivals}}])), "part", "init", "", ""))'
 )
-ARRIVALS = (
-    _tagged("arrival", {"request": f"{_ARRIVAL_REQUEST} and on (uid) {_CREATED_IN_WINDOW}"})
-    + " or ("
-    + _tagged(
-        "arrival",
-        {
-            "tolerations": (
-                "max by (uid, key, operator, value, effect) "
-                "(last_over_time(kube_pod_tolerations[{arrivals}]))"
-            ),
-            "nodeselectors": (
-                "max by (uid, nodeselector_nvidia_com_gpu_product) (last_over_time("
-                'kube_pod_nodeselectors{nodeselector_nvidia_com_gpu_product!=""}[{arrivals}]))'
-            ),
-            "info": (
-                "max by (uid, priority_class) (last_over_time("
-                'kube_pod_info{priority_class!=""}[{arrivals}]))'
-            ),
-        },
-    )
-    + f") {_GPU_IN_WINDOW}"
+_ARRIVAL_META = {
+    "tolerations": (
+        "max by (uid, key, operator, value, effect) "
+        "(last_over_time(kube_pod_tolerations[{arrivals}]))"
+    ),
+    "nodeselectors": (
+        "max by (uid, nodeselector_nvidia_com_gpu_product) (last_over_time("
+        'kube_pod_nodeselectors{nodeselector_nvidia_com_gpu_product!=""}[{arrivals}]))'
+    ),
+}
+# and their priority class (``info``), asked only with a ``--pending.priority-class``
+# mapping (``first_round``)
+_ARRIVAL_INFO = (
+    'max by (uid, priority_class) (last_over_time(kube_pod_info{priority_class!=""}[{arrivals}]))'
 )
+
+
+def _arrivals(meta: Mapping[str, str]) -> str:
+    """The ``ARRIVALS`` query reading ``meta`` (by ``arrival`` tag) for the GPU pods
+    of the window beside their requests."""
+    return (
+        _tagged("arrival", {"request": f"{_ARRIVAL_REQUEST} and on (uid) {_CREATED_IN_WINDOW}"})
+        + " or ("
+        + _tagged("arrival", meta)
+        + f") {_GPU_IN_WINDOW}"
+    )
+
+
+ARRIVALS = _arrivals({**_ARRIVAL_META, "info": _ARRIVAL_INFO})
+ARRIVALS_UNPRIORITISED = _arrivals(_ARRIVAL_META)
 # Where KSM exports no ``kube_pod_created`` at all (OpenShift): the GPU pods first seen
 # in the arrival window, with their requests as ``ARRIVALS`` reads them (tagged
 # ``arrival="request"``: ``_arrivals`` takes them with the first round's tolerations and
@@ -479,6 +488,20 @@ QUERIES: Mapping[str, str] = {
     "ksm_node_state": NODE_STATE,
     "ksm_arrivals": ARRIVALS,
 }
+
+
+def first_round(priorities: Mapping[str, int]) -> Mapping[str, str]:
+    """The queue's first round (``QUERIES``) for ``--pending.priority-class``'s
+    ``priorities``: without any, ``ARRIVALS`` leaves out the arrivals' priority classes
+    (``ARRIVALS_UNPRIORITISED``).
+
+    Why: a class without a value is read as 0 (``parse``), so without a mapping every
+    pod arriving has priority 0 whatever its class, and ``kube_pod_info`` of every GPU
+    pod created over the window, read each cycle, would change no prediction."""
+    if priorities:
+        return QUERIES
+    return {**QUERIES, "ksm_arrivals": ARRIVALS_UNPRIORITISED}
+
 
 # owner kinds whose pods end with their run: a Job's (batch, Volcano's), the training
 # operators' (Kubeflow's, the MPI operator's: they own their pods directly), an Argo

@@ -433,6 +433,20 @@ def test_arrivals_carry_their_pods_priority():
     }
 
 
+def test_the_first_round_asks_arrivals_priority_classes_only_with_a_mapping():
+    """``first_round``: ``QUERIES`` whole with a ``--pending.priority-class`` mapping;
+    without one, ``ARRIVALS`` without its ``kube_pod_info`` part (every class is 0 then),
+    the other parts as they are."""
+    assert kube_state.first_round({"high": 1000}) == kube_state.QUERIES
+    plain = kube_state.first_round({})
+    assert plain.keys() == kube_state.QUERIES.keys()
+    assert "kube_pod_info" in kube_state.QUERIES["ksm_arrivals"]
+    assert "kube_pod_info" not in plain["ksm_arrivals"]
+    assert {k: v for k, v in plain.items() if k != "ksm_arrivals"} == {
+        k: v for k, v in kube_state.QUERIES.items() if k != "ksm_arrivals"
+    }
+
+
 def pod_request(pod: str, value: float, phase: str = "Pending", node: str = "") -> Sample:
     return Sample(
         {

@@ -35,6 +35,7 @@ GOLDEN = Path(__file__).parent.parent / "fixtures" / "kube" / "queue_answers.jso
 AT = 1_790_000_040.0  # the read's time; the history is one sample a minute up to it
 HISTORY_SECONDS = 2 * 3600
 ARRIVALS_SECONDS = 3600.0
+PRIORITIES = {"high": 1000}  # --pending.priority-class high=1000
 PRODUCT = "nvidia.com/gpu.product"
 SHARED = "nvidia.com/a100-shared"  # a time-slicing rename: the site's own resource
 MIG_1G = "nvidia.com/mig-1g.10gb"
@@ -166,10 +167,13 @@ def _ask(
 
 
 def read_queue(
-    client: PromClient, gpu_resources: Sequence[str] = GPU_RESOURCES
+    client: PromClient,
+    gpu_resources: Sequence[str] = GPU_RESOURCES,
+    priorities: Mapping[str, int] = PRIORITIES,
 ) -> tuple[dict[str, list[Sample]], list[int], list[int]]:
-    """Both rounds' answers by part, and the length of each query of each round."""
-    samples, first = _ask(client, kube_state.QUERIES, gpu_resources)
+    """Both rounds' answers by part, and the length of each query of each round
+    (``priorities``: ``--pending.priority-class``'s, as the cycle gives them)."""
+    samples, first = _ask(client, kube_state.first_round(priorities), gpu_resources)
     second = kube_state.second_round(samples)
     lengths: list[int] = []
     if second:
@@ -236,7 +240,7 @@ def test_the_queue_reads_answer_as_the_one_query_read_did(
     if not created:
         asked |= {kube_state.PENDING_SINCE_PART, kube_state.ARRIVALS_SEEN_PART}
     assert {name for name, answer in got.items() if answer} == {*kube_state.QUERIES, *asked}
-    queue = kube_state.parse(samples, AT, {}, {"high": 1000}, ARRIVALS_SECONDS, resources)
+    queue = kube_state.parse(samples, AT, {}, PRIORITIES, ARRIVALS_SECONDS, resources)
     assert {p.pod for p in queue.pending} == {
         "wants-a",
         "wants-3g",
@@ -245,3 +249,32 @@ def test_the_queue_reads_answer_as_the_one_query_read_did(
         "new-wait",
     }
     assert {n.name for n in queue.nodes} >= {"a100", "mig", "shared", "upgrading"}
+
+
+def test_without_a_priority_mapping_the_arrivals_read_no_pod_info(
+    prometheus_factory, tmp_path: Path
+) -> None:
+    """Without ``--pending.priority-class`` every pod arriving is queued at priority 0
+    whatever its class (a class without a value is 0), so the arrivals' priority
+    classes (``arrival="info"``: ``kube_pod_info`` of every GPU pod of the window, each
+    cycle) are not asked: the answers are the golden ones without those series, and
+    the arrivals are those the whole read gives without a mapping."""
+    om = tmp_path / "ksm.om"
+    om.write_text(history(True))
+    prom = prometheus_factory([], backfill_files=[om], retention="100y")
+    client = PromClient(prom.url)
+    try:
+        plain, _, _ = read_queue(client, priorities={})
+        whole, _, _ = read_queue(client)
+    finally:
+        client.close()
+    golden = json.loads(GOLDEN.read_text())["created"]
+    info = ["arrival", "info"]
+    assert any(info in labels for labels, _ in golden["ksm_arrivals"])
+    want = {name: [s for s in answer if info not in s[0]] for name, answer in golden.items()}
+    assert _normal(as_json(plain)) == want
+
+    def arrivals(samples: Mapping[str, list[Sample]]) -> tuple:
+        return kube_state.parse(samples, AT, {}, {}, ARRIVALS_SECONDS, GPU_RESOURCES).arrivals
+
+    assert arrivals(plain) == arrivals(whole) != ()
