@@ -14,7 +14,7 @@ How (a Monte Carlo replay, ``n_samples`` times):
    ends after now in every sample, not "now" in half of them), else, and for a job
    past its whole forecast, from the history of finished runs' durations, conditioned
    on having already run ``now - started`` (a holder that has outlived every recorded
-   run holds its GPUs past the horizon). A pod that outlives its run
+   run holds its GPUs past the horizon; one draw per run, as inside the forecast). A pod that outlives its run
    (``Holder.ends_with_run`` False: a notebook server) ends at the later of the two.
 2. Pending pods are taken in the scheduler's order (priority, then creation time).
    At ``now`` and then at every moment GPUs free up, each pod still waiting is tried
@@ -1173,10 +1173,14 @@ def _running_now(
     run: one quantile is drawn for it and every one of them ends then. Why: drawn apart,
     a pod waiting for all of a run's GPUs waited for the latest of their draws (the
     latest of 8 draws from a +1/+2/+3 h forecast is +2.65/+3.06/+3.22 h at P10/P50/P90),
-    though the workers end together with their run."""
+    though the workers end together with their run. So does a run past its whole
+    forecast: one end from the history of finished runs, not the latest of 8."""
     free = _free_now(nodes, node_index, holders)
     events: list[Event] = []
     run_draws: dict[tuple[str, tuple[str, str], tuple[float, float, float]], float] = {}
+    # a run past its whole forecast: its end from the history, drawn for its first
+    # worker (conditioned on that one's age) and shared by the others
+    run_past: dict[tuple[str, tuple[str, str], tuple[float, float, float]], float] = {}
     for h in holders:
         k = node_index.get(h.node)
         if k is None or h.units <= 0:
@@ -1186,16 +1190,20 @@ def _running_now(
         # it runs now: its end is drawn from the part of its forecast after now, at its
         # run's draw (one per owner and forecast)
         end = None
+        run = None if h.ends is None or h.owner is None else (h.namespace, h.owner, h.ends)
         if h.ends is not None:
-            if h.owner is None:
+            if run is None:
                 u = rng.random()
             else:
-                run = (h.namespace, h.owner, h.ends)
                 u = run_draws.get(run, -1.0)
                 if u < 0:
                     u = run_draws[run] = rng.random()
             end = end_after(h.ends, now, u)
-        if end is None:  # no forecast, or past its whole forecast: the history's
+        if end is None and run is not None:  # a run past its whole forecast: one draw
+            end = run_past.get(run)
+            if end is None:
+                end = run_past[run] = now + hist.draw(rng, age) - age
+        elif end is None:  # no forecast, or past its whole forecast: the history's
             end = now + hist.draw(rng, age) - age
         elif h.ends_with_run is False:  # a notebook server: it outlives its run
             end = max(end, now + hist.draw(rng, age) - age)
