@@ -587,7 +587,7 @@ class Cycle:
             return None
         said: list[str] = []
         try:
-            samples = self._ask_queue(queries.PENDING, now, said)
+            samples = self._ask_queue(kube_state.first_round(ps.priorities), now, said)
             # what the pods' answers call for (a second query, only when some pod
             # selects a node label beyond the GPU type or lacks kube_pod_created: with
             # it for none, the arrivals too)

@@ -803,6 +803,23 @@ def test_pending_pods_get_predicted_starts_from_the_running_jobs_forecasts(
     assert {(r.product, r.units) for r in fs.pending.requests} == {("A100", 1)}
 
 
+@pytest.mark.parametrize("priorities", [{}, {"high": 1000}])
+def test_the_arrivals_priority_classes_are_read_only_with_a_mapping(
+    store: HistoryStore, priorities: dict[str, int]
+) -> None:
+    """Without ``--pending.priority-class`` every class reads 0, so the queue's first
+    round leaves out the arrivals' ``kube_pod_info`` (``kube_state.first_round``): the
+    GPU pods created over the window, read each cycle for nothing. With a mapping it
+    reads them."""
+    gpu = {"resource": "nvidia_com_gpu"}
+    ksm = {"ksm_nodes": [s(1, node="n1", label_nvidia_com_gpu_product="A100", **gpu)]}
+    client = CannedClient(merge(job("run", 10, [(1, NOW - 200)], NOW - 300), ksm))
+    pending = PendingSettings(priorities=priorities)
+    assert make_cycle(client, store, pending=pending).run().pending is not None
+    (first,) = [q for q in client.seen if "ksm_arrivals" in q]
+    assert ('kube_pod_info{priority_class!=""}[' in first) == bool(priorities)
+
+
 def test_the_nodes_labels_pending_pods_select_are_read_in_a_second_query(
     store: HistoryStore,
 ) -> None:
