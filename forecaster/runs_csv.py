@@ -1205,7 +1205,9 @@ def significant(rows: Sequence[Point], floor: float) -> list[Point]:
     for row in rows:
         if not kept or row[0] - kept[-1][0] >= floor:
             kept.append(row)
-    if len(kept) > 2 and kept[-1] is not rows[-1]:
+    # ``>= 2``: the point kept after the start is replaced too when it is the only one
+    # (a start, a hair short of the plan, the plan: the run must read completed)
+    if len(kept) >= 2 and kept[-1] is not rows[-1]:
         kept[-1] = rows[-1]  # the last row is kept (it may be the plan): the one before goes
     return kept
 

@@ -903,6 +903,25 @@ def test_a_negligible_progress_step_is_merged_and_the_end_kept() -> None:
     assert run.completed is True
 
 
+def test_the_last_row_replaces_the_one_point_kept_after_the_start() -> None:
+    """Only the start and one point kept: the true last row (the plan, or the latest
+    time) still replaces that point, as with more points kept; A read completed=False
+    and C ended 800 s early while the start alone was what the rule protected."""
+    text = (
+        f"{HEADER}\nA,0,10,1000\nA,9.99999999995,10,1100\nA,10,10,1200\n"
+        "B,0,10,1000\nB,5,10,1050\nB,9.99999999995,10,1100\nB,10,10,1200\n"
+        "C,0,10,1000\nC,5,10,1100\nC,5.00000000001,10,1900\n"
+    )
+    by_id = {r.run_id: r for r in parse(text)}
+    assert by_id["A"].epoch_times == ((0.0, 1000.0), (10.0, 1200.0))
+    assert by_id["A"].completed is True
+    assert by_id["B"].epoch_times == ((0.0, 1000.0), (5.0, 1050.0), (10.0, 1200.0))
+    assert by_id["B"].completed is True
+    assert by_id["C"].epoch_times == ((0.0, 1000.0), (5.00000000001, 1900.0))
+    assert by_id["C"].completed is False
+    assert runs_csv.significant([(0.0, 0.0, 1)], 1.0) == [(0.0, 0.0, 1)]
+
+
 def test_run_ids_unique_only_within_a_job_and_node_type_are_different_runs() -> None:
     """MLPerf-style files count runs per benchmark and system ("1" of resnet on tpu,
     "1" of resnet on 8xV100, "1" of ncf): ``job_name`` and ``node_type`` are part of the
