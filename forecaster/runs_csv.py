@@ -17,8 +17,9 @@ text, the first non-empty value of the run; ``namespace``, ``pod`` and ``contain
 also fill the ``Run`` fields of those names and, with ``run_id``, are the service's
 ``RunKey`` (``KEY_COLUMNS``); with ``job_name`` and ``node_type`` (``JOB_KEY_COLUMNS``)
 they are the run's key in a file (``_Key``, ``_place_blank_keys``, ``_qualified``).
-Rows of one key that disagree on a ``CONSTANT_COLUMNS`` value are two runs the file
-does not tell apart: skipped, named. Any other column (``batch_size``,
+A ``CONSTANT_COLUMNS`` value is the run's last; two of its values each starting at
+overlapping times are two runs the file does not tell apart (``_collision``): skipped,
+named. Any other column (``batch_size``,
 ``gpus``, ``gpu_utilization_ratio``, ...) is a number when it parses as one (averaged
 over the run's rows: utilisation is a mean), else text. A run whose last epoch
 reaches ``epochs_planned`` (within ``PLAN_SLACK``) is completed; one that stops
@@ -104,11 +105,14 @@ KEY_COLUMNS = ("namespace", "pod", "container")
 # key a file is read by; runs that the service's key would still confuse are named
 # ``job_name/node_type/run_id`` (``_qualified``).
 JOB_KEY_COLUMNS = ("job_name", "node_type")
-# What a run's rows must agree on, beside its key: a run does not change its GPU model,
-# framework, image, unit, batch size or GPU count between rows. Rows of one key that
-# disagree are two runs the file does not tell apart (two concurrent runs given one
-# run_id): merged, one run's times would be taken for the other's and the batch sizes
-# averaged. A measured column (``gpu_utilization_ratio``) may change: it is a mean.
+# A run's configuration: one value at a time, which may change part-way (a batch-size
+# ramp-up, an elastic GPU count, a new image or GPU model on resume); the run's value is
+# its last one, as the live service reads the latest (``runs_from_series``), so a ramp
+# is its steady configuration, not a mean no run had. Rows of one key whose values each
+# hold a start (epoch 0) at overlapping times are two runs interleaving under one key
+# (two concurrent runs given one run_id): skipped, named (``_collision``); merged, one
+# run's times would be taken for the other's. A measured column
+# (``gpu_utilization_ratio``) may change at any time: it is a mean.
 CONSTANT_COLUMNS = frozenset(
     {"gpu_model", "framework", "image", "progress_unit", "batch_size", "gpus"}
 )
@@ -342,6 +346,26 @@ def _feature(name: str, text: str, comma: bool = False) -> Feature:
 
 
 @dataclass(slots=True)
+class _Span:
+    """Where one value of a ``CONSTANT_COLUMNS`` column is in a run's rows: its first and
+    last times (and lines), and whether one of its rows is a start (epoch 0)."""
+
+    first: float
+    last: float
+    first_line: int
+    last_line: int
+    start: bool
+
+    def add(self, other: _Span) -> None:
+        """Widen to cover ``other`` too."""
+        if (other.first, other.first_line) < (self.first, self.first_line):
+            self.first, self.first_line = other.first, other.first_line
+        if (other.last, other.last_line) > (self.last, self.last_line):
+            self.last, self.last_line = other.last, other.last_line
+        self.start = self.start or other.start
+
+
+@dataclass(slots=True)
 class _Acc:
     """One run being read: its plan (None while no row has given one), first line,
     points and features."""
@@ -353,8 +377,9 @@ class _Acc:
     texts: dict[str, str] = field(default_factory=dict)
     big: tuple[int, float] | None = None  # the first line past MAX_TIMESTAMP, its value
     held: int = RUN_BYTES  # the bytes this run holds, estimated (``MAX_HELD_BYTES``)
-    # CONSTANT_COLUMNS: name -> (first value, its line), for a row that disagrees
-    constant: dict[str, tuple[Feature, int]] = field(default_factory=dict)
+    # CONSTANT_COLUMNS: name -> value -> its rows' span (``_Span``), for the run's last
+    # value and for two runs interleaving under its key (``_collision``)
+    constant: dict[str, dict[Feature, _Span]] = field(default_factory=dict)
     plan_line: int = 0  # the line that gave ``planned``
 
 
@@ -688,10 +713,13 @@ def _merge(into: _Acc, acc: _Acc) -> str | None:
             f"epochs_planned {acc.planned:.12g} (line {acc.plan_line}) differs from "
             f"{into.planned:.12g} (line {into.plan_line})"
         )
-    for name, (value, line) in acc.constant.items():
-        why = _disagreement(into, name, value, line)
-        if why is not None:
-            return why
+    for name, spans in acc.constant.items():
+        have = into.constant.setdefault(name, {})
+        for value, span in spans.items():
+            if value in have:
+                have[value].add(span)
+            else:
+                have[value] = span
     if into.planned is None and acc.planned is not None:
         into.planned, into.plan_line = acc.planned, acc.plan_line
     into.first_line = min(into.first_line, acc.first_line)
@@ -765,18 +793,31 @@ def _place_blank_keys(runs: dict[_Key, _Acc], bad: dict[_Key, SkippedRun]) -> No
             bad[home] = SkippedRun(k[3], runs.pop(home).first_line, f"run {k[3]!r}: {why}")
 
 
-def _disagreement(acc: _Acc, name: str, value: Feature, line: int) -> str | None:
-    """Why a row's ``value`` of a ``CONSTANT_COLUMNS`` column ``name`` cannot be its
-    run's (its earlier rows gave another), or None; the first value is kept."""
-    first = acc.constant.setdefault(name, (value, line))
-    if first[0] == value:
-        return None
-    shown = [f"{v:g}" if isinstance(v, float) else repr(v) for v in (first[0], value)]
-    return (
-        f"rows of one run disagree on {name}: {shown[0]} (line {first[1]}) and {shown[1]}: "
-        "two runs under one run_id? (give each its own run_id, or a job_name or "
-        "node_type column that tells them apart)"
-    )
+def _collision(acc: _Acc) -> tuple[int, str] | None:
+    """The line and why when ``acc`` holds two runs interleaving under one key: two
+    values of a ``CONSTANT_COLUMNS`` column each with a start (epoch 0) and rows at
+    overlapping times; else None.
+
+    Why not any change of value: a run's configuration may change part-way (a batch
+    size ramped up, GPUs added to an elastic run, a new image on resume), its rows
+    then one run from one start; two runs given one run_id each start, and run side
+    by side. Two starts one after the other are a run restarted from scratch, read
+    as one run as any restart is (``first_reached``)."""
+    for name, spans in acc.constant.items():
+        starts = sorted(
+            ((span, value) for value, span in spans.items() if span.start),
+            key=lambda sv: (sv[0].first, sv[0].first_line),
+        )
+        for (a, va), (b, vb) in itertools.pairwise(starts):
+            if b.first <= a.last:
+                shown = [f"{v:g}" if isinstance(v, float) else repr(v) for v in (va, vb)]
+                return b.first_line, (
+                    f"rows of one run_id disagree on {name} and each start at overlapping "
+                    f"times: {shown[0]} (line {a.first_line}) and {shown[1]}: two runs under "
+                    "one run_id (give each its own run_id, or a job_name or node_type "
+                    "column that tells them apart)"
+                )
+    return None
 
 
 def keep_columns(names: Sequence[str]) -> list[str]:
@@ -1064,12 +1105,7 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
                 if not ascii_only and not utf8_encodable(cell):
                     dropped[name, not_utf8] += 1
                     cell = _mended(cell)
-                value = _feature(name, cell, comma)
-                if name in CONSTANT_COLUMNS:
-                    why = _disagreement(acc, name, value, line)
-                    if why is not None:
-                        raise _BadRow(f"run {run_id!r}: {why}")
-                values.append((name, value))
+                values.append((name, _feature(name, cell, comma)))
         except _BadRow as err:
             if run_id:
                 if key not in bad:
@@ -1090,6 +1126,14 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
             if big and acc.big is None:
                 acc.big = (line, ts)
         for name, value in values:
+            if name in CONSTANT_COLUMNS:
+                spans = acc.constant.setdefault(name, {})
+                span = _Span(ts, ts, line, line, epoch == 0)
+                if value in spans:
+                    spans[value].add(span)
+                else:
+                    spans[value] = span
+                    acc.held += FEATURE_BYTES
             if isinstance(value, float):
                 if math.isfinite(value):
                     if name not in acc.sums:
@@ -1135,6 +1179,11 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
     if not runs and not bad and not bad_rows and not more_rows and not unread:
         raise RunsCsvError(line, "no data rows")
     _place_blank_keys(runs, bad)
+    for key, acc in list(runs.items()):
+        found = _collision(acc)
+        if found is not None:
+            del runs[key]
+            bad[key] = SkippedRun(key[3], found[0], f"run {key[3]!r}: {found[1]}")
     missing_job = identity_note(seen)
     if missing_job:
         notes.append(missing_job)
@@ -1322,6 +1371,8 @@ def _assemble(key: _Key, acc: _Acc, plan_optional: bool = False) -> Run:
     features: dict[str, Feature] = dict(acc.texts)
     for name, (total, count) in acc.sums.items():
         features.setdefault(name, total / count)
+    for name, spans in acc.constant.items():  # the last value (``CONSTANT_COLUMNS``)
+        features[name] = max(spans.items(), key=lambda vs: (vs[1].last, vs[1].last_line))[0]
     run = Run(
         run_id=run_id,
         epochs_planned=planned,

@@ -966,24 +966,46 @@ def test_placing_rows_without_a_node_type_is_linear_in_the_runs_of_a_run_id(
     assert calls <= 4 * n
 
 
-def test_rows_of_one_run_that_disagree_on_its_configuration_skip_it_named() -> None:
-    """Two concurrent runs under one run_id (batch sizes 128 and 64) were merged, their
-    batch sizes averaged; rows of one key disagreeing on a configuration column
-    (``CONSTANT_COLUMNS``) are two runs the file does not tell apart: skipped, with the
-    column and both values named."""
+def test_two_runs_interleaving_under_one_key_are_skipped_named() -> None:
+    """Two concurrent runs under one run_id (batch sizes 128 and 64), merged, had their
+    batch sizes averaged and one's times taken for the other's: values of a
+    configuration column (``CONSTANT_COLUMNS``) that each hold a start at overlapping
+    times skip the run, with the column and both values named."""
     text = (
         f"{HEADER},job_name,batch_size,gpu_model\n"
         "r,0,2,0,mlp,128,A100\nr,0,2,1,mlp,64,A100\nr,1,2,10,mlp,128,A100\n"
         "r,1,2,12,mlp,64,A100\nr,2,2,20,mlp,128,A100\nr,2,2,23,mlp,64,A100\n"
         "s,0,2,0,mlp,32,A100\ns,1,2,10,mlp,32,\ns,2,2,20,mlp,32.0,A100\n"
-        "t,0,2,0,mlp,32,A100\nt,2,2,20,mlp,32,H100\n"
     )
     result = parse_runs_file(io.StringIO(text))
     assert [r.run_id for r in result.runs] == ["s"]
-    reasons = {s.run_id: (s.line, s.reason) for s in result.skipped}
-    assert reasons["r"][0] == 3 and "batch_size" in reasons["r"][1]
-    assert "128" in reasons["r"][1] and "64" in reasons["r"][1] and "line 2" in reasons["r"][1]
-    assert reasons["t"][0] == 12 and "gpu_model" in reasons["t"][1] and "'H100'" in reasons["t"][1]
+    assert result.runs[0].features["batch_size"] == 32.0
+    (skip,) = result.skipped
+    assert (skip.run_id, skip.line) == ("r", 3) and "batch_size" in skip.reason
+    assert "128" in skip.reason and "64" in skip.reason and "line 2" in skip.reason
+
+
+def test_a_configuration_changing_part_way_is_one_run_with_its_last_value() -> None:
+    """A batch-size ramp-up, an elastic GPU count, a new image or GPU model on resume:
+    one run from one start, read with its last values (what the live service reads),
+    never skipped as two runs; a restart from scratch after the first attempt ended is
+    one run too, as any restart is."""
+    text = (
+        f"{HEADER},job_name,batch_size,gpus,image,gpu_model\n"
+        "gpt,0,4,1000,llm,256,8,v1,A100\ngpt,1,4,1100,llm,256,8,v1,A100\n"
+        "gpt,2,4,1200,llm,512,16,v1,A100\ngpt,3,4,1300,llm,1024,16,v2,H100\n"
+        "gpt,4,4,1400,llm,1024,16,v2,H100\n"
+        "re,0,2,0,mlp,32,1,a,A100\nre,1,2,10,mlp,32,1,a,A100\n"
+        "re,0,2,20,mlp,32,1,b,A100\nre,1,2,30,mlp,32,1,b,A100\nre,2,2,40,mlp,32,1,b,A100\n"
+    )
+    result = parse_runs_file(io.StringIO(text))
+    assert result.skipped == []
+    by_id = {r.run_id: r for r in result.runs}
+    gpt = by_id["gpt"]
+    assert gpt.completed is True and len(gpt.epoch_times) == 5
+    assert gpt.features["batch_size"] == 1024.0 and gpt.features["gpus"] == 16.0
+    assert gpt.features["image"] == "v2" and gpt.features["gpu_model"] == "H100"
+    assert by_id["re"].completed is True and by_id["re"].features["image"] == "b"
 
 
 def test_a_row_without_a_job_joins_the_one_run_that_names_it_else_is_skipped() -> None:
