@@ -16,7 +16,9 @@ Any other column is a feature. The identity columns (``TEXT_COLUMNS``: ``namespa
 text, the first non-empty value of the run; ``namespace``, ``pod`` and ``container``
 also fill the ``Run`` fields of those names and, with ``run_id``, are the service's
 ``RunKey`` (``KEY_COLUMNS``); with ``job_name`` and ``node_type`` (``JOB_KEY_COLUMNS``)
-they are the run's key in a file (``_Key``, ``_place_blank_keys``, ``_qualified``).
+they are the run's key in a file (``_Key``, ``_place_blank_keys``, ``_qualified``),
+except that keys differing only by ``node_type`` are one run moved unless each starts
+(``_join_moves``).
 A ``CONSTANT_COLUMNS`` value is the run's last; two of its values each starting at
 overlapping times are two runs the file does not tell apart (``_collision``): skipped,
 named. Any other column (``batch_size``,
@@ -793,6 +795,38 @@ def _place_blank_keys(runs: dict[_Key, _Acc], bad: dict[_Key, SkippedRun]) -> No
             bad[home] = SkippedRun(k[3], runs.pop(home).first_line, f"run {k[3]!r}: {why}")
 
 
+def _join_moves(runs: dict[_Key, _Acc], bad: dict[_Key, SkippedRun]) -> None:
+    """Join the keys of a run that differ only by ``node_type`` into one run, unless
+    two of them hold a start (epoch 0): those are runs of their own. In place; the run
+    keeps the key (and node type) of its start.
+
+    Why: a run resumed on another node type (a preempted job rescheduled onto H100s)
+    is one run, its rows on the second node type picking up where the first stopped;
+    split, the first part read as not completed and the second as having no start.
+    Files that count runs per benchmark and system (MLPerf's "1" of resnet on tpu and
+    on 8xV100) give each such run its own start, and stay apart."""
+    groups: dict[tuple[str, ...], list[_Key]] = {}
+    for key in runs:
+        if key[5]:
+            groups.setdefault(key[:5], []).append(key)
+    for keys in groups.values():
+        if len(keys) < 2:
+            continue
+        starts = [k for k in keys if any(e == 0 for e, _t, _ln in runs[k].rows)]
+        if len(starts) > 1:
+            continue
+        home = starts[0] if starts else min(keys, key=lambda k: runs[k].first_line)
+        for k in sorted(keys, key=lambda k: runs[k].first_line):
+            if k == home:
+                continue
+            if home in bad:  # the run is damaged: its other parts with it
+                runs.pop(k)
+                continue
+            why = _merge(runs[home], runs.pop(k))
+            if why is not None:
+                bad[home] = SkippedRun(k[3], runs.pop(home).first_line, f"run {k[3]!r}: {why}")
+
+
 def _collision(acc: _Acc) -> tuple[int, str] | None:
     """The line and why when ``acc`` holds two runs interleaving under one key: two
     values of a ``CONSTANT_COLUMNS`` column each with a start (epoch 0) and rows at
@@ -1178,6 +1212,7 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
             bad_rows.append(SkippedRun("", line, cut))
     if not runs and not bad and not bad_rows and not more_rows and not unread:
         raise RunsCsvError(line, "no data rows")
+    _join_moves(runs, bad)
     _place_blank_keys(runs, bad)
     for key, acc in list(runs.items()):
         found = _collision(acc)

@@ -941,6 +941,28 @@ def test_run_ids_unique_only_within_a_job_and_node_type_are_different_runs() -> 
     assert by_id["ncf/1"].features["job_name"] == "ncf"
 
 
+def test_a_run_resumed_on_another_node_type_is_one_run() -> None:
+    """A run preempted on A100s and resumed on H100s (rows past its start on the second
+    node type) is one run, completed, with the node type of its start; rows of one
+    run_id and job on two node types that each start (a run counted per system, or a
+    restart from scratch) stay two runs."""
+    text = (
+        f"{HEADER},job_name,node_type\n"
+        "7,0,4,1000,resnet,a100\n7,1,4,1100,resnet,a100\n7,2,4,1200,resnet,a100\n"
+        "7,3,4,1300,resnet,h100\n7,4,4,1350,resnet,h100\n"
+        "9,0,4,2000,bert,a100\n9,1,4,2100,bert,a100\n"
+        "9,0,4,2200,bert,h100\n9,4,4,2600,bert,h100\n"
+    )
+    result = parse_runs_file(io.StringIO(text))
+    assert result.skipped == []
+    by_id = {r.run_id: r for r in result.runs}
+    assert set(by_id) == {"7", "bert/a100/9", "bert/h100/9"}
+    assert by_id["7"].completed is True and len(by_id["7"].epoch_times) == 5
+    assert by_id["7"].features["node_type"] == "a100"
+    assert by_id["bert/a100/9"].completed is False
+    assert by_id["bert/h100/9"].completed is True
+
+
 def test_placing_rows_without_a_node_type_is_linear_in_the_runs_of_a_run_id(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
