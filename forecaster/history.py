@@ -103,6 +103,7 @@ from gpu_eta.forecaster.runs import (
     RunKey,
     RunUpdate,
     counts_steps,
+    file_names,
     run_key,
     same_run_start,
 )
@@ -126,6 +127,20 @@ _SAME_SEEDED = (
 SEEDED_START_SECONDS = 60.0
 _IS_SEEDED = f"""{_SAME_SEEDED} AND pod = '' AND container = '' AND state != 'running'
     AND ABS(start_timestamp - :start_timestamp) <= {SEEDED_START_SECONDS!r}"""
+
+
+def _same_seeded(run: Run, stored_id: str, stored_start: float, stored_features: str) -> bool:
+    """Whether a stored run found under one of ``run``'s ``file_names`` is ``run``:
+    their ``job_name`` features agree (equal, or either one absent), and it has the
+    run's own name or starts within ``SEEDED_START_SECONDS`` of it
+    (``import_finished``)."""
+    job = run.features.get("job_name")
+    stored_job = load_features(stored_features).get("job_name")
+    if job and stored_job and job != stored_job:
+        return False
+    return (
+        stored_id == run.run_id or abs(stored_start - run.start_timestamp) <= SEEDED_START_SECONDS
+    )
 
 
 # A new run under a finished run's key may start this much before the finished run's
@@ -933,11 +948,17 @@ class HistoryStore:
         """Add finished runs (a seed CSV) that are not stored yet; idempotent.
 
         A run is already stored when a stored run has its key, or when either of
-        the two has no pod and no container (a CSV run) and they share the run_id in
-        a compatible namespace (equal, or either one unknown): CSV runs keep their
-        run_id uniqueness, and a CSV of runs the forecaster already saw live adds
-        nothing. A run whose text SQLite cannot store (not valid Unicode) is left out
-        with one WARNING line, the others are added.
+        the two has no pod and no container (a CSV run), their namespaces are
+        compatible (equal, or either one unknown), their ``job_name`` features too,
+        and the stored one has the run's name, or another name a runs file gives it
+        (``runs.file_names``: ``1`` or ``resnet/tpu/1``) with a start within
+        ``SEEDED_START_SECONDS``. Why by name and start: a runs file names a run
+        ``job/node_type/run_id`` only where another of its runs shares the run_id, so
+        one run comes from two seeds under two names, and only its start tells it
+        from another job's run of that id; a CSV of runs the forecaster already saw
+        live adds nothing. A run not stored whose name is taken by another run goes
+        under its other name. A run whose text SQLite cannot store (not valid
+        Unicode) is left out with one WARNING line, the others are added.
         """
         storable = [
             run
@@ -964,22 +985,33 @@ class HistoryStore:
         """``import_finished``'s writes, in the caller's transaction: the runs added."""
         added: list[Run] = []
         for run in runs:
+            names = file_names(run)
+            stored = self._conn.execute(
+                f"""SELECT run_id, start_timestamp, features FROM runs
+                   WHERE run_id IN ({", ".join("?" * len(names))})
+                   AND (namespace = ? OR namespace = '' OR ? = '')
+                   AND ((pod = '' AND container = '') OR (? = '' AND ? = ''))""",
+                (*names, run.namespace, run.namespace, run.pod, run.container),
+            ).fetchall()
+            if any(_same_seeded(run, *row) for row in stored):
+                continue
+            taken = {row[0] for row in stored}
+            name = next((n for n in names if n not in taken), None)
+            if name is None:  # both names held by other runs: nothing to store it under
+                continue
             completed = (
                 run.completed
                 if run.completed is not None
                 else run.epochs_done >= run.epochs_planned
             )
             cur = self._conn.execute(
-                f"""INSERT OR IGNORE INTO runs (run_id, namespace, pod, container,
+                """INSERT OR IGNORE INTO runs (run_id, namespace, pod, container,
                    epochs_planned, start_timestamp, state, features, last_seen,
                    finished_timestamp, epoch_times)
-                   SELECT :run_id, :namespace, :pod, :container, :epochs_planned,
-                   :start, :state, :features, :last, :last, :times
-                   WHERE NOT EXISTS (SELECT 1 FROM runs WHERE {_SAME_SEEDED}
-                       AND ((pod = '' AND container = '')
-                            OR (:pod = '' AND :container = '')))""",
+                   VALUES (:run_id, :namespace, :pod, :container, :epochs_planned,
+                   :start, :state, :features, :last, :last, :times)""",
                 {
-                    "run_id": run.run_id,
+                    "run_id": name,
                     "namespace": run.namespace,
                     "pod": run.pod,
                     "container": run.container,
@@ -994,7 +1026,7 @@ class HistoryStore:
             if cur.rowcount:
                 added.append(
                     dataclasses.replace(
-                        run, epoch_times=tuple(run.epoch_times), completed=completed
+                        run, run_id=name, epoch_times=tuple(run.epoch_times), completed=completed
                     )
                 )
         return added

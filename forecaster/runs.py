@@ -249,6 +249,27 @@ def run_key(run: Run | RunUpdate) -> RunKey:
     return (run.namespace, run.pod, run.container, run.run_id)
 
 
+def qualified_id(job: str, node_type: str, run_id: str) -> str:
+    """``job/node_type/run_id``, empty parts left out: how a runs file names a run whose
+    run_id another run of the file shares under another job or node type."""
+    return "/".join(p for p in (job, node_type, run_id) if p)
+
+
+def file_names(run: Run) -> tuple[str, ...]:
+    """The names a runs file may give ``run``: its run_id, and its plain run_id when that
+    is ``qualified_id`` of its ``job_name``/``node_type`` features, else that qualified
+    form. Why both: the qualified name is given only where another run of the same file
+    shares the run_id, so two files give one run either name (``import_finished``)."""
+    job, node = (run.features.get(n) for n in ("job_name", "node_type"))
+    parts = [p for p in (job, node) if isinstance(p, str) and p]
+    if not parts:
+        return (run.run_id,)
+    prefix = "/".join(parts) + "/"
+    if run.run_id.startswith(prefix) and len(run.run_id) > len(prefix):
+        return (run.run_id, run.run_id[len(prefix) :])
+    return (run.run_id, prefix + run.run_id)
+
+
 # Two starts of one run key this close are one start (re-read, rounded by a scrape):
 # a run finished as vanished that comes back with it is the same run
 # (``HistoryStore.record``), and so is a completed run's series lingering with its pod

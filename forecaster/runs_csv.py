@@ -80,6 +80,7 @@ from gpu_eta.forecaster.runs import (
     Run,
     RunError,
     RunKey,
+    qualified_id,
     run_key,
     validate_run,
 )
@@ -690,7 +691,7 @@ def _qualified(runs: list[tuple[_Key, Run]]) -> list[tuple[_Key, Run]]:
     out = []
     for key, run in runs:
         if count[run_key(run)] > 1:
-            base = "/".join(p for p in (key[4], key[5], run.run_id) if p)
+            base = qualified_id(key[4], key[5], run.run_id)
             name, n = base, 1
             while name in used:
                 n += 1

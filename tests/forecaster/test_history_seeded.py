@@ -12,6 +12,7 @@ import pytest
 
 from gpu_eta.forecaster.history import SEEDED_START_SECONDS, HistoryStore
 from gpu_eta.forecaster.runs import Run, RunUpdate
+from gpu_eta.forecaster.runs_csv import read_runs
 from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle
 
 SEED_START = NOW - 90_000
@@ -52,3 +53,37 @@ def test_a_seeded_run_does_not_count_a_live_one_it_is_not(store: HistoryStore) -
     key = {"namespace": "a", "pod": "p", "container": "c"}
     store.record([RunUpdate("baseline", 10, NOW, ((1, NOW + 5),), **key, seen_timestamp=NOW)])
     assert store.seeded_updates == 0 and len(store.running()) == 1
+
+
+RESNET = "1,resnet,tpu,0,1000,3\n1,resnet,tpu,1,1100,3\n1,resnet,tpu,3,1300,3\n"
+BERT = "1,bert,tpu,0,5000,2\n1,bert,tpu,1,5100,2\n1,bert,tpu,2,5200,2\n"
+SEED_HEADER = "run_id,job_name,node_type,epoch,timestamp_seconds,epochs_planned\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "added"),
+    [
+        ([RESNET, RESNET + BERT, RESNET + BERT], [1, 1, 0]),
+        ([RESNET + BERT, RESNET, RESNET + BERT], [2, 0, 0]),
+        ([RESNET, BERT], [1, 1]),
+    ],
+)
+def test_a_seeded_run_is_stored_once_whatever_else_its_file_holds(
+    tmp_path: Path, files: list[str], added: list[int]
+) -> None:
+    """A file's run_id ``1`` is named ``resnet/tpu/1`` only where another run of the
+    file shares it (``runs_csv._qualified``), so one run comes under either name from
+    two seeds: it is recognised under both (by its start), and another job's ``1``
+    is stored beside it, under ``bert/tpu/1`` when ``1`` is taken."""
+    st = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        got = []
+        for i, body in enumerate(files):
+            path = tmp_path / f"seed{i}.csv"
+            path.write_text(SEED_HEADER + body)
+            got.append(st.import_finished(read_runs(path)))
+        assert got == added
+        starts = sorted(run.start_timestamp for run in st.finished())
+        assert starts == [1000.0, 5000.0]
+    finally:
+        st.close()
