@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from gpu_eta.common.progress_bound import plausible_plan
 from gpu_eta.forecaster import runs_csv
+from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import (
     MAX_LINE_CHARS,
     RunsCsvError,
@@ -38,6 +39,13 @@ NOW = 1_700_000_000.0
 
 def parse(text: str):
     return parse_runs(io.StringIO(text))
+
+
+def read_whole(text: str) -> dict[str, Run]:
+    """The runs of ``text`` by run_id, none skipped."""
+    result = parse_runs_file(io.StringIO(text))
+    assert result.skipped == []
+    return {r.run_id: r for r in result.runs}
 
 
 def test_round_trip() -> None:
@@ -933,9 +941,7 @@ def test_run_ids_unique_only_within_a_job_and_node_type_are_different_runs() -> 
         "1,0,2,7,ncf,\n1,2,2,27,ncf,\n"
         "2,0,3,9,ncf,\n2,3,3,39,ncf,\n"
     )
-    result = parse_runs_file(io.StringIO(text))
-    assert result.skipped == []
-    by_id = {r.run_id: r for r in result.runs}
+    by_id = read_whole(text)
     assert set(by_id) == {"resnet/tpu/1", "resnet/8xV100/1", "ncf/1", "2"}
     assert by_id["resnet/8xV100/1"].epochs_planned == 8.0
     assert by_id["ncf/1"].features["job_name"] == "ncf"
@@ -953,9 +959,7 @@ def test_a_run_resumed_on_another_node_type_is_one_run() -> None:
         "9,0,4,2000,bert,a100\n9,1,4,2100,bert,a100\n"
         "9,0,4,2200,bert,h100\n9,4,4,2600,bert,h100\n"
     )
-    result = parse_runs_file(io.StringIO(text))
-    assert result.skipped == []
-    by_id = {r.run_id: r for r in result.runs}
+    by_id = read_whole(text)
     assert set(by_id) == {"7", "bert/a100/9", "bert/h100/9"}
     assert by_id["7"].completed is True and len(by_id["7"].epoch_times) == 5
     assert by_id["7"].features["node_type"] == "a100"
@@ -1020,9 +1024,7 @@ def test_a_configuration_changing_part_way_is_one_run_with_its_last_value() -> N
         "re,0,2,0,mlp,32,1,a,A100\nre,1,2,10,mlp,32,1,a,A100\n"
         "re,0,2,20,mlp,32,1,b,A100\nre,1,2,30,mlp,32,1,b,A100\nre,2,2,40,mlp,32,1,b,A100\n"
     )
-    result = parse_runs_file(io.StringIO(text))
-    assert result.skipped == []
-    by_id = {r.run_id: r for r in result.runs}
+    by_id = read_whole(text)
     gpt = by_id["gpt"]
     assert gpt.completed is True and len(gpt.epoch_times) == 5
     assert gpt.features["batch_size"] == 1024.0 and gpt.features["gpus"] == 16.0
