@@ -3,7 +3,10 @@
 Design goal: reporting must never hurt training. Every public method returns at
 once and never raises (but ``start()`` given a keyword it does not take: a
 ``TypeError`` at the call, before any training, as from any Python function); reports go through a small bounded queue to one daemon
-thread that POSTs them with short timeouts over one kept-alive connection. Each
+thread that POSTs them with short timeouts over one kept-alive connection; the thread
+ends once no report came for ``SENDER_IDLE_SECONDS`` and the next report starts it
+again, so a reporter left open (a notebook cell interrupted before ``end()``) costs
+no thread, and reporters open side by side (a sweep's and its trials') all report. Each
 report carries the whole state (run id, epoch, step, plan), so dropping one under
 pressure loses nothing but freshness: the queue drops its oldest entry when full,
 step reports are thinned to one per ``min_interval_seconds``, and after failures
@@ -76,6 +79,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -639,17 +643,35 @@ def deadline_connection(
     raise error if error is not None else OSError(f"no address for {host!r}")
 
 
-# Reporters whose sender runs: closed at interpreter exit, within EXIT_FLUSH_SECONDS
-# in all. A reporter leaves the set when it is closed, so none is kept alive by it.
+# Reporters started and not closed: closed at interpreter exit, within
+# EXIT_FLUSH_SECONDS in all, and disabled in a forked child. Weak: a reporter left
+# without ``end()`` (an interrupted notebook cell) is forgotten once its sender has
+# gone idle (SENDER_IDLE_SECONDS) and nothing else refers to it.
 EXIT_FLUSH_SECONDS = 1.0
-_OPEN: set[ProgressReporter] = set()
+# How long a sender thread waits for a report before it ends; the next report starts
+# one again. Why 5 s: a training reports at least every ``min_interval_seconds`` (1 s),
+# so its sender stays, while a reporter left open costs no thread for longer than
+# this; and the exporter closes a kept-alive connection idle for 10 s anyway.
+SENDER_IDLE_SECONDS = 5.0
+_OPEN: weakref.WeakSet[ProgressReporter] = weakref.WeakSet()
 _OPEN_LOCK = threading.Lock()
+_exit_deadline: float | None = None
+
+
+def exit_deadline() -> float:
+    """The monotonic time by which the exit hooks (this module's and the callbacks',
+    ``keras._end_deferred_at_exit``) stop waiting for reports: ``EXIT_FLUSH_SECONDS``
+    after the first of them asked, so the exit waits that long in all, not per hook."""
+    global _exit_deadline
+    if _exit_deadline is None:
+        _exit_deadline = time.monotonic() + EXIT_FLUSH_SECONDS
+    return _exit_deadline
 
 
 def _close_at_exit() -> None:
-    """Give every open reporter's queued reports ``EXIT_FLUSH_SECONDS`` in all to leave
-    (not each: ten open reporters would hold the exit ten times as long)."""
-    deadline = time.monotonic() + EXIT_FLUSH_SECONDS
+    """Give every open reporter's queued reports what is left of ``exit_deadline`` in
+    all (not each: ten open reporters would hold the exit ten times as long)."""
+    deadline = exit_deadline()
     with _OPEN_LOCK:
         reporters = list(_OPEN)
     for reporter in reporters:
@@ -663,43 +685,19 @@ atexit.register(_close_at_exit)
 def _forget_in_forked_child() -> None:
     """In a child forked from a process with open reporters (``os.fork``, a helper):
     each is disabled there. The child has their queues but not their sender threads,
-    so a report it queued was never sent and held its exit ``EXIT_FLUSH_SECONDS``; and
-    the run is the parent's to report. Their locks are made anew: a sender thread may
-    have held one when the process forked, and none would release it in the child."""
-    global _OPEN_LOCK
+    and the run is the parent's to report. Their locks are made anew: a sender thread
+    may have held one when the process forked, and none would release it in the child."""
+    global _OPEN_LOCK, _OPEN, _exit_deadline
     _OPEN_LOCK = threading.Lock()
+    _exit_deadline = None
     for reporter in list(_OPEN):
         with contextlib.suppress(Exception):
             reporter._forked()
-    _OPEN.clear()
+    _OPEN = weakref.WeakSet()
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows
     os.register_at_fork(after_in_child=_forget_in_forked_child)
-
-
-def _close_older(reporter: ProgressReporter) -> None:
-    """Close the process's open reporters of ``reporter``'s exporter and container,
-    without an end (``close``), before it starts: a notebook cell interrupted mid-run
-    never calls ``end()``, and each run again left a reporter and its sender behind.
-    Two reporters of one container can only replace each other's run in turn (the
-    exporter keeps one run a container), so the older one has nothing left to report;
-    one of another container or exporter is left alone."""
-    with _OPEN_LOCK:
-        older = [
-            r
-            for r in _OPEN
-            if r is not reporter and (r.url, r.container) == (reporter.url, reporter.container)
-        ]
-    for each in older:
-        log.info(
-            "gpu-eta: run %s left open in this process (no end(): an interrupted run?) "
-            "is closed; run %s reports for its container now",
-            each.run_id,
-            reporter.run_id,
-        )
-        each._silenced = True
-        each.close(0)
 
 
 class ProgressReporter:
@@ -760,6 +758,13 @@ class ProgressReporter:
         self._send_seconds = 0.0
         self._stats = {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0, "ignored": 0}
         self._failure_warnings = FailureWarnings()  # sender thread only
+        # after network failures, step reports are dropped until then (monotonic;
+        # sender thread, kept across its idle ends)
+        self._backoff_until = 0.0
+        self._failures = 0
+        # the sender: started by the first report queued, ended once idle for
+        # SENDER_IDLE_SECONDS (both under ``_cond``: a report queued as it ends starts
+        # the next one)
         self._thread: threading.Thread | None = None
         self._conn: http.client.HTTPConnection | None = None
         self._deadline = RequestDeadline()  # of the report being sent (``_send``)
@@ -817,11 +822,8 @@ class ProgressReporter:
                 )
                 self.url = None
                 return
-            self._thread = threading.Thread(target=self._run, name="gpu-eta-report", daemon=True)
-            _close_older(self)
             with _OPEN_LOCK:
                 _OPEN.add(self)
-            self._thread.start()
         except Exception as err:  # a bug here must not stop the training job
             self._target = None
             log.warning("gpu-eta: reporter not started (%r); progress not reported", err)
@@ -987,8 +989,7 @@ class ProgressReporter:
         fit before the deadline (``_next_report``): each report carries the whole state,
         and ``end()``'s is the one that matters. What is still queued at the deadline is
         counted dropped now, not by a sender thread that may never get to it."""
-        thread = self._thread
-        if thread is None:
+        if self._target is None:
             return
         with self._cond:
             self._flush_deadline = min(self._flush_deadline, deadline)
@@ -1002,8 +1003,9 @@ class ProgressReporter:
             self._queue.clear()
             self._refused = None  # refused: counted then, not again
             self._cond.notify_all()
-        thread.join(timeout=max(0.0, deadline - time.monotonic()) + grace_seconds)
-        self._thread = None
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()) + grace_seconds)
         with _OPEN_LOCK:
             _OPEN.discard(self)
 
@@ -1152,6 +1154,11 @@ class ProgressReporter:
                 self._stats["dropped"] += 1
             self._queue.append(data)
             self._cond.notify_all()
+            if self._thread is None:  # gone idle (``_next_report``), or none yet
+                self._thread = threading.Thread(
+                    target=self._run, name="gpu-eta-report", daemon=True
+                )
+                self._thread.start()
 
     def _forked(self) -> None:
         """Disable this reporter in a forked child (``_forget_in_forked_child``): no
@@ -1195,7 +1202,10 @@ class ProgressReporter:
 
     def _next_report(self) -> tuple[bytes, bool] | None:
         """The next report to send, waiting for one (and out any hold); None once
-        closing. The caller holds ``_cond``.
+        closing, or once none came for ``SENDER_IDLE_SECONDS``: the sender thread then
+        ends, and says so in ``_thread`` under ``_cond`` (the caller holds it), so that
+        the next report queued starts another (``_enqueue``). A reporter left open
+        without ``end()`` (an interrupted notebook cell) thus costs no thread.
 
         After a hold only the newest queued report is sent: each carries the whole
         state, so the older ones are superseded (counted dropped) rather than sent as a
@@ -1209,6 +1219,7 @@ class ProgressReporter:
         queued: ``close`` waited its flush timeout for it, and training must not wait
         longer.
         """
+        idle_since = time.monotonic()
         while True:
             now = time.monotonic()
             wait = self._hold_until - now
@@ -1232,8 +1243,16 @@ class ProgressReporter:
                 self._queue.clear()
                 self._refused = None
                 return None
-            waiting = self._queue or self._refused is not None
-            self._cond.wait(timeout=wait if waiting else None)
+            if self._queue or self._refused is not None:
+                self._cond.wait(timeout=wait)
+                idle_since = time.monotonic()
+                continue
+            idle = SENDER_IDLE_SECONDS - (now - idle_since)
+            if idle <= 0:
+                self._thread = None
+                self._drop_connection()
+                return None
+            self._cond.wait(timeout=max(idle, 0.0))
 
     def _hold(self, seconds: float, refused: tuple[bytes, bool]) -> None:
         """Send nothing for ``seconds`` (an answer's ``Retry-After`` to ``refused``;
@@ -1243,8 +1262,6 @@ class ProgressReporter:
             self._refused = refused
 
     def _run(self) -> None:
-        backoff_until = 0.0
-        failures = 0
         while True:
             with self._cond:
                 report = self._next_report()
@@ -1253,17 +1270,19 @@ class ProgressReporter:
                 self._inflight = True
             try:
                 cause = ""
-                if report[1] and time.monotonic() < backoff_until:
+                if report[1] and time.monotonic() < self._backoff_until:
                     result = "dropped"
                 else:
                     sending = time.monotonic()
                     result, cause = self._send(report)
                     self._send_seconds = time.monotonic() - sending
                 if result == "failed":  # 0.5 s, doubling to 30 s
-                    failures += 1
-                    backoff_until = time.monotonic() + min(30.0, 0.5 * 2 ** min(failures - 1, 6))
+                    self._failures += 1
+                    self._backoff_until = time.monotonic() + min(
+                        30.0, 0.5 * 2 ** min(self._failures - 1, 6)
+                    )
                 elif result != "dropped":
-                    failures = 0
+                    self._failures = 0
             except Exception as err:  # defensive: the sender thread must not die
                 result, cause = "failed", f"reporter error {_failure_cause(err)}"
             self._log_reachability(result, cause)
@@ -1271,7 +1290,7 @@ class ProgressReporter:
                 self._stats[result] += 1
                 self._inflight = False
                 self._cond.notify_all()
-        self._drop_connection()
+        self._drop_connection()  # closing; an idle end has dropped it under ``_cond``
 
     def _log_reachability(self, result: str, cause: str) -> None:
         """Warn that reports fail, and say when they arrive again, as seldom as

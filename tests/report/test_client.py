@@ -998,9 +998,7 @@ import atexit, time
 started = []
 atexit.register(lambda: print("exit took %.2f" % (time.monotonic() - started[0])))
 from gpu_eta_report import start
-# three containers': a new reporter closes an open one of its own container
-reporters = [start(epochs=3, url="http://127.0.0.1:{silent.port}/progress", container=f"c{{i}}")
-             for i in range(3)]
+reporters = [start(epochs=3, url="http://127.0.0.1:{silent.port}/progress") for _ in range(3)]
 for r in reporters:
     r.epoch_end(1)
 started.append(time.monotonic())
@@ -1015,18 +1013,24 @@ started.append(time.monotonic())
     assert 0.9 < took < 1.6, out.stdout
 
 
-def test_a_forked_child_neither_reports_the_parents_run_nor_waits_at_exit():
+@pytest.mark.parametrize("sender", ["running", "idle"])
+def test_a_forked_child_neither_reports_the_parents_run_nor_waits_at_exit(sender):
     """A child forked from a training process (a helper of its own, ``os.fork``)
     inherits the reporter but not its sender thread: a report it queued (it touched
     the reporter) held its exit for the whole second given to flush, and nothing could
     send it. The child's copies are disabled: it exits at once, sends nothing, and the
-    parent's run goes on."""
+    parent's run goes on. So too when the parent's sender had ended idle: the child's
+    report would start a sender of its own there."""
     server = RecordingServer()
+    idle = sender == "idle"
     code = f"""
 import os, sys, time
-from gpu_eta_report import start
+from gpu_eta_report import client, start
+client.SENDER_IDLE_SECONDS = {0.05 if idle else 5.0}
 r = start(epochs=2, url="http://127.0.0.1:{server.port}/progress", min_interval_seconds=0)
 r.step(1)
+while {idle} and r._thread is not None:
+    time.sleep(0.01)
 t0 = time.monotonic()
 pid = os.fork()
 if pid == 0:
@@ -1047,31 +1051,92 @@ r.end()
     assert [b["step"] for b in server.bodies] == [0, 1, 2, 2]
 
 
-def test_a_new_reporter_closes_the_open_one_of_its_container_left_by_an_interrupted_run(
-    listener, caplog
-):
-    """A notebook cell interrupted mid-training never calls ``end()``: run again, each
-    run left a reporter and its sender thread behind (five runs, five threads). Two
-    reporters of one container and exporter can only replace each other's run in turn
-    (the exporter keeps one a container), so a new one closes the older, without an
-    end: it did not finish. One for another container keeps reporting."""
-    caplog.set_level(logging.INFO, logger="gpu_eta.report")
-    address = dict(url=url(listener), source_address=POD.ip)
-    interrupted = start(epochs=10, **address)
-    interrupted.step(5)
-    other = start(epochs=10, container="sidecar", **address)
-    again = start(epochs=10, **address)
-    assert interrupted._thread is None and not interrupted.enabled
-    assert other._thread is not None and again._thread is not None
-    assert interrupted.run_id in caplog.text
-    interrupted.end()  # closed already: nothing sent
-    again.end()
-    other.close(0)
-    (p,) = [p for p in listener.store.snapshot() if p.container == "notebook"]
-    assert (p.run_id, p.ended_timestamp is not None) == (again.run_id, True)
+def test_reporters_open_side_by_side_all_report():
+    """A sweep's reporter stays open while each trial starts and ends one of its own
+    (same exporter, same container): the sweep's epoch ends and its end are sent, and
+    no reporter is disabled because another started."""
+    server = RecordingServer()
+    address = dict(url=f"http://127.0.0.1:{server.port}/progress", min_interval_seconds=0)
+    try:
+        outer = start(epochs=3, run_id="outer-sweep", **address)
+        for trial in range(3):
+            inner = start(epochs=1, steps_per_epoch=2, run_id=f"trial{trial}", **address)
+            inner.step(1)
+            inner.end()
+            outer.epoch_end(trial + 1)
+        assert outer.enabled
+        outer.end()
+    finally:
+        server.close()
+    sweep = [(b["event"], b["epoch"]) for b in server.bodies if b["run_id"] == "outer-sweep"]
+    assert sweep == [("start", 0), ("progress", 1), ("progress", 2), ("progress", 3), ("end", 3)]
+    assert outer.stats["sent"] == 5
 
 
-# -- the connection: what is retried, what is read ------------------------------------
+def _senders() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "gpu-eta-report"]
+
+
+def test_a_reporter_left_open_costs_no_thread_once_idle(monkeypatch):
+    """A notebook cell interrupted mid-training never calls ``end()``: its reporter's
+    sender thread ended once idle, so runs again leave no thread behind; a report
+    queued later starts one again and is sent."""
+    monkeypatch.setattr(client, "SENDER_IDLE_SECONDS", 0.2)
+    server = RecordingServer()
+    try:
+        before = len(_senders())
+        left = [start(epochs=10, url=f"http://127.0.0.1:{server.port}/progress") for _ in range(5)]
+        wait_for(lambda: len(_senders()) == before)
+        assert all(r._thread is None for r in left)
+        left[0].epoch_end(1)  # the sender again
+        left[0].end()
+    finally:
+        server.close()
+    first = [b["event"] for b in server.bodies if b["run_id"] == left[0].run_id]
+    assert first == ["start", "progress", "end"]
+    assert left[0].stats["sent"] == 3 and len(server.bodies) == 7
+
+
+def _epoch_end_after(r: ProgressReporter, epoch: int, seconds: float) -> None:
+    time.sleep(seconds)
+    r.epoch_end(epoch)
+
+
+def test_no_report_is_stranded_while_the_sender_ends_idle(monkeypatch):
+    """A report queued just as the sender thread gives up waiting is sent: the thread
+    ends, and the next report starts another, under one lock. Rounds of threads queue
+    epoch ends (always sent) while the sender ends idle at every empty queue; each
+    round's reports are all sent with no later report to start a sender for them."""
+    import threading
+
+    monkeypatch.setattr(client, "SENDER_IDLE_SECONDS", 0.0)
+    server = RecordingServer()
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads interleave as often as they can
+    try:
+        r = start(url=f"http://127.0.0.1:{server.port}/progress", queue_size=100_000)
+        for round_ in range(60):
+            threads = [
+                threading.Thread(target=_epoch_end_after, args=(r, 8 * round_ + i + 1, i * 2e-4))
+                for i in range(8)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            sent = 1 + 8 * (round_ + 1)  # the start and every epoch end so far
+            wait_for(lambda: r.stats["sent"] == sent, 3.0)  # noqa: B023 - waited for here
+        sys.setswitchinterval(switch)
+        r.end(flush_timeout_seconds=30)
+    finally:
+        sys.setswitchinterval(switch)
+        server.close()
+    assert r.stats == {"sent": 482, "rejected": 0, "failed": 0, "dropped": 0, "ignored": 0}
+    assert sorted(b["epoch"] for b in server.bodies if b["event"] == "progress") == list(
+        range(1, 481)
+    )
 
 
 def test_a_report_that_timed_out_is_not_sent_again():
