@@ -480,6 +480,31 @@ for e in (2, 3):  # a loop again, its last end held back at exit
 
 
 @needs("keras")
+def test_keras_fit_loops_held_end_outlives_another_reporter(journaling_listener):
+    """A loop of fits holds its last end back for a next fit; a reporter the script
+    starts meanwhile (its own evaluation run) neither closes the held one nor loses its
+    end: the loop's run ends at exit, complete."""
+    run(
+        journaling_listener,
+        keras_script()
+        + """
+import gpu_eta_report
+cb = GpuEtaCallback(batch_size=32)
+for e in range(3):
+    m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
+r = gpu_eta_report.start(epochs=1, steps_per_epoch=2, run_id="plain")
+r.step(2)
+r.end()
+""",
+    )
+    rows = last_rows(journaling_listener)
+    loop = [row for run_id, row in rows.items() if run_id != "plain"][-1]
+    assert (loop["epoch"], loop["epochs"], loop["step"], loop["steps"]) == (3, 3, 6, 6)
+    assert loop["ended_timestamp"] is not None
+    assert rows["plain"]["ended_timestamp"] is not None
+
+
+@needs("keras")
 def test_keras_fit_loop_keeps_the_plan_the_user_stated(journaling_listener):
     """``GpuEtaCallback(epochs=4)`` in a loop of one-epoch fits: the loop's plan, which
     no fit's own (``epochs=e + 1``) replaces when it continues the run."""
