@@ -97,6 +97,24 @@ def _end_deferred_at_exit() -> None:
 atexit.register(_end_deferred_at_exit)
 
 
+def _forget_deferred_in_forked_child() -> None:
+    """In a child forked while fits' ends are held back: none is the child's to send
+    (the held reporters are disabled there, ``client._forget_in_forked_child``), and no
+    timer thread runs there. Each such callback gets a new lock (the parent's timer
+    thread may have held it at the fork, and nothing would release it in the child),
+    and the registry is a new one, so the child's exit hook waits for nothing."""
+    global _DEFERRING
+    for callback in list(_DEFERRING):
+        with contextlib.suppress(Exception):
+            callback._lock = threading.Lock()
+            callback._end_timer = None
+    _DEFERRING = weakref.WeakSet()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_forget_deferred_in_forked_child)
+
+
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
     """Reports ``epochs`` and ``steps`` from ``self.params``, plus the epoch logs."""
 

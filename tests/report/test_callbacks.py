@@ -505,6 +505,50 @@ r.end()
 
 
 @needs("keras")
+def test_a_child_forked_while_a_fit_loops_end_is_held_exits_at_once(journaling_listener):
+    """A child forked (``os.fork``) while a loop of fits holds its end back, at a moment
+    the callback's lock is held (the parent's timer thread sending the end): the child
+    leaving by ``sys.exit`` ran the exit hook for held ends, which waited for that
+    lock for good. The child has no held end of its own to send: it exits, and the
+    parent's run still ends at its exit."""
+    out = run(
+        journaling_listener,
+        keras_script()
+        + """
+import os, sys, threading, time
+cb = GpuEtaCallback(batch_size=32)
+for e in range(2):
+    m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
+taken, fork_done = threading.Event(), threading.Event()
+def timer_like():  # as the timer thread does in _end_deferred
+    with cb._lock:
+        taken.set()
+        fork_done.wait()
+threading.Thread(target=timer_like).start()
+taken.wait()
+t0 = time.monotonic()
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)
+fork_done.set()
+for _ in range(2000):  # 20 s: its exit alone takes 1 s here (torch's hooks)
+    if os.waitpid(pid, os.WNOHANG)[0]:
+        print("CHILD EXITED %.2f" % (time.monotonic() - t0))
+        break
+    time.sleep(0.01)
+else:
+    print("CHILD HUNG")
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+""",
+    )
+    (line,) = [line for line in out.splitlines() if line.startswith("CHILD")]
+    assert line.startswith("CHILD EXITED"), out
+    (loop,) = [row for row in last_rows(journaling_listener).values() if row["epochs"] == 2]
+    assert (loop["epoch"], loop["ended_timestamp"] is not None) == (2, True)
+
+
+@needs("keras")
 def test_keras_fit_loop_keeps_the_plan_the_user_stated(journaling_listener):
     """``GpuEtaCallback(epochs=4)`` in a loop of one-epoch fits: the loop's plan, which
     no fit's own (``epochs=e + 1``) replaces when it continues the run."""
