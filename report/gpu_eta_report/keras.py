@@ -47,7 +47,7 @@ import weakref
 from typing import Any
 
 from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
-from gpu_eta_report.client import EXIT_FLUSH_SECONDS, ProgressReporter
+from gpu_eta_report.client import ProgressReporter, exit_deadline
 
 # How long the end of a fit in a loop of fits waits for the next fit to continue its
 # run. Why a minute: the script's own work between two fits (an evaluation, a
@@ -86,9 +86,11 @@ _DEFERRING: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _end_deferred_at_exit() -> None:
-    """Send the ends still held back, within ``EXIT_FLUSH_SECONDS`` in all. Registered
-    after the client's exit hook, so it runs before it (atexit runs the last first)."""
-    deadline = time.monotonic() + EXIT_FLUSH_SECONDS
+    """Send the ends still held back, by the exit deadline the client's exit hook
+    shares (``client.exit_deadline``: ``EXIT_FLUSH_SECONDS`` for both hooks in all, not
+    each). Registered after the client's hook, so it runs before it (atexit runs the
+    last first)."""
+    deadline = exit_deadline()
     for callback in list(_DEFERRING):
         with contextlib.suppress(Exception):
             callback._end_deferred(max(0.0, deadline - time.monotonic()))

@@ -549,6 +549,35 @@ else:
 
 
 @needs("keras")
+def test_a_held_end_and_an_open_reporter_hold_the_exit_one_second_in_all(listener):
+    """At exit a loop of fits' held end and another reporter left open, both towards an
+    exporter that never answers: the exit hooks (the callback's, then the client's)
+    wait ``EXIT_FLUSH_SECONDS`` in all, not each in turn (2.1 s)."""
+    out = run(
+        listener,
+        """
+import atexit, socket, time
+stamps = []
+atexit.register(lambda: print("EXIT HOOKS %.2f" % (time.monotonic() - stamps[0])))
+silent = socket.create_server(("127.0.0.1", 0))  # takes connections, never answers
+url = f"http://127.0.0.1:{silent.getsockname()[1]}/progress"
+"""
+        + keras_script()
+        + """
+import gpu_eta_report
+cb = GpuEtaCallback(url=url, batch_size=32, timeout_seconds=3)
+for e in range(2):
+    m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
+r = gpu_eta_report.start(url=url, epochs=3, timeout_seconds=3)
+r.epoch_end(1)
+atexit.register(lambda: stamps.append(time.monotonic()))  # runs first
+""",
+    )
+    took = float(out.split("EXIT HOOKS")[1].split()[0])
+    assert 0.9 < took < 1.6, out
+
+
+@needs("keras")
 def test_keras_fit_loop_keeps_the_plan_the_user_stated(journaling_listener):
     """``GpuEtaCallback(epochs=4)`` in a loop of one-epoch fits: the loop's plan, which
     no fit's own (``epochs=e + 1``) replaces when it continues the run."""
