@@ -1155,10 +1155,9 @@ class ProgressReporter:
             self._queue.append(data)
             self._cond.notify_all()
             if self._thread is None:  # gone idle (``_next_report``), or none yet
-                self._thread = threading.Thread(
-                    target=self._run, name="gpu-eta-report", daemon=True
-                )
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="gpu-eta-report", daemon=True)
+                thread.start()  # set once started: one that failed to is tried again
+                self._thread = thread
 
     def _forked(self) -> None:
         """Disable this reporter in a forked child (``_forget_in_forked_child``): no
@@ -1252,7 +1251,7 @@ class ProgressReporter:
                 self._thread = None
                 self._drop_connection()
                 return None
-            self._cond.wait(timeout=max(idle, 0.0))
+            self._cond.wait(timeout=idle)
 
     def _hold(self, seconds: float, refused: tuple[bytes, bool]) -> None:
         """Send nothing for ``seconds`` (an answer's ``Retry-After`` to ``refused``;

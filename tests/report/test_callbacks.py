@@ -110,6 +110,20 @@ m.compile(optimizer="sgd", loss="mse")
 """
 
 
+def keras_fit_loop(fits: int, options: str = "") -> str:
+    """``keras_script``, then ``cb = GpuEtaCallback(batch_size=32<options>)`` trained
+    by a loop of ``fits`` one-epoch fits (from the second on, each continues the run
+    and holds its end back for the next)."""
+    return (
+        keras_script()
+        + f"""
+cb = GpuEtaCallback(batch_size=32{options})
+for e in range({fits}):
+    m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
+"""
+    )
+
+
 def hf_script(output_dir: Path) -> str:
     """A script's opening for the HF tests: ``DS`` (64 samples), ``M`` (a two-class
     linear model) and ``args(**changes)``, the tests' ``TrainingArguments`` (batches of
@@ -486,12 +500,9 @@ def test_keras_fit_loops_held_end_outlives_another_reporter(journaling_listener)
     end: the loop's run ends at exit, complete."""
     run(
         journaling_listener,
-        keras_script()
+        keras_fit_loop(3)
         + """
 import gpu_eta_report
-cb = GpuEtaCallback(batch_size=32)
-for e in range(3):
-    m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
 r = gpu_eta_report.start(epochs=1, steps_per_epoch=2, run_id="plain")
 r.step(2)
 r.end()
@@ -505,7 +516,7 @@ r.end()
 
 
 @needs("keras")
-def test_a_child_forked_while_a_fit_loops_end_is_held_exits_at_once(journaling_listener):
+def test_a_child_forked_while_a_fit_loops_end_is_held_exits(journaling_listener):
     """A child forked (``os.fork``) while a loop of fits holds its end back, at a moment
     the callback's lock is held (the parent's timer thread sending the end): the child
     leaving by ``sys.exit`` ran the exit hook for held ends, which waited for that
@@ -513,12 +524,9 @@ def test_a_child_forked_while_a_fit_loops_end_is_held_exits_at_once(journaling_l
     parent's run still ends at its exit."""
     out = run(
         journaling_listener,
-        keras_script()
+        keras_fit_loop(2)
         + """
 import os, sys, threading, time
-cb = GpuEtaCallback(batch_size=32)
-for e in range(2):
-    m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
 taken, fork_done = threading.Event(), threading.Event()
 def timer_like():  # as the timer thread does in _end_deferred
     with cb._lock:
@@ -562,12 +570,9 @@ atexit.register(lambda: print("EXIT HOOKS %.2f" % (time.monotonic() - stamps[0])
 silent = socket.create_server(("127.0.0.1", 0))  # takes connections, never answers
 url = f"http://127.0.0.1:{silent.getsockname()[1]}/progress"
 """
-        + keras_script()
+        + keras_fit_loop(2, ", url=url, timeout_seconds=3")
         + """
 import gpu_eta_report
-cb = GpuEtaCallback(url=url, batch_size=32, timeout_seconds=3)
-for e in range(2):
-    m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
 r = gpu_eta_report.start(url=url, epochs=3, timeout_seconds=3)
 r.epoch_end(1)
 atexit.register(lambda: stamps.append(time.monotonic()))  # runs first
