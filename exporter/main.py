@@ -22,13 +22,13 @@ import enum
 import importlib.util
 import logging
 import os
-import signal
 import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES
+from gpu_eta.common.stop_signals import StopSignals
 from gpu_eta.exporter.collectors import ExporterError, registry
 from gpu_eta.exporter.config import (
     DEFAULT_KUBE_MAX_PODS,
@@ -355,7 +355,7 @@ def main(argv: Sequence[str] | None = None, stop: threading.Event | None = None)
 def _run(runtime: Any, stop: threading.Event | None) -> int:
     cfg = runtime.cfg
     stop = stop or threading.Event()
-    previous = _install_signals(stop)
+    signals = StopSignals().install()
     try:
         runtime.start()
         log.info(
@@ -365,34 +365,15 @@ def _run(runtime: Any, stop: threading.Event | None) -> int:
             runtime.metrics_address(),
             ", ".join(n for n in registry.registered() if cfg.enabled(n)) or "none",
         )
-        # a timed wait: a SIGTERM the kernel hands to another thread only flags the
-        # handler, and an untimed wait would never return to run it (the pod would be
-        # killed at its grace period, its progress state unsaved)
-        while not stop.wait(1.0):
+        # a timed wait: a SIGTERM is seen within a second, whichever thread the kernel
+        # hands it to (common/stop_signals.py: the handler takes no lock)
+        while not signals.stopped(stop):
             pass
         log.info("shutting down")
     finally:
         runtime.stop()
-        _restore_signals(previous)
+        signals.restore()
     return ExitCode.OK
-
-
-def _install_signals(stop: threading.Event) -> dict[int, Any]:
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is not threading.main_thread():
-        return previous
-
-    def handler(signum: int, frame: Any) -> None:
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        previous[sig] = signal.signal(sig, handler)
-    return previous
-
-
-def _restore_signals(previous: dict[int, Any]) -> None:
-    for sig, old in previous.items():
-        signal.signal(sig, old)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,7 +16,6 @@ import importlib
 import importlib.util
 import logging
 import math
-import signal
 import sys
 import threading
 import time
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING
 # numpy, ...) comes with the extras, imported once the command is known to have them
 # (``missing_extra``).
 from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES, parse_gpu_resources
+from gpu_eta.common.stop_signals import StopSignals
 from gpu_eta.forecaster.config import (
     Config,
     ConfigError,
@@ -627,11 +627,10 @@ def serve(config: Config) -> int:
                 f"cannot listen on {config.listen_address}: {err.strerror or err}"
             ) from None
         log.info("serving /metrics on %s:%d, Prometheus %s", host, http.port, client.safe_url)
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+        stop = threading.Event()  # set by nothing but a test; the signals are polled
+        signals = StopSignals().install()  # a handler taking no lock (common/stop_signals)
         service.start()
-        while not stop.wait(1.0):
+        while not signals.stopped(stop):
             pass
         service.stop()
         http.stop()
