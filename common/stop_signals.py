@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -45,8 +46,13 @@ class StopSignals:
             signal.signal(sig, old)
         self._previous.clear()
 
-    def stopped(self, stop: threading.Event, seconds: float = 1.0) -> bool:
-        """Wait up to ``seconds`` for ``stop`` (another thread's, a test's); True once it
-        is set or a stop signal was caught. A signal arriving during the wait is seen
-        when it ends, within ``seconds``."""
-        return bool(self.caught) or stop.wait(seconds) or bool(self.caught)
+    def stopped(self, stop: threading.Event | None = None, seconds: float = 1.0) -> bool:
+        """Wait up to ``seconds`` for ``stop`` (another thread's, a test's; None: only
+        the signals stop the loop); True once it is set or a stop signal was caught. A
+        signal arriving during the wait is seen when it ends, within ``seconds``."""
+        if self.caught:
+            return True
+        if stop is None:
+            time.sleep(seconds)
+            return bool(self.caught)
+        return stop.wait(seconds) or bool(self.caught)

@@ -17,7 +17,6 @@ import importlib.util
 import logging
 import math
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -627,10 +626,9 @@ def serve(config: Config) -> int:
                 f"cannot listen on {config.listen_address}: {err.strerror or err}"
             ) from None
         log.info("serving /metrics on %s:%d, Prometheus %s", host, http.port, client.safe_url)
-        stop = threading.Event()  # set by nothing but a test; the signals are polled
         signals = StopSignals().install()  # a handler taking no lock (common/stop_signals)
         service.start()
-        while not signals.stopped(stop):
+        while not signals.stopped():
             pass
         service.stop()
         http.stop()

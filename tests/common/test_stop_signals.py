@@ -60,11 +60,11 @@ def test_another_threads_stop_still_ends_the_wait_at_once() -> None:
 def test_a_signal_stops_a_polling_loop_within_a_second(sig: int) -> None:
     """The real signal, to a process polling as the services do."""
     code = (
-        "import threading, sys\n"
+        "import sys\n"
         "from gpu_eta.common.stop_signals import StopSignals\n"
-        "s = StopSignals().install(); stop = threading.Event()\n"
+        "s = StopSignals().install()\n"
         "print('ready', flush=True)\n"
-        "while not s.stopped(stop):\n"
+        "while not s.stopped():\n"
         "    pass\n"
         "print(s.caught, flush=True)\n"
     )
