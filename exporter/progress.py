@@ -734,12 +734,13 @@ def advance(
         return old if new is None else new
 
     ends = report.event == "end" and not new_run
-    epoch = pick(report.epoch, base.epoch)
+    reported = _epoch_beyond(base, report.epoch)
+    epoch = pick(reported, base.epoch)
     epoch_end = base.epoch_end_timestamp
     # the epoch held back (none in a new run's base), kept until a report names an
-    # epoch of its own
+    # epoch beyond it
     held_epoch, held_at = base.held_epoch, base.held_epoch_timestamp
-    if report.epoch is not None:
+    if reported is not None:
         held_epoch = held_at = None
     if ends and held_epoch is not None:
         epoch, epoch_end = held_epoch, held_at  # the run ends at it, as it was reported
@@ -755,17 +756,17 @@ def advance(
     if step is not None and steps is not None and step > steps:
         raise InvalidReport(f"step {step:g} > steps {steps:g} of run {base.run_id}")
     metrics, removed_metrics = merged_metrics(base.metrics, base.removed_metrics, report)
-    if report.epoch is not None and prev_epoch is not None and report.epoch > prev_epoch:
+    if reported is not None and prev_epoch is not None and reported > prev_epoch:
         if (
             epoch_end is None  # the run's first end
             or report.event == "end"  # its last progress, published as it is
-            or stamps_epoch_end(prev_epoch, report.epoch, epochs)
+            or stamps_epoch_end(prev_epoch, reported, epochs)
         ):
             epoch_end = now
         else:  # held: the published epoch stays the one its end time is of
             epoch = prev_epoch
-            held_epoch, held_at = report.epoch, now
-    elif report.epoch is not None and prev_epoch is None and report.epoch > 0 and epoch_end is None:
+            held_epoch, held_at = reported, now
+    elif reported is not None and prev_epoch is None and reported > 0 and epoch_end is None:
         epoch_end = now  # first word we hear of this run already counts an epoch
     return Progress(
         namespace=namespace,
@@ -788,6 +789,24 @@ def advance(
         held_epoch=held_epoch,
         held_epoch_timestamp=held_at,
     )
+
+
+def _epoch_beyond(base: Progress, epoch: float | None) -> float | None:
+    """``epoch`` when it is beyond the epoch ``base`` reached (its epoch held back, else
+    its published one), else None: the report leaves the run's epoch as it was. Pure.
+
+    Why: an epoch not beyond what the run reached says nothing new of its progress
+    (a retried POST arriving late, an ``end`` naming the epoch last reported, a loop
+    that reports its evaluation pass by an earlier epoch). Taken, a lower epoch would
+    be published beside the end time of a later one (a pair the forecaster reads as
+    reached then), and a repeated held epoch would move its time to the repeat's.
+    A run whose counter really goes back is a new run when it names none
+    (``starts_new_run``); a named run keeps the epoch it reached until it passes it.
+    """
+    if epoch is None:
+        return None
+    reached = base.held_epoch if base.held_epoch is not None else base.epoch
+    return epoch if reached is None or epoch > reached else None
 
 
 def ended_by_exit(progress: Progress, now: float) -> Progress | None:

@@ -328,6 +328,45 @@ def test_an_end_without_an_epoch_publishes_the_epoch_held_back(last: Report) -> 
     assert ended.ended_timestamp == NOW + 30 and ended.epochs == 3
 
 
+def test_an_epoch_held_back_keeps_the_time_it_was_reported() -> None:
+    """A report repeating the epoch held back (a retried POST, an ``end`` naming the
+    last epoch the run already reported) keeps the time that epoch was first reported:
+    the run reached it then, and an ``end`` that names it publishes the pair a bare
+    ``end`` would."""
+    p = _adv(None, Report(run_id="r", epoch=0.5, epochs=3, step=5), NOW)
+    p = _adv(p, Report(run_id="r", epoch=0.501, step=6), NOW + 10)
+    again = _adv(p, Report(run_id="r", epoch=0.501, step=7), NOW + 20)
+    assert (again.held_epoch, again.held_epoch_timestamp, again.step) == (0.501, NOW + 10, 7)
+    for held in (p, again):
+        ended = _adv(held, Report(run_id="r", event="end", epoch=0.501), NOW + 30)
+        assert (ended.epoch, ended.epoch_end_timestamp) == (0.501, NOW + 10)
+        assert ended.held_epoch is None and ended.ended_timestamp == NOW + 30
+
+
+def test_a_run_reporting_a_lower_epoch_keeps_the_one_it_reached() -> None:
+    """A named run's report below the epoch it reached (a late retried POST, a loop that
+    reports its evaluation pass by an earlier epoch) changes neither the published epoch
+    nor its end time, nor the epoch held back: published beside the later end time, a
+    lower epoch would pair it with a time it was not reached at. Its other fields are
+    taken."""
+    p = _adv(None, Report(run_id="r", epoch=0, epochs=10), NOW)
+    p = _adv(p, Report(run_id="r", epoch=5), NOW + 50)
+    low = _adv(p, Report(run_id="r", epoch=3, step=30, metrics={"loss": 0.5}), NOW + 60)
+    assert (low.epoch, low.epoch_end_timestamp, low.step) == (5, NOW + 50, 30)
+    assert dict(low.metrics) == {"loss": 0.5} and low.last_report_timestamp == NOW + 60
+    held = _adv(p, Report(run_id="r", epoch=5.001), NOW + 70)
+    assert (held.epoch, held.held_epoch) == (5, 5.001)
+    for epoch in (5, 4):  # the published epoch, one below it: the held one stays
+        kept = _adv(held, Report(run_id="r", epoch=epoch), NOW + 80)
+        assert (kept.epoch, kept.held_epoch, kept.held_epoch_timestamp) == (5, 5.001, NOW + 70)
+    ended = _adv(held, Report(run_id="r", event="end", epoch=4), NOW + 90)
+    assert (ended.epoch, ended.epoch_end_timestamp, ended.ended_timestamp) == (
+        5.001,
+        NOW + 70,
+        NOW + 90,
+    )
+
+
 def test_a_planless_run_ends_at_the_epoch_held_back() -> None:
     """Without a plan the end's totals are what the run reached (``_reached_totals``):
     the epoch held back, not the one last published; so too when its pod's exit ends
@@ -430,7 +469,7 @@ def test_new_run_when_counter_goes_back_or_plan_changes():
 def test_named_runs_decide_alone_and_inconsistent_merge_is_refused():
     a = _adv(None, Report(run_id="r1", epoch=3, epochs=10), NOW)
     same = _adv(a, Report(run_id="r1", epoch=2), NOW + 1)  # named run: no heuristics
-    assert same.run_id == "r1" and same.epoch == 2
+    assert same.run_id == "r1" and (same.epoch, same.epoch_end_timestamp) == (3, NOW)
     b = _adv(same, Report(run_id="r2", epoch=0, epochs=10), NOW + 2)
     assert b.run_id == "r2" and b.run_start_timestamp == NOW + 2
     with pytest.raises(InvalidReport):
