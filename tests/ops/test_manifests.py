@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ COMPONENTS = {
     "openshift": "components/openshift",
     "system-node-critical": "components/system-node-critical",
     "egress-networkpolicies": "components/egress-networkpolicies",
+    "egress-networkpolicies-openshift": "components/egress-networkpolicies-openshift",
 }
 _COMBOS: dict[str, list[dict]] = {}
 
@@ -87,6 +89,7 @@ def test_kustomizations_found() -> None:
         "manifests/components/openshift",
         "manifests/components/system-node-critical",
         "manifests/components/egress-networkpolicies",
+        "manifests/components/egress-networkpolicies-openshift",
         "grafana",
         "rules",
     } <= names
@@ -753,6 +756,8 @@ DEFAULT_DENY = {
 }
 DNS = k8s.Endpoint("kube-system", {"k8s-app": "kube-dns"})
 PROMETHEUS = k8s.Endpoint("monitoring", {"app.kubernetes.io/name": "prometheus"})
+# NodeLocal DNSCache's link-local address, where kubelet's clusterDNS points at it
+NODELOCAL_DNS = k8s.Endpoint(ip="169.254.20.10")
 # the API server: the kubernetes Service's address, then a control-plane node's
 API_SERVER = [(k8s.Endpoint(ip="10.96.0.1"), 443), (k8s.Endpoint(ip="192.168.1.10"), 6443)]
 
@@ -776,6 +781,10 @@ def _egress_needs(objects: list[dict]) -> dict[str, bool]:
     needs = {
         "exporter dns udp": out(exporter, DNS, 53, "UDP"),
         "exporter dns tcp": out(exporter, DNS, 53),
+        "exporter nodelocal dns": out(exporter, NODELOCAL_DNS, 53, "UDP")
+        and out(exporter, NODELOCAL_DNS, 53),
+        "forecaster nodelocal dns": out(source, NODELOCAL_DNS, 53, "UDP")
+        and out(source, NODELOCAL_DNS, 53),
         "exporter api server": all(out(exporter, d, p) for d, p in API_SERVER),
         "forecaster dns": out(source, DNS, 53, "UDP") and out(source, DNS, 53),
         "forecaster prometheus": out(source, PROMETHEUS, 9090),
@@ -792,6 +801,7 @@ def _egress_needs(objects: list[dict]) -> dict[str, bool]:
     needs["not: exporter prometheus"] = not out(exporter, PROMETHEUS, 9090)
     needs["not: forecaster api server"] = not out(source, *API_SERVER[1])
     needs["not: forecaster tenant 9090"] = not out(source, k8s.Endpoint("team-a", {}), 9090)
+    needs["not: dns elsewhere"] = not out(source, k8s.Endpoint(ip="8.8.8.8"), 53, "UDP")
     return needs
 
 
@@ -823,6 +833,128 @@ def test_chart_egress_value_lets_the_same_connections_out() -> None:
         )
         needs = _egress_needs(objects)
         assert all(needs.values()), (mode, [k for k, v in needs.items() if not v])
+
+
+OPENSHIFT_DNS = k8s.Endpoint(
+    "openshift-dns", {"dns.operator.openshift.io/daemonset-dns": "default"}
+)
+THANOS_QUERIER = k8s.Endpoint("openshift-monitoring", {"app.kubernetes.io/name": "thanos-query"})
+
+
+def _openshift_egress(objects: list[dict]) -> dict[str, bool]:
+    """OpenShift's connections under a default deny: its DNS pods answer on 5353 (the
+    dns-default Service's 53 is rewritten to it before a policy sees it), and the
+    forecaster queries thanos-querier's 9091 in openshift-monitoring."""
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"] + [DEFAULT_DENY]
+    exporter = k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-exporter"})
+    source = k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-forecaster"})
+
+    def out(src: k8s.Endpoint, dest: k8s.Endpoint, port: int, protocol: str = "TCP") -> bool:
+        return k8s.egress_allowed(policies, src, dest, port, protocol)
+
+    return {
+        "exporter dns": out(exporter, OPENSHIFT_DNS, 5353, "UDP")
+        and out(exporter, OPENSHIFT_DNS, 5353),
+        "forecaster dns": out(source, OPENSHIFT_DNS, 5353, "UDP")
+        and out(source, OPENSHIFT_DNS, 5353),
+        "forecaster thanos-querier": out(source, THANOS_QUERIER, 9091),
+        "not: exporter thanos-querier": not out(exporter, THANOS_QUERIER, 9091),
+        "not: forecaster openshift-dns 9091": not out(source, OPENSHIFT_DNS, 9091),
+    }
+
+
+def test_egress_on_openshift_reaches_its_dns_and_thanos_querier(tmp_path: Path) -> None:
+    """OpenShift with egress denied by default: the egress component alone leaves the
+    forecaster without DNS (openshift-dns' pods, port 5353) and thanos-querier (9091 in
+    openshift-monitoring, the chart's OpenShift default); with
+    components/egress-networkpolicies-openshift both pass, and the chart's
+    ``openshift.enabled`` with ``networkPolicy.egress.enabled`` renders the same."""
+    plain = _combo(tmp_path, ("openshift", "egress-networkpolicies"))
+    assert not _openshift_egress(plain)["forecaster thanos-querier"]
+    assert not _openshift_egress(plain)["forecaster dns"]
+    objects = _combo(
+        tmp_path, ("openshift", "egress-networkpolicies", "egress-networkpolicies-openshift")
+    )
+    needs = {**_openshift_egress(objects), **_egress_needs(objects)}
+    assert all(needs.values()), [k for k, v in needs.items() if not v]
+    chart = k8s.helm_template(
+        {"openshift": {"enabled": True}, "networkPolicy": {"egress": {"enabled": True}}}
+    )
+    needs = {**_openshift_egress(chart), **_egress_needs(chart)}
+    assert all(needs.values()), [k for k, v in needs.items() if not v]
+
+
+@pytest.mark.parametrize(
+    ("url", "reached", "not_reached"),
+    [
+        (
+            "http://vmsingle-vm.victoria.svc:8428",
+            (k8s.Endpoint("victoria", {"app": "vmsingle"}), 8428),
+            (k8s.Endpoint("team-a", {"app": "db"}), 8428),
+        ),
+        (
+            "http://mimir-gateway.mimir.svc.cluster.local/prometheus",
+            (k8s.Endpoint("mimir", {"app": "gateway"}), 80),
+            (k8s.Endpoint("mimir", {"app": "gateway"}), 8080),
+        ),
+        (
+            "http://prometheus:9090",  # a Service in the release's own namespace
+            (k8s.Endpoint("gpu-eta", {"app": "prometheus"}), 9090),
+            (k8s.Endpoint("team-a", {}), 9090),
+        ),
+        (
+            "http://10.20.30.40:9090",
+            (k8s.Endpoint(ip="10.20.30.40"), 9090),
+            (k8s.Endpoint(ip="10.20.30.41"), 9090),
+        ),
+        (
+            "https://prometheus.example.org",  # outside the cluster: any address, its port
+            (k8s.Endpoint(ip="203.0.113.5"), 443),
+            (k8s.Endpoint(ip="203.0.113.5"), 5432),
+        ),
+    ],
+    ids=["victoriametrics", "mimir-default-port", "same-namespace", "ip", "outside"],
+)
+def test_chart_egress_lets_the_forecaster_reach_the_prometheus_its_url_names(
+    url: str, reached: tuple[k8s.Endpoint, int], not_reached: tuple[k8s.Endpoint, int]
+) -> None:
+    """``forecaster.prometheusUrl`` elsewhere than port 9090 in the scraper's
+    namespaces: the chart's egress policies let the forecaster reach the URL's port
+    (the scheme's when it names none) where the URL points (its namespace for a
+    Service name, its address for an IP, any address for a name outside the cluster),
+    and only that; ``networkPolicy.egress.prometheusPorts`` names the pod's ports
+    where a Service maps its port to another."""
+    values = {"networkPolicy": {"egress": {"enabled": True}}, "forecaster": {"prometheusUrl": url}}
+    policies = [o for o in k8s.helm_template(values) if o["kind"] == "NetworkPolicy"]
+    policies.append(DEFAULT_DENY)
+    source = k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-forecaster"})
+    assert k8s.egress_allowed(policies, source, *reached)
+    assert not k8s.egress_allowed(policies, source, *not_reached)
+    mapped = {**values, "networkPolicy": {"egress": {"enabled": True, "prometheusPorts": [8080]}}}
+    policies = [o for o in k8s.helm_template(mapped) if o["kind"] == "NetworkPolicy"]
+    policies.append(DEFAULT_DENY)
+    assert k8s.egress_allowed(policies, source, reached[0], 8080)
+    assert not k8s.egress_allowed(policies, source, *reached) or reached[1] == 8080
+
+
+def test_docs_kustomize_prometheus_egress_snippet_adds_only_its_port(tmp_path: Path) -> None:
+    """docs/deploy.md's policy for a Prometheus elsewhere, beside the egress component:
+    the forecaster reaches the namespace and port it names, and nothing else opens."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    (block,) = [
+        b
+        for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+        if "prometheus-egress.yaml" in b
+    ]
+    snippet = yaml.safe_load(textwrap.dedent(block))
+    objects = [*_combo(tmp_path, ("egress-networkpolicies",)), snippet]
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"] + [DEFAULT_DENY]
+    source = k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-forecaster"})
+    victoria = k8s.Endpoint("victoria", {"app": "vmsingle"})
+    assert k8s.egress_allowed(policies, source, victoria, 8428)
+    assert not k8s.egress_allowed(policies, source, victoria, 5432)
+    assert not k8s.egress_allowed(policies, source, k8s.Endpoint("team-a", {}), 8428)
+    assert all(_egress_needs(objects).values())
 
 
 def _settings_snippet() -> str:

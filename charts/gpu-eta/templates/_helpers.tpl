@@ -56,6 +56,49 @@ Prometheus' namespace, openshift-monitoring. */}}
       podSelector:
         matchLabels:
           k8s-app: kube-dns
+    - ipBlock:
+        cidr: 169.254.20.10/32  # NodeLocal DNSCache, where kubelet's clusterDNS is it
+{{- end -}}
+
+{{/*
+The forecaster's egress rule to the Prometheus its URL names, as JSON ({} when the
+policy for port 9090 in the scraper's namespaces already allows it): the URL's port
+(the scheme's when it names none; networkPolicy.egress.prometheusPorts where a
+Service maps its port to another on its pods, since a policy sees the pod's port),
+to the URL's namespace for a Service name (<name>.<namespace>.svc...), the release's
+namespace for a bare name, the address for an IP, any address for any other name
+(outside the cluster, or a short <name>.<namespace> the policy cannot tell apart).
+*/}}
+{{- define "gpu-eta.prometheusEgress" -}}
+{{- $url := (include "gpu-eta.prometheusAccess" . | fromJson).url -}}
+{{- $u := urlParse $url -}}
+{{- $host := $u.hostname -}}
+{{- $port := regexFind "[0-9]+$" (regexFind ":[0-9]+$" $u.host) -}}
+{{- if not $port }}{{ $port = ternary "443" "80" (eq $u.scheme "https") }}{{ end -}}
+{{- $ports := list (int $port) -}}
+{{- with .Values.networkPolicy.egress.prometheusPorts }}{{ $ports = . }}{{ end -}}
+{{- $to := list -}}
+{{- $ns := "" -}}
+{{- if regexMatch "^[0-9]+([.][0-9]+){3}$" $host -}}
+{{- $to = list (dict "ipBlock" (dict "cidr" (printf "%s/32" $host))) -}}
+{{- else if contains ":" $host -}}
+{{- $to = list (dict "ipBlock" (dict "cidr" (printf "%s/128" $host))) -}}
+{{- else if regexMatch "^[^.]+[.][^.]+[.]svc([.]|$)" $host -}}
+{{- $ns = index (splitList "." $host) 1 -}}
+{{- else if not (contains "." $host) -}}
+{{- $ns = .Release.Namespace -}}
+{{- end -}}
+{{- if $ns }}{{ $to = list (dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" $ns))) }}{{ end -}}
+{{- $covered := false -}}
+{{- if and $ns (eq (toJson $ports) "[9090]") -}}
+{{- range .Values.networkPolicy.scraperNamespaceSelectors -}}
+{{- if eq (toJson .) (toJson (dict "matchLabels" (dict "kubernetes.io/metadata.name" $ns))) }}{{ $covered = true }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- $rule := dict "ports" (list) -}}
+{{- range $ports }}{{ $_ := set $rule "ports" (append $rule.ports (dict "port" (int .) "protocol" "TCP")) }}{{ end -}}
+{{- if $to }}{{ $_ := set $rule "to" $to }}{{ end -}}
+{{- ternary (dict) $rule $covered | toJson -}}
 {{- end -}}
 
 {{- define "gpu-eta.scraperPeers" -}}
