@@ -960,7 +960,19 @@ def exporter_health() -> dict:
         "gpu-eta-exporter-health",
         "For admins tuning scrapes: what each exporter costs and what fails.",
     ).with_variable(query_variable("node", "label_values(gpu_eta_exporter_build_info, node)"))
-    per_node = '* on (instance, job) group_left (node) max by (instance, job, node) (gpu_eta_exporter_build_info{node=~"$node"})'
+
+    # One line per exporter (and collector, or result) however many jobs scrape it:
+    # each query aggregates by the exporter's own labels, dropping what each job adds
+    # (job, instance, service, the exporter pod's labels), and takes the worse scrape
+    # where two disagree (a scrape interval apart), as the alerts do (docs/alerts.md).
+    def scrape_per_node(metric: str) -> str:
+        """Prometheus' ``metric`` about each scrape, on its exporter's node (joined by
+        build_info on the scrape's target), the largest of the node's scrapes."""
+        return (
+            f"max by (node) ({metric} * on (instance, job) group_left (node) "
+            f"max by (instance, job, node) (gpu_eta_exporter_build_info{{{NODE}}}))"
+        )
+
     guidance = (
         " The exporter collects on its own interval and every scrape serves the cached "
         "snapshot, so scraping more often than the collection interval only repeats "
@@ -974,41 +986,44 @@ def exporter_health() -> dict:
             "interval, or snapshots age (see Snapshot age)." + guidance,
             "s",
             q(
-                f"gpu_eta_exporter_collector_duration_seconds{{{NODE}}}",
+                f"max by (node, collector) (gpu_eta_exporter_collector_duration_seconds{{{NODE}}})",
                 "{{node}} {{collector}}",
             ),
         ),
         ts(
             "Scrape duration per node",
             "How long Prometheus takes to scrape each exporter (Prometheus' own "
-            "scrape_duration_seconds, joined to the node by build_info). It is cheap because "
+            "scrape_duration_seconds, joined to the node by build_info; the slowest of its "
+            "scrapes where two jobs scrape it). It is cheap because "
             "scrapes serve a cached snapshot; it grows with series count, not with GPUs' speed."
             + guidance,
             "s",
-            q(f"scrape_duration_seconds {per_node}", "{{node}}"),
+            q(scrape_per_node("scrape_duration_seconds"), "{{node}}"),
         ),
         ts(
             "Snapshot age",
             "Age of the snapshot being served. Around the collection interval is normal; "
             "GpuEtaExporterSnapshotStale fires at 5 minutes.",
             "s",
-            q(f"gpu_eta_exporter_snapshot_age_seconds{{{NODE}}}", "{{node}}"),
+            q(f"max by (node) (gpu_eta_exporter_snapshot_age_seconds{{{NODE}}})", "{{node}}"),
         ),
         ts(
             "Samples per scrape per node",
             "Series each exporter exposes (scrape_samples_scraped) and what is left after "
-            "metric_relabel_configs drops (scrape_samples_post_metric_relabeling). Grows with "
+            "metric_relabel_configs drops (scrape_samples_post_metric_relabeling), the "
+            "largest of its scrapes where two jobs scrape it. Grows with "
             "GPUs x pods x runs; see docs/scrape-tuning.md for what to drop.",
             "none",
-            q(f"scrape_samples_scraped {per_node}", "{{node}} scraped", "A"),
-            q(f"scrape_samples_post_metric_relabeling {per_node}", "{{node}} kept", "B"),
+            q(scrape_per_node("scrape_samples_scraped"), "{{node}} scraped", "A"),
+            q(scrape_per_node("scrape_samples_post_metric_relabeling"), "{{node}} kept", "B"),
         ),
         (
             bargauge.Panel()
             .title("Series per node and metric (top 20)")
             .description(
                 "Which gpu-eta metrics cost the most series on which node: the first "
-                "candidates for relabel drops when cardinality matters."
+                "candidates for relabel drops when cardinality matters. Counts the series "
+                "Prometheus stores: an exporter scraped by two jobs counts each twice."
             )
             .datasource(DS)
             .unit("none")
@@ -1034,12 +1049,12 @@ def exporter_health() -> dict:
             "(no watch).",
             "s",
             q(
-                f"time() - gpu_eta_exporter_kube_last_sync_timestamp_seconds{{{NODE}}}",
+                f"time() - min by (node) (gpu_eta_exporter_kube_last_sync_timestamp_seconds{{{NODE}}})",
                 "{{node}} since last sync",
                 "A",
             ),
             q(
-                f"gpu_eta_exporter_kube_watch_connected{{{NODE}}}",
+                f"min by (node) (gpu_eta_exporter_kube_watch_connected{{{NODE}}})",
                 "{{node}} connected",
                 "B",
             ),
@@ -1065,7 +1080,7 @@ def exporter_health() -> dict:
             "The exporter logs each one once ('is not attributed': pod, container, device "
             "id, reason). Empty when the gpu or podresources collector is off.",
             "none",
-            q(f"gpu_eta_exporter_unresolved_allocations{{{NODE}}}", "{{node}}"),
+            q(f"max by (node) (gpu_eta_exporter_unresolved_allocations{{{NODE}}})", "{{node}}"),
         )
         .decimals(0)
         .min(0),
@@ -1075,7 +1090,7 @@ def exporter_health() -> dict:
             "data out of the snapshot; GpuEtaExporterCollectorFailing fires after 10 minutes.",
             "ops",
             q(
-                "sum by (node, collector) "
+                "max by (node, collector) "
                 f"(rate(gpu_eta_exporter_collector_errors_total{{{NODE}}}[$__rate_interval]))",
                 "{{node}} {{collector}}",
             ),
@@ -1084,7 +1099,10 @@ def exporter_health() -> dict:
             "Collector success",
             "1 if the collector's last run succeeded.",
             "none",
-            q(f"gpu_eta_exporter_collector_success{{{NODE}}}", "{{node}} {{collector}}"),
+            q(
+                f"min by (node, collector) (gpu_eta_exporter_collector_success{{{NODE}}})",
+                "{{node}} {{collector}}",
+            ),
         ),
         ts(
             "Progress reports by result",
@@ -1093,8 +1111,8 @@ def exporter_health() -> dict:
             "new run_id far too often), not_persisted; the rest in docs/metrics.md.",
             "reqps",
             q(
-                "sum by (result) "
-                f"(rate(gpu_eta_exporter_progress_reports_total{{{NODE}}}[$__rate_interval]))",
+                "sum by (result) (max by (node, result) "
+                f"(rate(gpu_eta_exporter_progress_reports_total{{{NODE}}}[$__rate_interval])))",
                 "{{result}}",
             ),
         ),
@@ -1108,8 +1126,8 @@ def exporter_health() -> dict:
             "log line that is no such record). docs/metrics.md.",
             "ops",
             q(
-                "sum by (result) "
-                f"(rate(gpu_eta_exporter_log_lines_total{{{NODE}}}[$__rate_interval]))",
+                "sum by (result) (max by (node, result) "
+                f"(rate(gpu_eta_exporter_log_lines_total{{{NODE}}}[$__rate_interval])))",
                 "{{result}}",
             ),
         ),
@@ -1117,7 +1135,11 @@ def exporter_health() -> dict:
             tbl(
                 "Exporter versions",
                 "One row per exporter: which version runs where.",
-                q(f"gpu_eta_exporter_build_info{{{NODE}}}", ref="A", instant=True),
+                q(
+                    f"max by (node, version) (gpu_eta_exporter_build_info{{{NODE}}})",
+                    ref="A",
+                    instant=True,
+                ),
             ),
             {"A": "up"},
             {},

@@ -797,6 +797,104 @@ def test_holders_unknown_is_one_definition(tmp_path: Path) -> None:
     )
 
 
+# One exporter's scrape as each job labels it (tests/rules/scrapes.test.yaml): our
+# ServiceMonitor (instance renamed to the node) and an annotation-based kubernetes-pods
+# job (instance the pod's address, the pod's own labels).
+_EXPORTER_JOBS = {
+    "servicemonitor": (
+        'job="gpu-eta-exporter",instance="{node}",namespace="gpu-eta",pod="exp-{node}",'
+        'container="exporter",service="gpu-eta-exporter",endpoint="metrics"'
+    ),
+    "kubernetes-pods": (
+        'job="kubernetes-pods",instance="10.0.0.{n}:9842",namespace="gpu-eta",pod="exp-{node}",'
+        'app_kubernetes_io_name="gpu-eta-exporter"'
+    ),
+}
+# Each exporter's own series (name, its labels beside node, values a minute apart)
+# and Prometheus' series about each scrape of it (no node label of their own).
+_EXPORTER_SERIES = [
+    ("gpu_eta_exporter_collector_duration_seconds", ',collector="gpu"', "0.25"),
+    ("gpu_eta_exporter_collector_success", ',collector="gpu"', "1"),
+    ("gpu_eta_exporter_collector_errors_total", ',collector="gpu"', "0+15"),
+    ("gpu_eta_exporter_snapshot_age_seconds", "", "15"),
+    ("gpu_eta_exporter_kube_last_sync_timestamp_seconds", "", "540"),
+    ("gpu_eta_exporter_kube_watch_connected", "", "1"),
+    ("gpu_eta_exporter_unresolved_allocations", "", "2"),
+    ("gpu_eta_exporter_progress_reports_total", ',result="accepted"', "0+15"),
+    ("gpu_eta_exporter_log_lines_total", ',result="matched"', "0+30"),
+    ("gpu_eta_exporter_build_info", ',version="1.0.0"', "1"),
+]
+_SCRAPE_SERIES = [
+    ("scrape_duration_seconds", "0.125"),
+    ("scrape_samples_scraped", "100"),
+    ("scrape_samples_post_metric_relabeling", "90"),
+]
+
+
+def _exporters_scraped(n1_jobs: list[str]) -> list[tuple[str, str]]:
+    """Exporters n1 (scraped by ``n1_jobs``) and n2 (by the ServiceMonitor alone), with
+    the same readings."""
+    series = []
+    for n, node, jobs in ((1, "n1", n1_jobs), (2, "n2", ["servicemonitor"])):
+        for job in jobs:
+            target = _EXPORTER_JOBS[job].format(n=n, node=node)
+            series += [
+                (f"{name}{{{target},node={node!r}{extra}}}".replace("'", '"'), values)
+                for name, extra, values in _EXPORTER_SERIES
+            ]
+            series += [(f"{name}{{{target}}}", value) for name, value in _SCRAPE_SERIES]
+    return series
+
+
+@pytest.mark.parametrize("scrapes", [1, 2], ids=["scraped-once", "scraped-twice"])
+def test_exporter_health_draws_one_line_per_exporter(tmp_path: Path, scrapes: int) -> None:
+    """Every query on the Exporter health dashboard, evaluated by promtool on two
+    exporters, n1 scraped by one job or by two (a ServiceMonitor beside a kubernetes-pods
+    job, each adding its own labels), n2 by one: one line per exporter (and collector),
+    labelled by what its legend names, at the value one scrape gives; the totals by
+    result count each exporter once. The series count is of stored series: a second
+    job stores each series twice, and it says so."""
+    jobs = ["servicemonitor", "kubernetes-pods"][:scrapes]
+    per_node = [{"labels": f'{{node="{node}"}}'} for node in ("n1", "n2")]
+    per_collector = [{"labels": f'{{node="{node}", collector="gpu"}}'} for node in ("n1", "n2")]
+
+    def each(samples: list[dict], value: float) -> list[dict]:
+        return [{**sample, "value": value} for sample in samples]
+
+    expected = {
+        ("Collection duration per node and collector", "A"): each(per_collector, 0.25),
+        ("Scrape duration per node", "A"): each(per_node, 0.125),
+        ("Snapshot age", "A"): each(per_node, 15),
+        ("Samples per scrape per node", "A"): each(per_node, 100),
+        ("Samples per scrape per node", "B"): each(per_node, 90),
+        ("Series per node and metric (top 20)", "A"): [
+            {"labels": f'{name}{{node="{node}"}}', "value": scrapes if node == "n1" else 1}
+            for name, _, _ in _EXPORTER_SERIES
+            for node in ("n1", "n2")
+        ],
+        ("Kubernetes API pod watch", "A"): each(per_node, 60),
+        ("Kubernetes API pod watch", "B"): each(per_node, 1),
+        ("Unresolved GPU allocations", "A"): each(per_node, 2),
+        ("Collector errors by source", "A"): each(per_collector, 0.25),
+        ("Collector success", "A"): each(per_collector, 1),
+        ("Progress reports by result", "A"): [{"labels": '{result="accepted"}', "value": 0.5}],
+        ("Container log lines by result", "A"): [{"labels": '{result="matched"}', "value": 1}],
+        ("Exporter versions", "A"): [
+            {"labels": f'{{node="{node}", version="1.0.0"}}', "value": 1} for node in ("n1", "n2")
+        ],
+    }
+    targets = {
+        (panel["title"], target["refId"]): substitute(target["expr"])
+        for panel, target in _targets(_load(GRAFANA / "exporter-health.json"))
+    }
+    assert set(targets) == set(expected), "a panel without an expectation here"
+    _promtool_eval(
+        tmp_path,
+        _exporters_scraped(jobs),
+        [(targets[key], samples) for key, samples in expected.items()],
+    )
+
+
 def test_unresolved_allocations_panel_says_holders_unknown() -> None:
     """Unresolved allocations make a node's unheld GPUs "holders unknown" on the Cluster
     overview (not free): the Exporter health panel plotting them says so."""
