@@ -20,7 +20,8 @@ def load_versioned(
 
     Raises ``error`` (the caller's ``ValueError`` subclass) with a one-line reason
     when ``data`` is longer than ``max_size`` (bytes or characters, as given), not
-    UTF-8, not JSON, nested too deeply, not an object, or of another version.
+    UTF-8, not JSON, nested too deeply, not an object, or of another version (named
+    in the reason: a later release's file, met on a rollback, reads as such).
     """
     if len(data) > max_size:
         raise error(
@@ -34,6 +35,10 @@ def load_versioned(
         raise error("nested too deeply") from None
     except ValueError as err:
         raise error(f"not JSON: {str(err).splitlines()[0][:80]}") from None
-    if not isinstance(loaded, dict) or loaded.get("version") != version:
-        raise error("unknown version")
+    if not isinstance(loaded, dict):
+        raise error("not a JSON object")
+    found = loaded.get("version")
+    if found != version or isinstance(found, bool):  # True == 1 in Python, not in JSON
+        shown = "none" if found is None else json.dumps(found)[:20]
+        raise error(f"version {shown} (this release reads {version})")
     return loaded

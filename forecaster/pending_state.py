@@ -23,7 +23,8 @@ way, in a second row (``START_PREDICTIONS_KEY``), written when they change, at m
 none would ever be scored against its pod's start, and its start intervals would
 never be calibrated. A restarted ``serve`` keeps scoring the waits it saw begin too.
 Read the same way (``parse_predictions``: bounded, a damaged pod skipped and counted,
-an unusable value set aside).
+an unusable value set aside), but logged as a WARNING naming what is lost
+(``load_predictions``), and readable across releases (``PREDICTIONS_VERSION``).
 """
 
 from __future__ import annotations
@@ -48,7 +49,16 @@ log = logging.getLogger(__name__)
 
 START_CALIBRATION_KEY = "pending_start_calibration"
 START_PREDICTIONS_KEY = "pending_start_predictions"
+# The predictions row's format. Kept at 1 while a change only adds: a key of the object
+# (every release reads ``pods`` and ignores other keys), or an item a release reads as
+# optional. A pod's list is read as 5 to 7 items by this release and 5 or 6 by those
+# before the nodes kept off, so what a pod gains goes under a key of its own
+# (``KEPT_OFF``), not at a pod's end. Raised only for a change an older release would
+# misread: it then refuses the row by its version (set aside, WARNING), as this release
+# refuses a later one.
 PREDICTIONS_VERSION = 1
+# the row's key of the nodes blocked pods are kept off (``saved_predictions``)
+KEPT_OFF = "kept_off"
 # at most this many pods' predictions are saved or read (``--pending.max-pods`` is 500 by
 # default; pods out of the reads are kept for the vanish grace): the most recently
 # read waiting are kept
@@ -168,11 +178,18 @@ def saved_predictions(
     rows: Sequence[SavedWait], max_chars: int = MAX_PREDICTIONS_CHARS
 ) -> SavedPredictions:
     """``StartTracker.waiting``'s rows as saved (times to 0.1 s): the most recently
-    read ``MAX_SAVED_PODS``, each pod's latest ``MAX_SAVED_PER_POD`` predictions, since
-    when it has fit now (a sixth item, only when it has or a seventh follows:
-    ``StartTracker.blocked`` needs it in a ``once`` run) and the nodes it is kept off (a
-    seventh, only when there are: ``[node, since, pods, units]``, its
-    ``MAX_SAVED_EXCLUDED_NODES`` first by name).
+    read ``MAX_SAVED_PODS`` in ``pods``, each pod's latest ``MAX_SAVED_PER_POD``
+    predictions and since when it has fit now (a sixth item, only when it has:
+    ``StartTracker.blocked`` needs it in a ``once`` run); the nodes a pod is kept off in
+    ``kept_off`` (``KEPT_OFF``), one ``[namespace, pod, nodes]`` per pod kept off any,
+    each node ``[node, since, pods, units]``, its ``MAX_SAVED_EXCLUDED_NODES`` first by
+    name.
+
+    Why the nodes under a key of their own rather than as a seventh item of the pod:
+    every release reads ``pods`` and ignores keys it does not know, while one that
+    takes pods of 5 or 6 items skips a pod of 7 as damaged (an ERROR line), losing
+    since when it fit now: rolled back, a forecaster gave every blocked pod the grace
+    again. Kept apart, a rolled-back release reads each pod and keeps it blocked.
 
     At most ``max_chars`` characters (``parse_predictions`` refuses longer rows, and a
     refused row starts the state over, at every run of a ``once`` CronJob): the count of
@@ -182,41 +199,38 @@ def saved_predictions(
     those pods themselves.
     """
     kept = sorted(rows, key=lambda r: r[3])[-MAX_SAVED_PODS:]
-    full: list[str] = []
-    bare: list[str] = []  # without the nodes kept off
-    for ns, pod, uid, seen, starts, fits_since, excluded in kept:
-        head = [
-            ns,
-            pod,
-            uid,
-            round(seen, 1),
-            [[round(t, 1) for t in s] for s in starts[-MAX_SAVED_PER_POD:]],
-        ]
-        # the optional items only when set: a forecaster of before reads the others'
-        # rows as ever
-        full.append(_dumps([*head, *_tail(fits_since, excluded)]))
-        bare.append(_dumps([*head, *_tail(fits_since, {})]))
-    chosen = dict(enumerate(full))  # ``kept``'s index → the pod as written
-    frame = len(_dumps({"version": PREDICTIONS_VERSION, "pods": []}))
+    pods: dict[int, str] = {}  # ``kept``'s index → the pod as written
+    offs: dict[int, str] = {}  # ``kept``'s index → its nodes kept off as written
+    for i, (ns, pod, uid, seen, starts, fits_since, excluded) in enumerate(kept):
+        since = () if fits_since is None else (round(fits_since, 1),)
+        saved = [[round(t, 1) for t in s] for s in starts[-MAX_SAVED_PER_POD:]]
+        pods[i] = _dumps([ns, pod, uid, round(seen, 1), saved, *since])
+        if excluded:
+            offs[i] = _dumps([ns, pod, _marks(excluded)])
+    frame = len(_dumps({"version": PREDICTIONS_VERSION, "pods": [], KEPT_OFF: []}))
 
-    def size() -> int:
-        return frame + sum(map(len, chosen.values())) + max(len(chosen) - 1, 0)
+    def joined(parts: dict[int, str]) -> int:
+        return sum(map(len, parts.values())) + max(len(parts) - 1, 0)
 
-    total, n_lists, n_pods = size(), 0, 0
+    total, n_lists, n_pods = frame + joined(pods) + joined(offs), 0, 0
     for key in range(len(kept)):  # read longest ago first
         if total <= max_chars:
             break
-        if chosen[key] != bare[key]:
-            total -= len(chosen[key]) - len(bare[key])
-            chosen[key] = bare[key]
+        if key in offs:
+            total -= len(offs.pop(key)) + (1 if offs else 0)
             n_lists += 1
     for key in range(len(kept)):
         if total <= max_chars:
             break
-        total -= len(chosen.pop(key)) + (1 if chosen else 0)
+        total -= len(pods.pop(key)) + (1 if pods else 0)
         n_pods += 1
-    pods = ",".join(chosen[i] for i in sorted(chosen, key=lambda i: kept[i][:4]))
-    text = f'{{"version":{PREDICTIONS_VERSION},"pods":[{pods}]}}'
+
+    def listed(parts: dict[int, str]) -> str:
+        return ",".join(parts[i] for i in sorted(parts, key=lambda i: kept[i][:4]))
+
+    # the nodes only when a pod is kept off any: rows of before read byte for byte
+    nodes = f',"{KEPT_OFF}":[{listed(offs)}]' if offs else ""
+    text = f'{{"version":{PREDICTIONS_VERSION},"pods":[{listed(pods)}]{nodes}}}'
     return SavedPredictions(text, n_lists, n_pods)
 
 
@@ -231,29 +245,31 @@ def _dumps(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _tail(fits_since: float | None, excluded: dict[str, NodeMark]) -> tuple[object, ...]:
-    """A saved pod's optional sixth and seventh items (``predictions_json``)."""
-    if not excluded:
-        return () if fits_since is None else (round(fits_since, 1),)
-    nodes = [
+def _marks(excluded: dict[str, NodeMark]) -> list[list[object]]:
+    """A pod's nodes kept off as saved (``saved_predictions``), the first
+    ``MAX_SAVED_EXCLUDED_NODES`` by name."""
+    return [
         [name, round(since, 1), n_held, units]
         for name, (since, n_held, units) in sorted(excluded.items())[:MAX_SAVED_EXCLUDED_NODES]
     ]
-    return (None if fits_since is None else round(fits_since, 1), nodes)
 
 
 def parse_predictions(text: str) -> tuple[list[SavedWait], int]:
     """A saved ``predictions_json`` → (the usable pods' rows, how many were skipped).
 
     Pure; ``ReplayError`` when the text is unusable as a whole (too long, not JSON,
-    nested too deeply, another version, no list of pods, more than ``MAX_SAVED_PODS``).
+    nested too deeply, another version, no list of pods or of nodes kept off, more than
+    ``MAX_SAVED_PODS`` of either).
     A pod whose names are not strings of at most ``MAX_NAME_CHARS`` (its uid a string
     of at most ``MAX_UID_CHARS``, "" when not read), whose times (when last read, and
     since when it fit now: an optional sixth item, None when absent) are not
-    times, whose nodes kept off (an optional seventh item) are not at most
-    ``MAX_SAVED_EXCLUDED_NODES`` ``[name, time, count, count]``, or whose predictions are not at most ``MAX_SAVED_PER_POD`` ordered
+    times, whose nodes kept off (``KEPT_OFF``'s entry of its name, or, as the previous
+    release wrote them, an optional seventh item) are not at most
+    ``MAX_SAVED_EXCLUDED_NODES`` ``[name, time, count, count]``, or whose predictions
+    are not at most ``MAX_SAVED_PER_POD`` ordered
     (P10 ≤ P50 ≤ P90) times is skipped and counted: one damaged pod is no reason to
-    forget the others. A P90 may be infinite (JSON's ``Infinity``, as ``json.dumps``
+    forget the others; so is an entry of ``KEPT_OFF`` without a pod's names. A P90 may
+    be infinite (JSON's ``Infinity``, as ``json.dumps``
     writes it): a prediction the replay publishes with its P90 beyond
     ``--pending.horizon`` (P50 within it) is kept like any other, scored when the pod
     starts; refused, such a pod was skipped as damaged, with an ERROR line, at every
@@ -265,8 +281,28 @@ def parse_predictions(text: str) -> tuple[list[SavedWait], int]:
     pods = loaded.get("pods")
     if not isinstance(pods, list) or len(pods) > MAX_SAVED_PODS:
         raise ReplayError(f"pods is not a list of at most {MAX_SAVED_PODS}")
-    rows = [row for row in map(_saved_wait, pods) if row is not None]
-    return rows, len(pods) - len(rows)
+    entries = loaded.get(KEPT_OFF, [])
+    if not isinstance(entries, list) or len(entries) > MAX_SAVED_PODS:
+        raise ReplayError(f"{KEPT_OFF} is not a list of at most {MAX_SAVED_PODS}")
+    kept_off: dict[tuple[str, str], dict[str, NodeMark] | None] = {}
+    for entry in entries:
+        if isinstance(entry, list) and len(entry) == 3 and _names(entry[0], entry[1]):
+            kept_off[(entry[0], entry[1])] = _excluded(entry[2])  # None: damaged
+    unnamed = len(entries) - len(kept_off)
+    rows = []
+    for row in map(_saved_wait, pods):
+        if row is None:
+            continue
+        marks = kept_off.get((row[0], row[1]), {})
+        if marks is None:
+            continue
+        rows.append((*row[:6], {**row[6], **marks}) if marks else row)
+    return rows, len(pods) - len(rows) + unnamed
+
+
+def _names(ns: object, pod: object) -> bool:
+    """Whether ``ns`` and ``pod`` are a saved pod's names (``parse_predictions``)."""
+    return all(isinstance(n, str) and 0 < len(n) <= MAX_NAME_CHARS for n in (ns, pod))
 
 
 def _saved_wait(item: object) -> SavedWait | None:
@@ -280,7 +316,7 @@ def _saved_wait(item: object) -> SavedWait | None:
     excluded = _excluded(item[6]) if len(item) == 7 else {}
     if excluded is None:
         return None
-    names_ok = all(isinstance(n, str) and 0 < len(n) <= MAX_NAME_CHARS for n in (ns, pod))
+    names_ok = _names(ns, pod)
     uid_ok = isinstance(uid, str) and len(uid) <= MAX_UID_CHARS
     if not (names_ok and uid_ok and _time(seen) and isinstance(starts, list)):
         return None
@@ -303,8 +339,8 @@ def _saved_wait(item: object) -> SavedWait | None:
 
 
 def _excluded(value: object) -> dict[str, NodeMark] | None:
-    """A saved pod's nodes kept off (``predictions_json``'s seventh item), or None when
-    damaged."""
+    """A saved pod's nodes kept off (its ``KEPT_OFF`` entry's third item, or the seventh
+    item of its pod as the previous release wrote it), or None when damaged."""
     if not (isinstance(value, list) and 0 < len(value) <= MAX_SAVED_EXCLUDED_NODES):
         return None
     out: dict[str, NodeMark] = {}
@@ -341,8 +377,16 @@ def _time(value: object) -> bool:
 
 def load_predictions(store: MetaStore, tracker: StartTracker) -> str | None:
     """Give ``tracker`` the predictions saved in ``store``; the saved text (None when
-    none was read). Damage is logged (ERROR, one line), never raised: an unusable
-    value is set aside, the pods' predictions start over."""
+    none was read). A row or pod it cannot use is one WARNING line naming the fallback,
+    never raised: an unusable value is set aside and the pods' predictions start over.
+
+    Why a WARNING, not an ERROR: the forecaster goes on as designed without the row
+    (the predictions are a cache of waits, rebuilt within ``BLOCKED_GRACE_SECONDS``),
+    and the usual cause is a release of another format (a rollback) or a hand edit,
+    not a fault to page on. What it costs is said: the pods waiting now are not scored
+    on their earlier predictions, and pods found blocked are predicted to start now for
+    the grace again. A history file that cannot be read at all stays an ERROR.
+    """
     try:
         text = store.get_meta(START_PREDICTIONS_KEY)
     except Exception as err:  # HistoryError, sqlite3 errors: none is worth a crash
@@ -354,21 +398,30 @@ def load_predictions(store: MetaStore, tracker: StartTracker) -> str | None:
         rows, skipped = parse_predictions(text)
     except ReplayError as err:
         kept = _set_aside(store, START_PREDICTIONS_KEY, text, predictions_json([]))
-        log.error(
-            "pending start predictions in the history file are unusable (%s); %s, "
-            "the pods waiting now are scored from their next prediction",
+        log.warning(
+            "pending start predictions in the history file are unusable (%s); %s; "
+            "starting over: %s",
             err,
             kept,
+            _FALLBACK,
         )
         return None
     if skipped:
-        log.error(
-            "pending start predictions: %d damaged pod(s) skipped, %d loaded",
+        log.warning(
+            "pending start predictions: %d damaged pod(s) skipped, %d loaded; for those: %s",
             skipped,
             len(rows),
+            _FALLBACK,
         )
     tracker.restore(rows)
     return text
+
+
+# what reading no saved predictions for a pod costs (``load_predictions``' log lines)
+_FALLBACK = (
+    "the pods waiting now are scored from their next prediction, and pods blocked by "
+    "something other than GPUs are given the 5-minute grace again"
+)
 
 
 def load_calibration(store: MetaStore, calibrator: StartCalibrator) -> int:

@@ -313,7 +313,7 @@ def test_pods_are_dropped_oldest_first_when_their_rows_alone_pass_the_bound() ->
 def test_a_trimmed_predictions_row_is_logged_once_and_loads_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """What ``once`` runs read back: the trimmed row loads without an ERROR (the state
+    """What ``once`` runs read back: the trimmed row loads without a WARNING (the state
     is not started over at every run), and the trimming is one WARNING line."""
     from gpu_eta.forecaster.pending_state import PREDICTIONS_SAVE_SECONDS
 
@@ -329,7 +329,7 @@ def test_a_trimmed_predictions_row_is_logged_once_and_loads_again(
         assert len(lines) == 1 and lines[0].levelno == logging.WARNING
         assert "nodes kept off of the" in lines[0].getMessage()
         caplog.clear()
-        with caplog.at_level(logging.ERROR):
+        with caplog.at_level(logging.WARNING):
             loaded = SavedStartTracker(store).waiting()
         assert not caplog.records and len(loaded) == 600
     finally:
@@ -394,12 +394,42 @@ def test_a_damaged_saved_pod_is_skipped_and_counted(
     assert parse_predictions(text) == (want, 1)
     store = HistoryStore.open(tmp_path / "h.sqlite")
     store.set_meta(START_PREDICTIONS_KEY, text)
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.INFO):
         tracker = SavedStartTracker(store)
     store.close()
     assert [r[1] for r in tracker.waiting()] == ["ok"]
-    (line,) = [r.getMessage() for r in caplog.records]
-    assert line == "pending start predictions: 1 damaged pod(s) skipped, 1 loaded"
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        "pending start predictions: 1 damaged pod(s) skipped, 1 loaded; for those: the "
+        "pods waiting now are scored from their next prediction, and pods blocked by "
+        "something other than GPUs are given the 5-minute grace again"
+    )
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ["ml", "p", [["n1", NOW, -1, 8]]],
+        ["ml", "p", []],
+        ["ml", "p", [["n1", NOW, 1, 8]] * (MAX_SAVED_EXCLUDED_NODES + 1)],
+        ["ml", "p", [["n1", NOW, 1, 8]], 1],
+        ["ml", "", [["n1", NOW, 1, 8]]],
+        {"ml": "p"},
+    ],
+    ids=["off-negative", "off-empty", "off-too-many", "too-long", "no-name", "dict"],
+)
+def test_a_damaged_entry_of_nodes_kept_off_is_skipped_and_counted(entry: object) -> None:
+    """Its pod is skipped with it (it would be kept off no node, as a pod never blocked);
+    an entry without a pod's names is counted alone."""
+    good = ["ml", "ok", "u", NOW, [], NOW - 400]
+    doc = {"version": 1, "pods": [good, ["ml", "p", "u", NOW, [], NOW - 400]]}
+    doc["kept_off"] = [["ml", "ok", [["n1", NOW, 1, 8]]], entry]
+    rows, skipped = parse_predictions(json.dumps(doc))
+    named = isinstance(entry, list) and entry[1] == "p" and len(entry) == 3
+    assert skipped == 1
+    assert [r[1] for r in rows] == (["ok"] if named else ["ok", "p"])
+    assert rows[0][6] == {"n1": (NOW, 1, 8)}
 
 
 @pytest.mark.parametrize(
@@ -410,22 +440,37 @@ def test_a_damaged_saved_pod_is_skipped_and_counted(
         '{"version": 1, "pods": {"a": 1}}',
         '{"version": 1, "pods": [' + "[]," * MAX_SAVED_PODS + "[]]}",
         '{"version": 1, "pods": [' + " " * MAX_PREDICTIONS_CHARS + "]}",
+        '{"version": 1, "pods": [], "kept_off": {"a": 1}}',
+        '{"version": 1, "pods": [], "kept_off": [' + "[]," * MAX_SAVED_PODS + "[]]}",
+        '{"version": true, "pods": []}',
     ],
-    ids=["not-json", "other-version", "not-a-list", "too-many-pods", "huge"],
+    ids=[
+        "not-json",
+        "other-version",
+        "not-a-list",
+        "too-many-pods",
+        "huge",
+        "kept-off-not-a-list",
+        "kept-off-too-many",
+        "version-true",
+    ],
 )
 def test_unusable_saved_predictions_are_set_aside_in_one_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str
 ) -> None:
     store = HistoryStore.open(tmp_path / "h.sqlite")
     store.set_meta(START_PREDICTIONS_KEY, text)
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.INFO):
         tracker = SavedStartTracker(store)
     assert tracker.waiting() == []
     assert store.get_meta(START_PREDICTIONS_KEY + ".corrupt") == text[:MAX_CALIBRATION_CHARS]
     assert parse_predictions(store.get_meta(START_PREDICTIONS_KEY)) == ([], 0)
     store.close()
-    (line,) = [r.getMessage() for r in caplog.records]
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    line = record.getMessage()
     assert "pending start predictions in the history file are unusable" in line
+    assert "starting over: the pods waiting now are scored from their next prediction" in line
 
 
 def test_the_predictions_row_is_written_first_then_at_most_every_save_interval(
@@ -469,7 +514,7 @@ def test_a_prediction_whose_p90_is_beyond_the_horizon_is_kept_for_the_next_proce
     is not (its node's job may outlast the horizon: 60 % of the samples start it):
     status ``predicted``, P90 ``inf``. Saved (as JSON's ``Infinity``) and read back by
     the next process, the pod's predictions are kept and scored when it starts, not
-    skipped as damaged with an ERROR at every ``once`` run (and never scored there)."""
+    skipped as damaged with a log line at every ``once`` run (and never scored there)."""
     horizon = 7 * 86400.0
     nodes = (Node("n1", {"nvidia_com_gpu": 1}),)
     ends = (NOW + 100, NOW + 1000, NOW + 2 * horizon)
@@ -482,7 +527,7 @@ def test_a_prediction_whose_p90_is_beyond_the_horizon_is_kept_for_the_next_proce
     store = HistoryStore.open(tmp_path / "h.sqlite")
     try:
         SavedStartTracker(store).update(queue, result, NOW)
-        with caplog.at_level(logging.ERROR):
+        with caplog.at_level(logging.WARNING):
             again = SavedStartTracker(store)  # the next ``once`` run
         assert [r.getMessage() for r in caplog.records] == []
         assert [(ns, name) for ns, name, *_ in again.waiting()] == [("ml", "w")]
@@ -491,3 +536,106 @@ def test_a_prediction_whose_p90_is_beyond_the_horizon_is_kept_for_the_next_proce
         assert again.calibrator.n_obs == 1
     finally:
         store.close()
+
+
+# --- the predictions row across releases -------------------------------------------------
+
+
+def older_reader(text: str) -> tuple[list[list], int]:
+    """The predictions row as forecasters before the nodes kept off (97d92da) read it:
+    the ``pods`` of a version-1 object, each a list of 5 items or 6 (since when it has
+    fit now), anything else skipped as damaged with an ERROR line. What it loads of a
+    pod, and (how many it skipped)."""
+    loaded = json.loads(text)
+    assert loaded["version"] == 1
+    pods = loaded["pods"]
+    kept = [p for p in pods if isinstance(p, list) and len(p) in (5, 6)]
+    return kept, len(pods) - len(kept)
+
+
+def older_writer(pods: list[list]) -> str:
+    """The row such a forecaster writes back: its pods alone, as it read them."""
+    return json.dumps({"version": 1, "pods": pods}, separators=(",", ":"))
+
+
+def blocked_tracker() -> StartTracker:
+    """A tracker keeping one waiting pod and one blocked pod kept off node n1."""
+    tracker = StartTracker()
+    tracker.restore(
+        [
+            ("ml", "blocked", "ub", NOW, [], NOW - 400, {"n1": (NOW - 60, 1, 2)}),
+            ("ml", "waits", "uw", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None, {}),
+        ]
+    )
+    return tracker
+
+
+def test_an_older_forecaster_reads_every_pod_of_the_row() -> None:
+    """A rollback to a release of before the nodes kept off reads the row this one
+    writes: no pod skipped (each was an ERROR line, and the blocked pod, its since-when
+    lost, was given the 5-minute grace again). It keeps the blocked pod's since-when and
+    ignores the nodes it does not know."""
+    text = predictions_json(blocked_tracker().waiting())
+    pods, skipped = older_reader(text)
+    assert skipped == 0
+    assert [p[:2] for p in pods] == [["ml", "blocked"], ["ml", "waits"]]
+    assert pods[0][5] == NOW - 400 and len(pods[1]) == 5
+
+
+def test_a_row_rewritten_by_an_older_forecaster_reads_back_after_the_upgrade() -> None:
+    """Rolled back then forward: the older release wrote back the pods it read, without
+    the nodes kept off. The blocked pod is still blocked (its since-when is kept), kept
+    off the nodes it fits now, not given the grace again."""
+    text = older_writer(older_reader(predictions_json(blocked_tracker().waiting()))[0])
+    rows, skipped = parse_predictions(text)
+    assert skipped == 0
+    assert rows == [
+        ("ml", "blocked", "ub", NOW, [], NOW - 400, {}),
+        ("ml", "waits", "uw", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None, {}),
+    ]
+    fresh = StartTracker()
+    fresh.restore(rows)
+    q = ClusterQueue(
+        (Node("n1", {"nvidia_com_gpu": 2}),),
+        (Holder("ml", "h", "n1", "nvidia_com_gpu", 1, None, NOW - 600, uid="uh"),),
+        (PendingPod("ml", "blocked", "nvidia_com_gpu", 1, NOW - 3600, uid="ub"),),
+    )
+    assert fresh.blocked(q, NOW + 60) == {("ml", "blocked"): frozenset()}
+
+
+def test_the_previous_format_reads_in_this_release() -> None:
+    """An upgrade from the release that wrote the nodes kept off as a pod's seventh item
+    (since-when None when not fitting now) keeps them."""
+    previous = (
+        '{"version":1,"pods":[["ml","blocked","ub",1700000000.0,[],1699999600.0,'
+        '[["n1",1699999940.0,1,2]]],["ml","off","uo",1700000000.0,[],null,'
+        '[["n2",1699999940.0,0,8]]],["ml","waits","uw",1700000000.0,'
+        "[[1700000010.0,1700000020.0,1700000030.0]]]]}"
+    )
+    rows, skipped = parse_predictions(previous)
+    assert skipped == 0
+    assert rows == [
+        ("ml", "blocked", "ub", NOW, [], NOW - 400, {"n1": (NOW - 60, 1, 2)}),
+        ("ml", "off", "uo", NOW, [], None, {"n2": (NOW - 60, 0, 8)}),
+        ("ml", "waits", "uw", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None, {}),
+    ]
+
+
+def test_a_row_of_a_newer_version_is_named_and_set_aside_as_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row written by a release of a later format (a rollback past it) is refused by
+    its version, not misread; the WARNING names the version and what starting over
+    costs."""
+    text = '{"version": 2, "pods": [["ml", "p", "u", 1700000000.0, []]]}'
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    store.set_meta(START_PREDICTIONS_KEY, text)
+    with caplog.at_level(logging.INFO):
+        tracker = SavedStartTracker(store)
+    store.close()
+    assert tracker.waiting() == []
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    line = record.getMessage()
+    assert "version 2 (this release reads 1)" in line
+    assert "given the 5-minute grace again" in line
