@@ -82,6 +82,9 @@ class PodStart:
     # the nodes ``predict_queue`` kept it off (a ``blocked_elsewhere`` pod's), which
     # ``StartTracker`` keeps it off in the cycles after
     excluded_nodes: frozenset[str] = frozenset()
+    # the nodes a ``blocked_elsewhere`` pod fits now and is not kept off yet: their grace
+    # runs (``StartTracker`` keeps it off each once it has fit there the grace through)
+    grace_nodes: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -293,9 +296,10 @@ def predict_queue(
     random_state: int | None = 0,
 ) -> PendingSet:
     """``predict``, with each pod of ``blocked`` (namespace, pod: ``StartTracker.blocked``)
-    kept off the nodes it fits on now and off those ``blocked`` maps it to (the nodes
-    it was kept off before, whose GPU pods and allocatable have not changed since)
-    (``PendingPod.excluded_nodes``) and published ``blocked_elsewhere``: with the start
+    kept off the nodes ``blocked`` maps it to (the nodes it was kept off before, whose
+    GPU pods and allocatable have not changed since, and those it has fit the grace
+    through since), or, the first cycle it is blocked (mapped to none), off the nodes it
+    fits on now (``PendingPod.excluded_nodes``), and published ``blocked_elsewhere``: with the start
     the replay gives it on the other nodes, or without one when it gets none there (no
     other node suits it, or none frees for it within the horizon).
 
@@ -316,7 +320,17 @@ def predict_queue(
     each cycle from the nodes it fits now, it was replayed on that node as soon as the
     free GPU was taken, predicted to start when the GPU freed again (and "now", and
     blocked again, every 5 minutes), so the alert never fired on it and the pods behind
-    it were predicted a run late. ``StartTracker.blocked`` stops keeping it off the
+    it were predicted a run late.
+
+    A node it starts to fit once kept off others (a GPU pod left it, or it joined) is
+    not taken off at once: nothing was seen to keep the pod off it yet. It gets the
+    grace a new pod gets (``PodStart.grace_nodes``; ``StartTracker`` keeps the pod off
+    it once it has fit there the grace through, unbound), and meanwhile the pod is
+    replayed on it, predicted to start now. Taken off at once, a pod predicted to start
+    on a node when its GPU frees lost that start the moment the GPU freed, and the pods
+    behind it took the GPU in the replay before the scheduler had tried it there.
+
+    ``StartTracker.blocked`` stops keeping it off the
     nodes when a GPU pod leaves one of them or one's allocatable changes (what held it
     may be gone); it is then replayed as any pod, and given the grace again. A blocked
     pod kept off no node (it fits no free GPU and was kept off none) is replayed as any
@@ -326,17 +340,28 @@ def predict_queue(
     does not, as in the replay)."""
     pending = []
     kept_off: dict[tuple[str, str], frozenset[str]] = {}
+    in_grace: dict[tuple[str, str], frozenset[str]] = {}
     for p in queue.pending:
         key = (p.namespace, p.pod)
         if key in blocked and not p.gated:
             before = frozenset(blocked[key]) if isinstance(blocked, Mapping) else frozenset()
-            fitting = nodes_fitting_now(
-                queue.nodes, queue.holders, p, now, one_replica_per_pod=settings.one_replica_per_pod
+            fitting = frozenset(
+                nodes_fitting_now(
+                    queue.nodes,
+                    queue.holders,
+                    p,
+                    now,
+                    one_replica_per_pod=settings.one_replica_per_pod,
+                )
             )
-            off = before | frozenset(fitting)
+            # first blocked: the nodes it fit the grace through; then those ``blocked``
+            # names, a node it starts to fit given its own grace
+            off = before or fitting
             if off:
                 p = replace(p, excluded_nodes=p.excluded_nodes | off)
                 kept_off[key] = off
+                if fitting - off:
+                    in_grace[key] = fitting - off
         pending.append(p)
     if not kept_off:
         return predict(queue, job_ends, durations, now, settings, random_state)
@@ -344,24 +369,25 @@ def predict_queue(
         replace(queue, pending=tuple(pending)), job_ends, durations, now, settings, random_state
     )
     pods = tuple(
-        _blocked_elsewhere(p, kept_off[(p.namespace, p.pod)])
-        if (p.namespace, p.pod) in kept_off
+        _blocked_elsewhere(p, kept_off[key], in_grace.get(key, frozenset()))
+        if (key := (p.namespace, p.pod)) in kept_off
         else p
         for p in result.pods
     )
     return replace(result, pods=pods)
 
 
-def _blocked_elsewhere(start: PodStart, off: frozenset[str]) -> PodStart:
-    """A pod's ``start`` (``predict_queue``) kept off the nodes ``off``, as published:
-    ``blocked_elsewhere``, with its start on the other nodes when the replay predicted
-    one."""
+def _blocked_elsewhere(start: PodStart, off: frozenset[str], grace: frozenset[str]) -> PodStart:
+    """A pod's ``start`` (``predict_queue``) kept off the nodes ``off``, fitting ``grace``
+    within their grace, as published: ``blocked_elsewhere``, with its start on the
+    other nodes when the replay predicted one."""
     pred = start.prediction
     starts = pred.starts if pred.status == PREDICTED else None
     return replace(
         start,
         prediction=StartPrediction(BLOCKED_ELSEWHERE, starts, pred.started_share),
         excluded_nodes=off,
+        grace_nodes=grace,
     )
 
 
@@ -514,9 +540,17 @@ NodeMark = tuple[float, int, int]
 # a pod's kept predictions as saved: (namespace, pod, its uid or "", when last read
 # waiting, its raw (P10, P50, P90) start predictions, oldest first, since when every
 # prediction of it has been a start now or ``blocked_elsewhere``: None when not, the
-# nodes it is kept off: node → its mark)
+# nodes it is kept off: node → its mark, the nodes it fits within their grace: node →
+# since when it has fit there)
 SavedWait = tuple[
-    str, str, str, float, list[tuple[float, float, float]], float | None, dict[str, NodeMark]
+    str,
+    str,
+    str,
+    float,
+    list[tuple[float, float, float]],
+    float | None,
+    dict[str, NodeMark],
+    dict[str, float],
 ]
 
 
@@ -534,6 +568,9 @@ class _Waiting:
     fits_since: float | None = None
     # the nodes it was kept off (``blocked_elsewhere``) → their marks (``NodeMark``)
     excluded: dict[str, NodeMark] = field(default_factory=dict)
+    # the nodes it has fit since it was kept off others, not kept off yet → since when
+    # it has fit there (each node's grace: ``PodStart.grace_nodes``)
+    grace: dict[str, float] = field(default_factory=dict)
 
 
 def _units(node: Node) -> int:
@@ -617,7 +654,9 @@ class StartTracker:
     the pod was replayed onto the node again, predicted to start there when the GPU
     freed, every 5 minutes "now" and blocked again. Only GPU pods are read, so a CPU-only
     pod leaving frees nothing here: the pod stays kept off until a GPU pod leaves or it
-    starts.
+    starts. A node it starts to fit meanwhile (``PodStart.grace_nodes``) is added to them
+    once it has fit there ``blocked_seconds`` through, as a pod is found blocked; a node
+    it stops fitting within that time starts its grace over when it fits again.
 
     ``waiting`` and ``restore`` hand the kept predictions to ``pending_state``, which
     keeps them in the history file: a ``once`` CronJob (a new process every cycle)
@@ -641,9 +680,10 @@ class StartTracker:
         """The pending pods of ``queue`` (namespace, pod) predicted to start now, or
         found blocked, in every cycle since at least ``blocked_seconds`` ago: they fit
         free GPUs and were not bound, so they wait for something else. Each → the nodes
-        it was kept off and that have not changed since (``_still_closed``); a pod one
-        of whose nodes changed is not blocked (it is given the grace again). A pod read
-        under a kept name with another uid is another pod, and not blocked."""
+        it was kept off and that have not changed since (``_still_closed``), and those it
+        has fit ``blocked_seconds`` through since; a pod one of whose nodes kept off
+        changed is not blocked (it is given the grace again). A pod read under a kept
+        name with another uid is another pod, and not blocked."""
         nodes = {n.name: n for n in queue.nodes}
         on = _holders_by_node(queue) if any(k.excluded for k in self._kept.values()) else {}
         out = {}
@@ -656,7 +696,8 @@ class StartTracker:
                 and not _other_pod(kept.uid, p.uid)
                 and _still_closed(kept.excluded, nodes, on)
             ):
-                out[(p.namespace, p.pod)] = frozenset(kept.excluded)
+                graced = (n for n, t in kept.grace.items() if now - t >= self.blocked_seconds)
+                out[(p.namespace, p.pod)] = frozenset(kept.excluded).union(graced)
         return out
 
     def update(self, queue: ClusterQueue, result: PendingSet, now: float) -> PendingSet:
@@ -706,6 +747,8 @@ class StartTracker:
                 kept.fits_since = now if kept.fits_since is None else kept.fits_since
                 kept.seen = now
                 self._keep_off(kept, p.excluded_nodes, queue, now)
+                # a node it stopped fitting within its grace starts it over (as a pod's)
+                kept.grace = {n: kept.grace.get(n, now) for n in p.grace_nodes}
             elif p.prediction.status == PREDICTED and p.prediction.starts is not None:
                 uid = uids.get(key, "")
                 kept = self._kept.setdefault(key, _Waiting(now, uid=uid))
@@ -714,14 +757,15 @@ class StartTracker:
                 del kept.starts[: -self.per_pod]
                 kept.seen = now
                 fits = p.prediction.starts[1] <= now
-                if kept.excluded:  # kept off nodes no more (one changed): the grace anew
-                    kept.excluded, kept.fits_since = {}, None
+                if kept.excluded or kept.grace:  # kept off nodes no more: the grace anew
+                    kept.excluded, kept.grace, kept.fits_since = {}, {}, None
                 kept.fits_since = (
                     (now if kept.fits_since is None else kept.fits_since) if fits else None
                 )
             elif key in self._kept:
                 self._kept[key].fits_since = None
                 self._kept[key].excluded = {}
+                self._kept[key].grace = {}
         scale = self.calibrator.scale
         pods = tuple(
             replace(p, prediction=self.calibrator.widen(p.prediction, now, scale))
@@ -747,18 +791,18 @@ class StartTracker:
     def waiting(self) -> list[SavedWait]:
         """The pods whose predictions are kept, by name: (namespace, pod, uid, when last
         read waiting, its raw predictions oldest first, since when it has fit now, the
-        nodes it is kept off)."""
+        nodes it is kept off, the nodes it fits within their grace)."""
         return [
-            (ns, pod, w.uid, w.seen, list(w.starts), w.fits_since, dict(w.excluded))
+            (ns, pod, w.uid, w.seen, list(w.starts), w.fits_since, dict(w.excluded), dict(w.grace))
             for (ns, pod), w in sorted(self._kept.items())
         ]
 
     def restore(self, rows: Iterable[SavedWait]) -> None:
         """Keep ``rows`` (``waiting``'s, as saved) beside what is kept: the latest
         ``per_pod`` predictions of each."""
-        for ns, pod, uid, seen, starts, fits_since, excluded in rows:
+        for ns, pod, uid, seen, starts, fits_since, excluded, grace in rows:
             self._kept[(ns, pod)] = _Waiting(
-                seen, list(starts)[-self.per_pod :], uid, fits_since, dict(excluded)
+                seen, list(starts)[-self.per_pod :], uid, fits_since, dict(excluded), dict(grace)
             )
 
     def _forget(self, key: tuple[str, str]) -> list[tuple[float, float, float]]:

@@ -32,8 +32,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol, TypeVar
 
 from gpu_eta.common.versioned_json import load_versioned
 from gpu_eta.forecaster.kube_state import ClusterQueue
@@ -57,8 +57,10 @@ START_PREDICTIONS_KEY = "pending_start_predictions"
 # misread: it then refuses the row by its version (set aside, WARNING), as this release
 # refuses a later one.
 PREDICTIONS_VERSION = 1
-# the row's key of the nodes blocked pods are kept off (``saved_predictions``)
+# the row's keys of the nodes blocked pods are kept off, and of those they fit within
+# their grace (``saved_predictions``)
 KEPT_OFF = "kept_off"
+IN_GRACE = "in_grace"
 # at most this many pods' predictions are saved or read (``--pending.max-pods`` is 500 by
 # default; pods out of the reads are kept for the vanish grace): the most recently
 # read waiting are kept
@@ -78,6 +80,9 @@ MAX_COUNT = 1_000_000  # GPU pods on a node, or its allocatable GPU units
 # it changes every cycle (0.4 MB at 500 pending pods), and a ``serve`` restarted
 # between two writes loses at most this much of its waits' predictions
 PREDICTIONS_SAVE_SECONDS = 300.0
+
+
+_T = TypeVar("_T")
 
 
 class MetaStore(Protocol):
@@ -183,7 +188,8 @@ def saved_predictions(
     ``StartTracker.blocked`` needs it in a ``once`` run); the nodes a pod is kept off in
     ``kept_off`` (``KEPT_OFF``), one ``[namespace, pod, nodes]`` per pod kept off any,
     each node ``[node, since, pods, units]``, its ``MAX_SAVED_EXCLUDED_NODES`` first by
-    name.
+    name; the nodes it fits within their grace in ``in_grace`` (``IN_GRACE``), one
+    ``[namespace, pod, nodes]`` likewise, each node ``[node, since]``.
 
     Why the nodes under a key of their own rather than as a seventh item of the pod:
     every release reads ``pods`` and ignores keys it does not know, while one that
@@ -201,23 +207,30 @@ def saved_predictions(
     kept = sorted(rows, key=lambda r: r[3])[-MAX_SAVED_PODS:]
     pods: dict[int, str] = {}  # ``kept``'s index → the pod as written
     offs: dict[int, str] = {}  # ``kept``'s index → its nodes kept off as written
-    for i, (ns, pod, uid, seen, starts, fits_since, excluded) in enumerate(kept):
+    graces: dict[int, str] = {}  # ``kept``'s index → its nodes within their grace
+    for i, (ns, pod, uid, seen, starts, fits_since, excluded, grace) in enumerate(kept):
         since = () if fits_since is None else (round(fits_since, 1),)
         saved = [[round(t, 1) for t in s] for s in starts[-MAX_SAVED_PER_POD:]]
         pods[i] = _dumps([ns, pod, uid, round(seen, 1), saved, *since])
         if excluded:
             offs[i] = _dumps([ns, pod, _marks(excluded)])
-    frame = len(_dumps({"version": PREDICTIONS_VERSION, "pods": [], KEPT_OFF: []}))
+        if grace:
+            first = sorted(grace.items())[:MAX_SAVED_EXCLUDED_NODES]
+            graces[i] = _dumps([ns, pod, [[name, round(t, 1)] for name, t in first]])
+    empty = {"version": PREDICTIONS_VERSION, "pods": [], KEPT_OFF: [], IN_GRACE: []}
+    frame = len(_dumps(empty))
 
     def joined(parts: dict[int, str]) -> int:
         return sum(map(len, parts.values())) + max(len(parts) - 1, 0)
 
-    total, n_lists, n_pods = frame + joined(pods) + joined(offs), 0, 0
+    total, n_lists, n_pods = frame + joined(pods) + joined(offs) + joined(graces), 0, 0
     for key in range(len(kept)):  # read longest ago first
         if total <= max_chars:
             break
-        if key in offs:
-            total -= len(offs.pop(key)) + (1 if offs else 0)
+        if key in offs or key in graces:
+            for parts in (offs, graces):
+                if key in parts:
+                    total -= len(parts.pop(key)) + (1 if parts else 0)
             n_lists += 1
     for key in range(len(kept)):
         if total <= max_chars:
@@ -229,7 +242,11 @@ def saved_predictions(
         return ",".join(parts[i] for i in sorted(parts, key=lambda i: kept[i][:4]))
 
     # the nodes only when a pod is kept off any: rows of before read byte for byte
-    nodes = f',"{KEPT_OFF}":[{listed(offs)}]' if offs else ""
+    nodes = "".join(
+        f',"{name}":[{listed(parts)}]'
+        for name, parts in ((KEPT_OFF, offs), (IN_GRACE, graces))
+        if parts
+    )
     text = f'{{"version":{PREDICTIONS_VERSION},"pods":[{listed(pods)}]{nodes}}}'
     return SavedPredictions(text, n_lists, n_pods)
 
@@ -281,28 +298,54 @@ def parse_predictions(text: str) -> tuple[list[SavedWait], int]:
     pods = loaded.get("pods")
     if not isinstance(pods, list) or len(pods) > MAX_SAVED_PODS:
         raise ReplayError(f"pods is not a list of at most {MAX_SAVED_PODS}")
-    entries = loaded.get(KEPT_OFF, [])
-    if not isinstance(entries, list) or len(entries) > MAX_SAVED_PODS:
-        raise ReplayError(f"{KEPT_OFF} is not a list of at most {MAX_SAVED_PODS}")
-    kept_off: dict[tuple[str, str], dict[str, NodeMark] | None] = {}
-    for entry in entries:
-        if isinstance(entry, list) and len(entry) == 3 and _names(entry[0], entry[1]):
-            kept_off[(entry[0], entry[1])] = _excluded(entry[2])  # None: damaged
-    unnamed = len(entries) - len(kept_off)
+    kept_off, unnamed = _by_pod(loaded.get(KEPT_OFF, []), KEPT_OFF, _excluded)
+    in_grace, unnamed_too = _by_pod(loaded.get(IN_GRACE, []), IN_GRACE, _in_grace)
     rows = []
     for row in map(_saved_wait, pods):
         if row is None:
             continue
         marks = kept_off.get((row[0], row[1]), {})
-        if marks is None:
+        grace = in_grace.get((row[0], row[1]), {})
+        if marks is None or grace is None:
             continue
-        rows.append((*row[:6], {**row[6], **marks}) if marks else row)
-    return rows, len(pods) - len(rows) + unnamed
+        rows.append((*row[:6], {**row[6], **marks}, grace))
+    return rows, len(pods) - len(rows) + unnamed + unnamed_too
+
+
+def _by_pod(
+    entries: object, name: str, parse: Callable[[object], _T | None]
+) -> tuple[dict[tuple[str, str], _T | None], int]:
+    """A row's list of ``[namespace, pod, value]`` (``KEPT_OFF``, ``IN_GRACE``) → (each
+    pod's ``parse``d value, None when damaged; how many entries name no pod).
+    ``ReplayError`` when ``entries`` is not a list of at most ``MAX_SAVED_PODS``."""
+    if not isinstance(entries, list) or len(entries) > MAX_SAVED_PODS:
+        raise ReplayError(f"{name} is not a list of at most {MAX_SAVED_PODS}")
+    out: dict[tuple[str, str], _T | None] = {}
+    for entry in entries:
+        if isinstance(entry, list) and len(entry) == 3 and _names(entry[0], entry[1]):
+            out[(entry[0], entry[1])] = parse(entry[2])
+    return out, len(entries) - len(out)
 
 
 def _names(ns: object, pod: object) -> bool:
     """Whether ``ns`` and ``pod`` are a saved pod's names (``parse_predictions``)."""
     return all(isinstance(n, str) and 0 < len(n) <= MAX_NAME_CHARS for n in (ns, pod))
+
+
+def _in_grace(value: object) -> dict[str, float] | None:
+    """A saved pod's nodes within their grace (its ``IN_GRACE`` entry's third item:
+    ``[node, since]``), or None when damaged."""
+    if not (isinstance(value, list) and 0 < len(value) <= MAX_SAVED_EXCLUDED_NODES):
+        return None
+    out: dict[str, float] = {}
+    for node in value:
+        if not (isinstance(node, list) and len(node) == 2):
+            return None
+        name, since = node
+        if not (isinstance(name, str) and 0 < len(name) <= MAX_NAME_CHARS and _time(since)):
+            return None
+        out[name] = float(since)
+    return out
 
 
 def _saved_wait(item: object) -> SavedWait | None:
@@ -335,7 +378,7 @@ def _saved_wait(item: object) -> SavedWait | None:
             return None
         out.append((float(s[0]), float(s[1]), float(s[2])))
     fits = None if fits_since is None else float(fits_since)
-    return (ns, pod, uid, float(seen), out, fits, excluded)
+    return (ns, pod, uid, float(seen), out, fits, excluded, {})
 
 
 def _excluded(value: object) -> dict[str, NodeMark] | None:

@@ -262,7 +262,7 @@ def test_a_blocked_pod_is_kept_off_the_nodes_it_fits_and_starts_elsewhere():
     assert {s.value for s in starts if s.labels["pod"] == "stuck"} == {NOW + 100}
     # the tracker keeps it blocked, and keeps none of its predictions to score
     tracker = StartTracker()
-    tracker.restore([("ml", "stuck", "us", NOW - CYCLE, [], NOW - BLOCKED_GRACE_SECONDS, {})])
+    tracker.restore([("ml", "stuck", "us", NOW - CYCLE, [], NOW - BLOCKED_GRACE_SECONDS, {}, {})])
     tracker.update(q, result, NOW)
     assert tracker.blocked(q, NOW + CYCLE) == {("ml", "stuck"): frozenset({"n1"})}
     assert [w[4] for w in tracker.waiting() if w[1] == "stuck"] == [[]]
@@ -315,3 +315,85 @@ def test_a_gated_pod_waits_for_its_gate_not_for_gpus():
     assert GATED in STATUSES
     # admitted: its gate lifted, it is the oldest pod and takes the free GPU now
     assert offsets(cycle(tracker, q, t)["stuck"], t) == [0.0, 0.0, 0.0]
+
+
+def _kept_off_n1_waiting_for_n2(
+    tracker: StartTracker,
+) -> tuple[ClusterQueue, dict[tuple[str, str], tuple[float, float, float]]]:
+    """``stuck`` fits n1's free GPU from NOW, never bound: found blocked after the grace
+    and kept off n1, it waits for n2's GPU, which ``other`` holds until NOW + 1200 s.
+    The queue and the job forecasts."""
+    nodes = (Node("n1", {G: 2}, "A100"), Node("n2", {G: 1}, "A100"))
+    job = Holder("ml", "job", "n1", G, 1, None, NOW - 600, uid="uj")
+    other = Holder("ml", "other", "n2", G, 1, None, NOW - 600, uid="uo")
+    stuck = PendingPod("ml", "stuck", G, 1, NOW - 3 * 3600, uid="us")
+    ends = {("ml", "job"): (NOW + 7200,) * 3, ("ml", "other"): (NOW + 1200,) * 3}
+    q = ClusterQueue(nodes, (job, other), (stuck,))
+    t = NOW
+    while t <= NOW + BLOCKED_GRACE_SECONDS:
+        tracker.update(q, predict_queue(q, ends, [3600.0], t, SETTINGS, tracker.blocked(q, t)), t)
+        t += CYCLE
+    assert tracker.blocked(q, t) == {("ml", "stuck"): frozenset({"n1"})}
+    return q, ends
+
+
+def test_a_node_a_blocked_pod_starts_to_fit_is_given_the_grace():
+    """``stuck`` is kept off n1 and predicted to start on n2 when ``other`` ends there. When
+    it does (n2 changed: a GPU pod left it), ``stuck`` fits n2 for the first time: n2 is
+    given the grace a new pod gets, so ``stuck`` is predicted to start now, not taken off
+    n2 at once (its start flipped from "at 20 min" to none at the moment it came). Still
+    unbound there a grace later, it is kept off n2 too. The grace's start is saved for
+    the next process (a ``once`` CronJob)."""
+    tracker = StartTracker()
+    q, ends = _kept_off_n1_waiting_for_n2(tracker)
+
+    def run(queue: ClusterQueue, t: float):
+        blocked = tracker.blocked(queue, t)
+        result = predict_queue(queue, ends, [3600.0], t, SETTINGS, blocked)
+        return {p.pod: p.prediction for p in tracker.update(queue, result, t).pods}["stuck"]
+
+    t = NOW + 1200 - CYCLE
+    before = run(q, t)
+    assert before.status == BLOCKED_ELSEWHERE and [s - t for s in before.starts] == [CYCLE] * 3
+    t += CYCLE
+    ended = dataclasses.replace(q, holders=q.holders[:1])  # ``other`` ended: n2's GPU free
+    came = t
+    while t < came + BLOCKED_GRACE_SECONDS:
+        got = run(ended, t)
+        assert got.status == BLOCKED_ELSEWHERE and got.starts == (t, t, t), t - came
+        if t == came + 2 * CYCLE:
+            rows, skipped = parse_predictions(predictions_json(tracker.waiting()))
+            fresh = StartTracker()
+            fresh.restore(rows)
+        t += CYCLE
+    assert skipped == 0
+    last = came + BLOCKED_GRACE_SECONDS
+    assert fresh.blocked(ended, last - 1) == {("ml", "stuck"): frozenset({"n1"})}
+    assert fresh.blocked(ended, last) == {("ml", "stuck"): frozenset({"n1", "n2"})}
+    got = run(ended, last)
+    assert got.status == BLOCKED_ELSEWHERE and got.starts is None
+    assert tracker.blocked(ended, last + CYCLE) == {("ml", "stuck"): frozenset({"n1", "n2"})}
+
+
+def test_a_node_that_stops_fitting_within_its_grace_starts_it_over():
+    """As a pod's own grace: ``stuck`` fit n2 for two cycles, then another pod took n2's
+    GPU. When n2 frees again it gets the whole grace again, from then."""
+    tracker = StartTracker()
+    q, ends = _kept_off_n1_waiting_for_n2(tracker)
+    free = dataclasses.replace(q, holders=q.holders[:1])
+    taken = dataclasses.replace(
+        q, holders=(q.holders[0], Holder("ml", "b", "n2", G, 1, None, NOW + 1300, uid="ub"))
+    )
+    t = NOW + 1200
+    for queue in (free, free, taken, free):
+        tracker.update(
+            queue, predict_queue(queue, ends, [3600.0], t, SETTINGS, tracker.blocked(queue, t)), t
+        )
+        t += CYCLE
+    again = t - CYCLE
+    assert tracker.blocked(free, again + BLOCKED_GRACE_SECONDS - 1) == {
+        ("ml", "stuck"): frozenset({"n1"})
+    }
+    assert tracker.blocked(free, again + BLOCKED_GRACE_SECONDS) == {
+        ("ml", "stuck"): frozenset({"n1", "n2"})
+    }

@@ -251,17 +251,19 @@ def test_a_once_cronjob_scores_the_predictions_of_its_earlier_runs(tmp_path: Pat
 def test_saved_predictions_round_trip_and_keep_the_latest_pods() -> None:
     tracker = StartTracker()
     rows = [
-        ("ml", f"p{i}", f"u{i}", NOW + i, [(NOW + 10, NOW + 20, NOW + 30)] * 2, None, {})
+        ("ml", f"p{i}", f"u{i}", NOW + i, [(NOW + 10, NOW + 20, NOW + 30)] * 2, None, {}, {})
         for i in range(3)
     ]
-    rows.insert(0, ("ml", "fits", "uf", NOW, [(NOW, NOW, NOW)], NOW - 120, {}))  # fits now since
+    rows.insert(
+        0, ("ml", "fits", "uf", NOW, [(NOW, NOW, NOW)], NOW - 120, {}, {})
+    )  # fits now since
     # blocked, kept off two nodes (when first kept off, GPU pods on it then, its units)
     off = {"n1": (NOW - 60, 3, 8), "n2": (NOW, 0, 4)}
-    rows.insert(0, ("ml", "blocked", "ub", NOW, [], NOW - 400, off))
+    rows.insert(0, ("ml", "blocked", "ub", NOW, [], NOW - 400, off, {}))
     tracker.restore(rows)
     text = predictions_json(tracker.waiting())
     assert parse_predictions(text) == (rows, 0)
-    many = [("ml", f"p{i:05d}", "", NOW + i, [], None, {}) for i in range(MAX_SAVED_PODS + 10)]
+    many = [("ml", f"p{i:05d}", "", NOW + i, [], None, {}, {}) for i in range(MAX_SAVED_PODS + 10)]
     kept, _ = parse_predictions(predictions_json(many))
     assert len(kept) == MAX_SAVED_PODS and min(r[3] for r in kept) == NOW + 10
 
@@ -274,7 +276,7 @@ def blocked_rows(n_pods: int, n_nodes: int) -> list:
     }
     uid = "0f8b2a1c-1111-2222-3333-444455556666"
     return [
-        ("team-a", f"sweep-worker-{i:05d}", uid, NOW + i, [], NOW - 200, dict(off))
+        ("team-a", f"sweep-worker-{i:05d}", uid, NOW + i, [], NOW - 200, dict(off), {})
         for i in range(n_pods)
     ]
 
@@ -300,7 +302,7 @@ def test_a_predictions_row_too_large_for_its_reader_drops_the_oldest_node_lists(
 
 def test_pods_are_dropped_oldest_first_when_their_rows_alone_pass_the_bound() -> None:
     rows = [
-        ("ml", f"p{i:05d}", "u" * 36, NOW + i, [(NOW, NOW + 10, NOW + 20)] * 20, None, {})
+        ("ml", f"p{i:05d}", "u" * 36, NOW + i, [(NOW, NOW + 10, NOW + 20)] * 20, None, {}, {})
         for i in range(100)
     ]
     full = predictions_json(rows, max_chars=10**9)
@@ -390,7 +392,7 @@ def test_a_damaged_saved_pod_is_skipped_and_counted(
 ) -> None:
     good = ["ml", "ok", "u", NOW, [[NOW + 10, NOW + 20, NOW + 30]]]
     text = json.dumps({"version": 1, "pods": [good, bad]})
-    want = [("ml", "ok", "u", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None, {})]
+    want = [("ml", "ok", "u", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None, {}, {})]
     assert parse_predictions(text) == (want, 1)
     store = HistoryStore.open(tmp_path / "h.sqlite")
     store.set_meta(START_PREDICTIONS_KEY, text)
@@ -430,6 +432,30 @@ def test_a_damaged_entry_of_nodes_kept_off_is_skipped_and_counted(entry: object)
     assert skipped == 1
     assert [r[1] for r in rows] == (["ok"] if named else ["ok", "p"])
     assert rows[0][6] == {"n1": (NOW, 1, 8)}
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        [["n2", -1.0]],
+        [],
+        [["n2", NOW, 1]],
+        [["", NOW]],
+        [["n2", NOW]] * (MAX_SAVED_EXCLUDED_NODES + 1),
+    ],
+    ids=["not-a-time", "empty", "long", "no-name", "too-many"],
+)
+def test_a_damaged_entry_of_nodes_within_their_grace_skips_its_pod(nodes: object) -> None:
+    blocked = ["ml", "p", "u", NOW, [], NOW - 400]
+    doc = {
+        "version": 1,
+        "pods": [blocked, ["ml", "ok", "u", NOW, [], NOW - 400]],
+        "kept_off": [["ml", "p", [["n1", NOW, 1, 8]]], ["ml", "ok", [["n1", NOW, 1, 8]]]],
+        "in_grace": [["ml", "p", nodes], ["ml", "ok", [["n2", NOW - 60]]]],
+    }
+    rows, skipped = parse_predictions(json.dumps(doc))
+    assert skipped == 1
+    assert rows == [("ml", "ok", "u", NOW, [], NOW - 400, {"n1": (NOW, 1, 8)}, {"n2": NOW - 60})]
 
 
 @pytest.mark.parametrize(
@@ -563,8 +589,8 @@ def blocked_tracker() -> StartTracker:
     tracker = StartTracker()
     tracker.restore(
         [
-            ("ml", "blocked", "ub", NOW, [], NOW - 400, {"n1": (NOW - 60, 1, 2)}),
-            ("ml", "waits", "uw", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None, {}),
+            ("ml", "blocked", "ub", NOW, [], NOW - 400, {"n1": (NOW - 60, 1, 2)}, {}),
+            ("ml", "waits", "uw", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None, {}, {}),
         ]
     )
     return tracker
@@ -590,8 +616,8 @@ def test_a_row_rewritten_by_an_older_forecaster_reads_back_after_the_upgrade() -
     rows, skipped = parse_predictions(text)
     assert skipped == 0
     assert rows == [
-        ("ml", "blocked", "ub", NOW, [], NOW - 400, {}),
-        ("ml", "waits", "uw", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None, {}),
+        ("ml", "blocked", "ub", NOW, [], NOW - 400, {}, {}),
+        ("ml", "waits", "uw", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None, {}, {}),
     ]
     fresh = StartTracker()
     fresh.restore(rows)
@@ -615,9 +641,9 @@ def test_the_previous_format_reads_in_this_release() -> None:
     rows, skipped = parse_predictions(previous)
     assert skipped == 0
     assert rows == [
-        ("ml", "blocked", "ub", NOW, [], NOW - 400, {"n1": (NOW - 60, 1, 2)}),
-        ("ml", "off", "uo", NOW, [], None, {"n2": (NOW - 60, 0, 8)}),
-        ("ml", "waits", "uw", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None, {}),
+        ("ml", "blocked", "ub", NOW, [], NOW - 400, {"n1": (NOW - 60, 1, 2)}, {}),
+        ("ml", "off", "uo", NOW, [], None, {"n2": (NOW - 60, 0, 8)}, {}),
+        ("ml", "waits", "uw", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None, {}, {}),
     ]
 
 
