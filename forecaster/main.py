@@ -370,7 +370,8 @@ def _common_flags() -> argparse.ArgumentParser:
         dest="pending_max_pods",
         type=int,
         default=500,
-        help="predict the first this many pending pods in queue order",
+        help="predict the first this many pending pods in queue order, pods found "
+        "blocked_elsewhere after the others",
     )
     q.add_argument(
         "--pending.fail-requests-greater-than-one",

@@ -24,6 +24,7 @@ from gpu_eta.forecaster.queue_replay import (
     SCHEDULED,
     Holder,
     Node,
+    PendingPod,
     ReplayError,
     Request,
     StartCalibrator,
@@ -137,7 +138,8 @@ def predict(
     could only make it later (those ahead of it take GPUs first; those behind take
     what frees while it waits for more): predicted without them it would be too early.
     Replaying them anyway would make the bound no bound (a controller gone wrong can
-    leave thousands of pods pending).
+    leave thousands of pods pending). Pods kept off nodes (``blocked_elsewhere``:
+    ``PendingPod.excluded_nodes``) fill the bound after the others (``capped``).
 
     A pod its scheduling gates hold (``PendingPod.gated``) is not replayed: kube-scheduler
     does not try it, so it takes no GPU from the pods behind it until what holds the
@@ -150,7 +152,7 @@ def predict(
     ordered = sorted(queue.pending, key=queue_key)
     waiting = [p for p in ordered if not p.gated]
     gated = [p for p in ordered if p.gated][: settings.max_pods]
-    kept = waiting[: settings.max_pods]
+    kept = capped(waiting, settings.max_pods)
     requests = (
         default_requests(
             queue.nodes,
@@ -205,6 +207,25 @@ def predict(
         created_missing=queue.created_missing,
         priorities_unknown=queue.priorities_unknown,
     )
+
+
+def capped(waiting: Sequence[PendingPod], max_pods: int) -> list[PendingPod]:
+    """The ``max_pods`` of ``waiting`` (in queue order) to replay, in queue order: the
+    pods not kept off any node first, then those kept off nodes (``excluded_nodes``:
+    found ``blocked_elsewhere``) with the room left.
+
+    Why not the first ``max_pods`` in queue order: blocked pods are the oldest of the
+    queue (they do not start), and where something holds many (a namespace's storage
+    class gone, a quota of CPU), they took the whole bound, and the pods that can start,
+    the ones whose start a user waits on, got no prediction. A blocked pod takes GPUs
+    only on nodes it was not seen blocked on, and often gets no start at all, so it
+    matters least to the pods behind it; left out, it makes them look early by what it
+    would have taken elsewhere. A request made now is not predicted either way while
+    any pod is left out.
+    """
+    free = [i for i, p in enumerate(waiting) if not p.excluded_nodes][:max_pods]
+    held = [i for i, p in enumerate(waiting) if p.excluded_nodes][: max_pods - len(free)]
+    return [waiting[i] for i in sorted([*free, *held])]
 
 
 # How far apart two pods of one owner may have started and still be taken for one run

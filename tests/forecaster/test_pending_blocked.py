@@ -397,3 +397,30 @@ def test_a_node_that_stops_fitting_within_its_grace_starts_it_over():
     assert tracker.blocked(free, again + BLOCKED_GRACE_SECONDS) == {
         ("ml", "stuck"): frozenset({"n1", "n2"})
     }
+
+
+def test_blocked_pods_fill_max_pods_after_the_pods_that_can_start():
+    """``--pending.max-pods`` 2; the two oldest pods are blocked (kept off n1, the only
+    node) and ``fresh``, behind them, fits n1's free GPU. The limit takes ``fresh``
+    first and the oldest blocked pod with the room left: ``fresh`` is predicted to
+    start now, the younger blocked pod is the one skipped. Counted in queue order, the
+    blocked pods took the limit and ``fresh``, which can start, got no prediction."""
+    q = ClusterQueue(
+        (Node("n1", {G: 4}, "A100"),),
+        (Holder("ml", "job", "n1", G, 1, None, NOW - 600, uid="uj"),),
+        (
+            PendingPod("ml", "b1", G, 1, NOW - 3 * 3600, uid="u1"),
+            PendingPod("ml", "b2", G, 1, NOW - 2 * 3600, uid="u2"),
+            PendingPod("ml", "fresh", G, 1, NOW - 60, uid="uf"),
+        ),
+    )
+    capped = dataclasses.replace(SETTINGS, max_pods=2)
+    blocked = {("ml", "b1"): frozenset({"n1"}), ("ml", "b2"): frozenset({"n1"})}
+    result = predict_queue(q, ENDS, [3600.0], NOW, capped, blocked)
+    got = {p.pod: p.prediction for p in result.pods}
+    assert set(got) == {"b1", "fresh"} and result.skipped == 1
+    assert offsets(got["fresh"], NOW) == [0.0, 0.0, 0.0]
+    assert got["b1"].status == BLOCKED_ELSEWHERE and got["b1"].starts is None
+    # no pod blocked: the limit is in queue order, as ever
+    plain = predict_queue(q, ENDS, [3600.0], NOW, capped)
+    assert [p.pod for p in plain.pods] == ["b1", "b2"] and plain.skipped == 1
