@@ -335,17 +335,23 @@ def _names(ns: object, pod: object) -> bool:
 def _in_grace(value: object) -> dict[str, float] | None:
     """A saved pod's nodes within their grace (its ``IN_GRACE`` entry's third item:
     ``[node, since]``), or None when damaged."""
+    nodes = _node_list(value, 2)
+    if nodes is None or not all(_time(since) for _, since in nodes):
+        return None
+    return {name: float(since) for name, since in nodes}
+
+
+def _node_list(value: object, width: int) -> list[list] | None:
+    """``value`` when it is a saved pod's list of nodes: 1 to ``MAX_SAVED_EXCLUDED_NODES``
+    lists of ``width`` items, each a node's name first; None otherwise."""
     if not (isinstance(value, list) and 0 < len(value) <= MAX_SAVED_EXCLUDED_NODES):
         return None
-    out: dict[str, float] = {}
     for node in value:
-        if not (isinstance(node, list) and len(node) == 2):
+        if not (isinstance(node, list) and len(node) == width):
             return None
-        name, since = node
-        if not (isinstance(name, str) and 0 < len(name) <= MAX_NAME_CHARS and _time(since)):
+        if not (isinstance(node[0], str) and 0 < len(node[0]) <= MAX_NAME_CHARS):
             return None
-        out[name] = float(since)
-    return out
+    return value
 
 
 def _saved_wait(item: object) -> SavedWait | None:
@@ -383,24 +389,12 @@ def _saved_wait(item: object) -> SavedWait | None:
 
 def _excluded(value: object) -> dict[str, NodeMark] | None:
     """A saved pod's nodes kept off (its ``KEPT_OFF`` entry's third item, or the seventh
-    item of its pod as the previous release wrote it), or None when damaged."""
-    if not (isinstance(value, list) and 0 < len(value) <= MAX_SAVED_EXCLUDED_NODES):
+    item of its pod as the previous release wrote it: ``[node, since, pods, units]``),
+    or None when damaged."""
+    nodes = _node_list(value, 4)
+    if nodes is None or not all(_time(t) and _count(n) and _count(u) for _, t, n, u in nodes):
         return None
-    out: dict[str, NodeMark] = {}
-    for node in value:
-        if not (isinstance(node, list) and len(node) == 4):
-            return None
-        name, since, n_held, units = node
-        if not (
-            isinstance(name, str)
-            and 0 < len(name) <= MAX_NAME_CHARS
-            and _time(since)
-            and _count(n_held)
-            and _count(units)
-        ):
-            return None
-        out[name] = (float(since), n_held, units)
-    return out
+    return {name: (float(since), n_held, units) for name, since, n_held, units in nodes}
 
 
 def _count(value: object) -> bool:
