@@ -259,6 +259,7 @@ def st(
     width: int = 6,
     no_value: str = "–",
     now: bool = True,
+    legend: str = "",
 ) -> stat.Panel:
     """A stat panel. ``no_value`` is what an empty query shows: "0" only for counts
     (count() of nothing is 0); elsewhere 0 means something (an ETA of now, a report
@@ -269,8 +270,11 @@ def st(
     not 0: "Free GPUs" kept the 1 of an hour ago once the last free GPU was taken, a
     forecaster gone kept its last "since last good cycle". Without ``now`` (a pod's
     own panels, the Training job board) the last value the range holds is what is
-    shown: a finished pod's last progress."""
-    target = q(expr, instant=False)
+    shown: a finished pod's last progress.
+
+    ``legend``: each value's name where the query gives several (Grafana's stat shows
+    names only then)."""
+    target = q(expr, legend, instant=False)
     if now:
         target = target.instant()
     return (
@@ -803,14 +807,38 @@ def forecaster_quality() -> dict:
     ).with_variable(
         query_variable("namespace", "label_values(gpu_eta_job_forecast_info, namespace)")
     )
+
+    # One line per forecaster however many jobs scrape it: a forecaster sets no label of
+    # its own, so each query aggregates by instance, the pod's address every Kubernetes
+    # job gives alike (a CronJob's pushed series carry none: one forecaster), dropping
+    # what each job adds (job, service, endpoint, the pod's labels), and takes the worse
+    # of two scrapes that disagree (a cycle apart), as its alerts do (docs/alerts.md).
+    # A per-run series is counted once per forecaster publishing it.
+    def per_forecaster(metric: str, labels: str = "", agg: str = "max") -> str:
+        """``agg`` of ``metric`` by instance (and ``labels``) over its scrapes."""
+        return f"{agg} by (instance{', ' + labels if labels else ''}) ({metric})"
+
+    def runs_per_forecaster(metric: str, labels: str = "") -> str:
+        """``metric``'s runs, one series each per forecaster (and ``labels``)."""
+        return per_forecaster(
+            metric, f"namespace, pod, container, run_id{', ' + labels if labels else ''}"
+        )
+
+    scraped_twice = (
+        " One line per forecaster (named by instance, the pod's address) however many jobs "
+        "scrape it."
+    )
     coverage = (
         ts(
             "P10–P90 interval coverage (target 0.8)",
             "Share of finished jobs whose real end fell inside the interval predicted at each "
             "progress point. Well under 0.8: intervals too narrow (over-confident); well over: "
-            "too wide to be useful.",
+            "too wide to be useful." + scraped_twice,
             "percentunit",
-            q("gpu_eta_model_interval_coverage_ratio", "at progress {{progress}}"),
+            q(
+                per_forecaster("gpu_eta_model_interval_coverage_ratio", "progress"),
+                "{{instance}} at progress {{progress}}",
+            ),
         )
         .thresholds(
             dash.ThresholdsConfig()
@@ -826,20 +854,28 @@ def forecaster_quality() -> dict:
     panels = [
         st(
             "Finished jobs in history",
-            "Jobs the cold-start model learns from (the SQLite history on the PVC).",
+            "Jobs the cold-start model learns from (the SQLite history on the PVC), one "
+            "value per forecaster (each replica keeps its own history) however many jobs "
+            "scrape it.",
             "none",
-            "max(gpu_eta_model_history_jobs)",
+            per_forecaster("gpu_eta_model_history_jobs"),
+            legend="{{instance}}",
         ),
         st(
             "Stale",
             "1 while the forecaster serves an earlier cycle's forecasts because its last "
-            "cycle failed (Prometheus away, slow or answering garbage; a history write failing).",
+            "cycle failed (Prometheus away, slow or answering garbage; a history write "
+            "failing). One value per forecaster however many jobs scrape it.",
             "none",
-            "max(gpu_eta_forecaster_stale)",
+            per_forecaster("gpu_eta_forecaster_stale"),
+            legend="{{instance}}",
         ),
         st(
             "Since last good cycle",
-            "GpuEtaForecasterStale fires past 15 minutes.",
+            "GpuEtaForecasterStale fires past 15 minutes. The newest good cycle of any "
+            "forecaster in the time range, however many jobs scrape it (not one per "
+            "forecaster: a replaced pod's old address would keep ageing beside the new "
+            "one); a forecaster gone keeps ageing.",
             "s",
             # the newest stamp in the range: a forecaster gone keeps ageing, not its last age
             "time() - max(last_over_time("
@@ -848,9 +884,11 @@ def forecaster_quality() -> dict:
         ),
         st(
             "Running jobs forecast",
-            "Running jobs seen in the last cycle.",
+            "Running jobs seen in the last cycle, one value per forecaster however many "
+            "jobs scrape it.",
             "none",
-            'max(gpu_eta_forecaster_jobs{state="running"})',
+            per_forecaster('gpu_eta_forecaster_jobs{state="running"}'),
+            legend="{{instance}}",
         ),
         ts(
             "Median absolute percentage error by progress",
@@ -858,34 +896,38 @@ def forecaster_quality() -> dict:
             "75 %, 90 % and 95 % progress, past 95 % (progress 1, the last interval; in % "
             "of the time still to go, so it need not fall as progress grows), and at the first "
             "progress point before 5 % of a job without earlier runs of its configuration "
-            "(progress 0.05).",
+            "(progress 0.05)." + scraped_twice,
             "percentunit",
             q(
-                "gpu_eta_model_median_absolute_percentage_error_ratio",
-                "at progress {{progress}}",
+                per_forecaster("gpu_eta_model_median_absolute_percentage_error_ratio", "progress"),
+                "{{instance}} at progress {{progress}}",
             ),
         ),
         coverage,
         ts(
             "Cycle duration",
-            "Seconds the last cycle took (queries, fit, predict). Keep it well under the cycle interval.",
+            "Seconds the last cycle took (queries, fit, predict). Keep it well under the cycle "
+            "interval." + scraped_twice,
             "s",
-            q("gpu_eta_forecaster_cycle_duration_seconds", "cycle"),
+            q(per_forecaster("gpu_eta_forecaster_cycle_duration_seconds"), "{{instance}} cycle"),
         ),
         ts(
             "Queries to Prometheus by result",
             "A bounded number of queries per cycle, whatever the number of jobs. partial: "
             "answers that carried warnings (a Thanos store or a VictoriaMetrics node away), "
-            "counted among the successes too.",
+            "counted among the successes too. Each forecaster's rate, counted once however "
+            "many jobs scrape it.",
             "reqps",
             q(
-                "sum by (result) (rate(gpu_eta_forecaster_queries_total[$__rate_interval]))",
-                "{{result}}",
+                per_forecaster(
+                    "rate(gpu_eta_forecaster_queries_total[$__rate_interval])", "result"
+                ),
+                "{{instance}} {{result}}",
                 min_step=FORECASTER_SCRAPE,
             ),
             q(
-                "sum(rate(gpu_eta_forecaster_partial_answers_total[$__rate_interval]))",
-                "partial",
+                per_forecaster("rate(gpu_eta_forecaster_partial_answers_total[$__rate_interval])"),
+                "{{instance}} partial",
                 ref="B",
                 min_step=FORECASTER_SCRAPE,
             ),
@@ -896,27 +938,37 @@ def forecaster_quality() -> dict:
             "range; no_plan: no planned total and no completed run of its configuration, job "
             "or cluster to go by; every reason: docs/metrics.md, "
             "gpu_eta_forecaster_job_errors_total), and failed cycles (cycle_failed), per second. "
-            "The counter only appears after the first error, so 'none' draws 0 until then.",
+            "The counter only appears after the first error, so 'none' draws 0 until then. "
+            "Each forecaster's rate, counted once however many jobs scrape it.",
             "ops",
             q(
-                "sum by (reason) (rate(gpu_eta_forecaster_job_errors_total[$__rate_interval]))"
-                " or on () vector(0)",
-                "{{reason}}",
+                per_forecaster(
+                    "rate(gpu_eta_forecaster_job_errors_total[$__rate_interval])", "reason"
+                )
+                # a reason of its own: the legend names one
+                + ' or on () label_replace(vector(0), "reason", "none", "", "")',
+                "{{instance}} {{reason}}",
                 min_step=FORECASTER_SCRAPE,
             ),
-        ).override_by_name("Value", [DynamicConfigValue(id_val="displayName", value="none")]),
+        ),
         ts(
             "Jobs seen by state",
-            "Running and finished jobs in the last cycle.",
+            "Running and finished jobs in the last cycle." + scraped_twice,
             "none",
-            q("max by (state) (gpu_eta_forecaster_jobs)", "{{state}}"),
+            q(per_forecaster("gpu_eta_forecaster_jobs", "state"), "{{instance}} {{state}}"),
         ),
         ts(
             "Stale flags",
-            "1 while stale; also per job: runs flagged stalled (no progress, GPU idle).",
+            "1 while stale; also per job: runs flagged stalled (no progress, GPU idle). Per "
+            "forecaster (named by instance), each run counted once however many jobs scrape "
+            "it.",
             "none",
-            q("max(gpu_eta_forecaster_stale)", "forecaster stale", "A"),
-            q(f"sum(gpu_eta_job_stalled{{{NS}}})", "stalled runs", "B"),
+            q(per_forecaster("gpu_eta_forecaster_stale"), "{{instance}} forecaster stale", "A"),
+            q(
+                per_forecaster(runs_per_forecaster(f"gpu_eta_job_stalled{{{NS}}}"), agg="sum"),
+                "{{instance}} stalled runs",
+                "B",
+            ),
         ),
         ts(
             "History volume",
@@ -926,17 +978,23 @@ def forecaster_quality() -> dict:
             "--model.fit-runs); GpuEtaForecasterHistoryVolumeFull fires when the volume's "
             "available bytes and the free pages together stay under a tenth of its capacity "
             "for 30 minutes. Volume figures are absent where the forecaster cannot read them "
-            "(statvfs failing).",
+            "(statvfs failing). One line each per forecaster however many jobs scrape it: "
+            "the larger file and capacity, the fewer free pages and available bytes where "
+            "two scrapes disagree.",
             "bytes",
-            q("gpu_eta_forecaster_history_bytes", "{{instance}} file", "A"),
-            q("gpu_eta_forecaster_history_free_bytes", "{{instance}} free pages", "B"),
+            q(per_forecaster("gpu_eta_forecaster_history_bytes"), "{{instance}} file", "A"),
             q(
-                "gpu_eta_forecaster_history_volume_available_bytes",
+                per_forecaster("gpu_eta_forecaster_history_free_bytes", agg="min"),
+                "{{instance}} free pages",
+                "B",
+            ),
+            q(
+                per_forecaster("gpu_eta_forecaster_history_volume_available_bytes", agg="min"),
                 "{{instance}} volume available",
                 "C",
             ),
             q(
-                "gpu_eta_forecaster_history_volume_capacity_bytes",
+                per_forecaster("gpu_eta_forecaster_history_volume_capacity_bytes"),
                 "{{instance}} volume capacity",
                 "D",
             ),
@@ -946,9 +1004,17 @@ def forecaster_quality() -> dict:
             "Running jobs by the estimator that produced their forecast: rate (own progress), "
             "prior (cold start from history), blend; for runs with no planned total, completed "
             "runs' durations: durations (its configuration's), job_durations (its job's on "
-            "other hardware), cluster_durations (the cluster's).",
+            "other hardware), cluster_durations (the cluster's). Per forecaster (named by "
+            "instance), each run counted once however many jobs scrape it.",
             "none",
-            q(f"count by (method) (gpu_eta_job_forecast_info{{{NS}}})", "{{method}}"),
+            q(
+                per_forecaster(
+                    runs_per_forecaster(f"gpu_eta_job_forecast_info{{{NS}}}", "method"),
+                    "method",
+                    agg="count",
+                ),
+                "{{instance}} {{method}}",
+            ),
         ),
     ]
     return finish(board, panels)

@@ -895,6 +895,208 @@ def test_exporter_health_draws_one_line_per_exporter(tmp_path: Path, scrapes: in
     )
 
 
+# One forecaster's scrape as each job labels it (tests/rules/scrapes.test.yaml): our
+# ServiceMonitor and an annotation-based kubernetes-pods job, both giving instance the
+# pod's address. Its own series get the forecaster pod's namespace, pod (and container);
+# its per-run series keep the workload's (honor_labels), so the job adds only the rest.
+_FORECASTER_JOBS = {
+    "servicemonitor": (
+        'job="gpu-eta-forecaster",instance="10.0.0.{n}:9844",service="gpu-eta-forecaster",'
+        'endpoint="metrics"',
+        'namespace="gpu-eta",pod="gpu-eta-forecaster-{n}",container="forecaster"',
+    ),
+    "kubernetes-pods": (
+        'job="kubernetes-pods",instance="10.0.0.{n}:9844",'
+        'app_kubernetes_io_name="gpu-eta-forecaster"',
+        'namespace="gpu-eta",pod="gpu-eta-forecaster-{n}"',
+    ),
+}
+# Each forecaster's own series (name, its labels, values a minute apart) and the
+# per-run series it publishes for two runs of namespace ml.
+_FORECASTER_SERIES = [
+    ("gpu_eta_model_history_jobs", "", "40"),
+    ("gpu_eta_forecaster_stale", "", "1"),
+    ("gpu_eta_forecaster_last_success_timestamp_seconds", "", "540"),
+    ("gpu_eta_forecaster_jobs", ',state="running"', "2"),
+    ("gpu_eta_forecaster_jobs", ',state="finished"', "3"),
+    ("gpu_eta_model_median_absolute_percentage_error_ratio", ',progress="0.5"', "0.125"),
+    ("gpu_eta_model_interval_coverage_ratio", ',progress="0.5"', "0.75"),
+    ("gpu_eta_forecaster_cycle_duration_seconds", "", "2.5"),
+    ("gpu_eta_forecaster_queries_total", ',result="success"', "0+15"),
+    ("gpu_eta_forecaster_partial_answers_total", "", "0+15"),
+    ("gpu_eta_forecaster_job_errors_total", ',reason="no_plan"', "0+15"),
+    ("gpu_eta_forecaster_history_bytes", "", "4096"),
+    ("gpu_eta_forecaster_history_free_bytes", "", "1024"),
+    ("gpu_eta_forecaster_history_volume_available_bytes", "", "65536"),
+    ("gpu_eta_forecaster_history_volume_capacity_bytes", "", "131072"),
+]
+_RUN_SERIES = [
+    ("gpu_eta_job_forecast_info", ',method="rate"', "1", "r1"),
+    ("gpu_eta_job_forecast_info", ',method="prior"', "1", "r2"),
+    ("gpu_eta_job_stalled", "", "1", "r1"),
+    ("gpu_eta_job_stalled", "", "0", "r2"),
+]
+
+
+def _forecasters_scraped(f1_jobs: list[str]) -> list[tuple[str, str]]:
+    """Forecasters 10.0.0.1 (scraped by ``f1_jobs``) and 10.0.0.2 (by the
+    ServiceMonitor alone), replicas with the same readings, each forecasting both runs."""
+    series = []
+    for n, jobs in ((1, f1_jobs), (2, ["servicemonitor"])):
+        for job in jobs:
+            target, own = (labels.format(n=n) for labels in _FORECASTER_JOBS[job])
+            series += [
+                (f"{name}{{{target},{own}{extra}}}", v) for name, extra, v in _FORECASTER_SERIES
+            ]
+            series += [
+                (
+                    f'{name}{{{target},namespace="ml",pod="{run}",container="c",run_id="{run}"'
+                    f"{extra}}}",
+                    value,
+                )
+                for name, extra, value, run in _RUN_SERIES
+            ]
+    return series
+
+
+@pytest.mark.parametrize("scrapes", [1, 2], ids=["scraped-once", "scraped-twice"])
+def test_forecaster_quality_draws_one_line_per_forecaster(tmp_path: Path, scrapes: int) -> None:
+    """Every query on the Forecaster quality dashboard, evaluated by promtool on two
+    forecasters (replicas, each with its own history), one scraped by one job or by two
+    (a ServiceMonitor beside a kubernetes-pods job, each adding its own labels, both
+    naming the pod's address as instance), the other by one: one line per forecaster,
+    named by its instance, at the value one scrape gives; rates count each forecaster
+    once; runs are counted once per forecaster that forecasts them. "Since last good
+    cycle" is the newest good cycle of any forecaster."""
+    jobs = ["servicemonitor", "kubernetes-pods"][:scrapes]
+    instances = ("10.0.0.1:9844", "10.0.0.2:9844")
+
+    def each(value: float, extra: str = "") -> list[dict]:
+        return [{"labels": f'{{instance="{i}"{extra}}}', "value": value} for i in instances]
+
+    expected = {
+        ("Finished jobs in history", "A"): each(40),
+        ("Stale", "A"): each(1),
+        ("Since last good cycle", "A"): [{"labels": "{}", "value": 60}],
+        ("Running jobs forecast", "A"): each(2),
+        ("Median absolute percentage error by progress", "A"): each(0.125, ', progress="0.5"'),
+        ("P10–P90 interval coverage (target 0.8)", "A"): each(0.75, ', progress="0.5"'),
+        ("Cycle duration", "A"): each(2.5),
+        ("Queries to Prometheus by result", "A"): each(0.25, ', result="success"'),
+        ("Queries to Prometheus by result", "B"): each(0.25),
+        ("Job errors by reason", "A"): each(0.25, ', reason="no_plan"'),
+        ("Jobs seen by state", "A"): each(2, ', state="running"') + each(3, ', state="finished"'),
+        ("Stale flags", "A"): each(1),
+        ("Stale flags", "B"): each(1),
+        ("History volume", "A"): each(4096),
+        ("History volume", "B"): each(1024),
+        ("History volume", "C"): each(65536),
+        ("History volume", "D"): each(131072),
+        ("Estimator in use", "A"): each(1, ', method="rate"') + each(1, ', method="prior"'),
+    }
+    targets = {
+        (panel["title"], target["refId"]): substitute(target["expr"])
+        for panel, target in _targets(_load(GRAFANA / "forecaster-quality.json"))
+    }
+    assert set(targets) == set(expected), "a panel without an expectation here"
+    _promtool_eval(
+        tmp_path,
+        _forecasters_scraped(jobs),
+        [(targets[key], samples) for key, samples in expected.items()],
+    )
+
+
+# A run of ml/p1, the same pod waiting for GPUs, and one request size, as the
+# forecaster labels them (its per-run series keep the workload's labels).
+_RUN = 'namespace="ml",pod="p1",container="c",run_id="r1"'
+_POD = 'namespace="ml",pod="p1"'
+_REQUEST = 'model="A100",resource="nvidia_com_gpu",gpus="2"'
+_FORECASTS = [
+    *(
+        ("gpu_eta_job_predicted_completion_timestamp_seconds", f'{_RUN},quantile="{qv}"', end)
+        for qv, end in (("0.1", 1200), ("0.5", 2400), ("0.9", 3600))
+    ),
+    *(
+        ("gpu_eta_pod_predicted_start_timestamp_seconds", f'{_POD},quantile="{qv}"', start)
+        for qv, start in (("0.1", 900), ("0.5", 1500), ("0.9", 2100))
+    ),
+    *(
+        ("gpu_eta_request_predicted_start_timestamp_seconds", f'{_REQUEST},quantile="{qv}"', start)
+        for qv, start in (("0.1", 960), ("0.5", 1560), ("0.9", 2160))
+    ),
+    (
+        "gpu_eta_pod_start_prediction_info",
+        f'{_POD},resource="nvidia_com_gpu",gpus="2",status="predicted"',
+        1,
+    ),
+]
+
+
+def test_forecasts_elsewhere_list_each_run_once_however_the_forecaster_is_scraped(
+    tmp_path: Path,
+) -> None:
+    """The forecaster's per-run and queue forecasts on the Cluster overview ("Running
+    training jobs", "Queue: predicted starts", "A new request now would start") and on
+    the Training job board, evaluated by promtool with forecaster 10.0.0.1 scraped by
+    two jobs and a second replica 10.0.0.2 publishing the same forecasts: each run, pod
+    and request size once, at its one value (a sum or a bare selector reads it thrice)."""
+    series: list[tuple[str, object]] = [
+        (
+            "gpu_eta_training_last_report_timestamp_seconds"
+            f'{{job="gpu-eta-exporter",instance="n1",node="n1",{_RUN}}}',
+            540,
+        )
+    ]
+    for n, jobs in ((1, ["servicemonitor", "kubernetes-pods"]), (2, ["servicemonitor"])):
+        for job in jobs:
+            target = _FORECASTER_JOBS[job][0].format(n=n)
+            series += [(f"{name}{{{target},{labels}}}", v) for name, labels, v in _FORECASTS]
+    running = _table_targets("cluster-overview.json", "Running training jobs")
+    queue = _table_targets("cluster-overview.json", "Queue: predicted starts")
+    request = _table_targets("cluster-overview.json", "A new request now would start")
+    waiting = '{namespace="ml", pod="p1", gpus="2", status="predicted"}'
+    cases = [
+        (running["B"], [{"labels": f"{{{_RUN}}}", "value": 1200_000}]),
+        (running["C"], [{"labels": f"{{{_RUN}}}", "value": 2400_000}]),
+        (running["D"], [{"labels": f"{{{_RUN}}}", "value": 3600_000}]),
+        (running["E"], [{"labels": f"{{{_RUN}}}", "value": 2400 - 600}]),
+        (queue["A"], [{"labels": f"{{{_POD}}}", "value": 900_000}]),
+        (queue["B"], [{"labels": f"{{{_POD}}}", "value": 1500_000}]),
+        (queue["C"], [{"labels": f"{{{_POD}}}", "value": 2100_000}]),
+        (queue["E"], [{"labels": waiting, "value": 1}]),
+        (request["A"], [{"labels": f"{{{_REQUEST}}}", "value": 960_000}]),
+        (request["B"], [{"labels": f"{{{_REQUEST}}}", "value": 1560_000}]),
+        (request["C"], [{"labels": f"{{{_REQUEST}}}", "value": 2160_000}]),
+    ]
+    for panel, target in _targets(_load(GRAFANA / "training-job.json")):
+        if "gpu_eta_job_" not in target["expr"]:
+            continue
+        expr = substitute(target["expr"].replace("$namespace", "ml").replace("$pod", "p1"))
+        end = (
+            2400
+            if panel["title"] == "ETA (P50)"
+            else {"A": 1200, "B": 2400, "C": 3600}[target["refId"]]
+        )
+        value = end - 600 if "time()" in expr else end * 1000  # remaining s, or a date in ms
+        cases.append((expr, [{"labels": "{}", "value": value}]))
+    assert len(cases) == 11 + 7, "a Training job panel reading the forecaster was missed"
+    _promtool_eval(tmp_path, series, cases)
+
+
+def test_job_errors_read_none_until_the_first_error(tmp_path: Path) -> None:
+    """gpu_eta_forecaster_job_errors_total appears only after the first error: until
+    then "Job errors by reason" draws 0 under the reason its legend names, none."""
+    (expr,) = _table_targets("forecaster-quality.json", "Job errors by reason").values()
+    series = [
+        (f'gpu_eta_forecaster_queries_total{{instance="10.0.0.1:9844",{extra}}}', "0+15")
+        for extra in (
+            'job="gpu-eta-forecaster",result="success"',
+            'job="kubernetes-pods",result="success"',
+        )
+    ]
+    _promtool_eval(tmp_path, series, [(expr, [{"labels": '{reason="none"}', "value": 0}])])
+
+
 def test_unresolved_allocations_panel_says_holders_unknown() -> None:
     """Unresolved allocations make a node's unheld GPUs "holders unknown" on the Cluster
     overview (not free): the Exporter health panel plotting them says so."""
