@@ -797,6 +797,23 @@ def test_holders_unknown_is_one_definition(tmp_path: Path) -> None:
     )
 
 
+def _promtool_eval_board(
+    tmp_path: Path,
+    name: str,
+    series: list[tuple[str, str]],
+    expected: dict[tuple[str, str], list[dict]],
+) -> None:
+    """promtool evaluates every query of dashboard ``name`` (variables substituted) on
+    ``series``; ``expected``: (panel title, refId) → its samples, one for every query,
+    so a panel added without an expectation fails here."""
+    targets = {
+        (panel["title"], target["refId"]): substitute(target["expr"])
+        for panel, target in _targets(_load(GRAFANA / name))
+    }
+    assert set(targets) == set(expected), "a panel without an expectation here"
+    _promtool_eval(tmp_path, series, [(targets[key], samples) for key, samples in expected.items()])
+
+
 # One exporter's scrape as each job labels it (tests/rules/scrapes.test.yaml): our
 # ServiceMonitor (instance renamed to the node) and an annotation-based kubernetes-pods
 # job (instance the pod's address, the pod's own labels).
@@ -883,16 +900,7 @@ def test_exporter_health_draws_one_line_per_exporter(tmp_path: Path, scrapes: in
             {"labels": f'{{node="{node}", version="1.0.0"}}', "value": 1} for node in ("n1", "n2")
         ],
     }
-    targets = {
-        (panel["title"], target["refId"]): substitute(target["expr"])
-        for panel, target in _targets(_load(GRAFANA / "exporter-health.json"))
-    }
-    assert set(targets) == set(expected), "a panel without an expectation here"
-    _promtool_eval(
-        tmp_path,
-        _exporters_scraped(jobs),
-        [(targets[key], samples) for key, samples in expected.items()],
-    )
+    _promtool_eval_board(tmp_path, "exporter-health.json", _exporters_scraped(jobs), expected)
 
 
 # One forecaster's scrape as each job labels it (tests/rules/scrapes.test.yaml): our
@@ -994,16 +1002,7 @@ def test_forecaster_quality_draws_one_line_per_forecaster(tmp_path: Path, scrape
         ("History volume", "D"): each(131072),
         ("Estimator in use", "A"): each(1, ', method="rate"') + each(1, ', method="prior"'),
     }
-    targets = {
-        (panel["title"], target["refId"]): substitute(target["expr"])
-        for panel, target in _targets(_load(GRAFANA / "forecaster-quality.json"))
-    }
-    assert set(targets) == set(expected), "a panel without an expectation here"
-    _promtool_eval(
-        tmp_path,
-        _forecasters_scraped(jobs),
-        [(targets[key], samples) for key, samples in expected.items()],
-    )
+    _promtool_eval_board(tmp_path, "forecaster-quality.json", _forecasters_scraped(jobs), expected)
 
 
 # A run of ml/p1, the same pod waiting for GPUs, and one request size, as the
