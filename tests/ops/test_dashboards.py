@@ -946,63 +946,99 @@ _RUN_SERIES = [
 ]
 
 
-def _forecasters_scraped(f1_jobs: list[str]) -> list[tuple[str, str]]:
-    """Forecasters 10.0.0.1 (scraped by ``f1_jobs``) and 10.0.0.2 (by the
-    ServiceMonitor alone), replicas with the same readings, each forecasting both runs."""
+# The CronJob's forecaster, pushed to the Pushgateway, as two jobs scraping the gateway
+# with honor_labels label it: the pushed job and no instance (the gateway's is empty),
+# beside each job's labels for the gateway's pod.
+_PUSHGATEWAY_JOBS = {
+    "servicemonitor": (
+        'job="gpu-eta-forecaster",service="gpu-eta-pushgateway",endpoint="http"',
+        'namespace="gpu-eta",pod="gpu-eta-pushgateway-0",container="pushgateway"',
+    ),
+    "kubernetes-pods": (
+        'job="gpu-eta-forecaster",app_kubernetes_io_name="prometheus-pushgateway"',
+        'namespace="gpu-eta",pod="gpu-eta-pushgateway-0"',
+    ),
+}
+# Each case: how its jobs label a scrape, its scrapes (job, forecaster number) and the
+# forecasters they bring, by instance. Forecasters 10.0.0.1 and 10.0.0.2 are replicas
+# with the same readings, each forecasting both runs.
+_FORECASTER_SCRAPES = {
+    "scraped-once": (
+        _FORECASTER_JOBS,
+        [("servicemonitor", 1), ("servicemonitor", 2)],
+        ("10.0.0.1:9844", "10.0.0.2:9844"),
+    ),
+    "scraped-twice": (
+        _FORECASTER_JOBS,
+        [("servicemonitor", 1), ("kubernetes-pods", 1), ("servicemonitor", 2)],
+        ("10.0.0.1:9844", "10.0.0.2:9844"),
+    ),
+    "pushed-twice": (_PUSHGATEWAY_JOBS, [("servicemonitor", 0), ("kubernetes-pods", 0)], ("",)),
+}
+
+
+def _forecasters_scraped(case: str) -> list[tuple[str, str]]:
+    """The series of ``case``'s scrapes (_FORECASTER_SCRAPES): each forecaster's own
+    and the per-run ones it publishes for runs r1 and r2 of namespace ml."""
+    labelled_by, scrapes, _ = _FORECASTER_SCRAPES[case]
     series = []
-    for n, jobs in ((1, f1_jobs), (2, ["servicemonitor"])):
-        for job in jobs:
-            target, own = (labels.format(n=n) for labels in _FORECASTER_JOBS[job])
-            series += [
-                (f"{name}{{{target},{own}{extra}}}", v) for name, extra, v in _FORECASTER_SERIES
-            ]
-            series += [
-                (
-                    f'{name}{{{target},namespace="ml",pod="{run}",container="c",run_id="{run}"'
-                    f"{extra}}}",
-                    value,
-                )
-                for name, extra, value, run in _RUN_SERIES
-            ]
+    for job, n in scrapes:
+        target, own = (labels.format(n=n) for labels in labelled_by[job])
+        series += [(f"{name}{{{target},{own}{extra}}}", v) for name, extra, v in _FORECASTER_SERIES]
+        series += [
+            (
+                f'{name}{{{target},namespace="ml",pod="{run}",container="c",run_id="{run}"'
+                f"{extra}}}",
+                value,
+            )
+            for name, extra, value, run in _RUN_SERIES
+        ]
     return series
 
 
-@pytest.mark.parametrize("scrapes", [1, 2], ids=["scraped-once", "scraped-twice"])
-def test_forecaster_quality_draws_one_line_per_forecaster(tmp_path: Path, scrapes: int) -> None:
+@pytest.mark.parametrize("case", list(_FORECASTER_SCRAPES))
+def test_forecaster_quality_draws_one_line_per_forecaster(tmp_path: Path, case: str) -> None:
     """Every query on the Forecaster quality dashboard, evaluated by promtool on two
     forecasters (replicas, each with its own history), one scraped by one job or by two
     (a ServiceMonitor beside a kubernetes-pods job, each adding its own labels, both
-    naming the pod's address as instance), the other by one: one line per forecaster,
-    named by its instance, at the value one scrape gives; rates count each forecaster
-    once; runs are counted once per forecaster that forecasts them. "Since last good
-    cycle" is the newest good cycle of any forecaster."""
-    jobs = ["servicemonitor", "kubernetes-pods"][:scrapes]
-    instances = ("10.0.0.1:9844", "10.0.0.2:9844")
+    naming the pod's address as instance), the other by one; and on the CronJob's
+    forecaster pushed to a Pushgateway two jobs scrape (no instance): one line per
+    forecaster, named by its instance, at the value one scrape gives; rates count each
+    forecaster once; runs are counted once per forecaster that forecasts them. "Since
+    last good cycle" is the newest good cycle of any forecaster."""
+    instances = _FORECASTER_SCRAPES[case][2]
 
     def each(value: float, extra: str = "") -> list[dict]:
-        return [{"labels": f'{{instance="{i}"{extra}}}', "value": value} for i in instances]
+        def labels(instance: str) -> str:
+            return (
+                "{"
+                + ", ".join(x for x in (instance and f'instance="{instance}"', extra) if x)
+                + "}"
+            )
+
+        return [{"labels": labels(i), "value": value} for i in instances]
 
     expected = {
         ("Finished jobs in history", "A"): each(40),
         ("Stale", "A"): each(1),
         ("Since last good cycle", "A"): [{"labels": "{}", "value": 60}],
         ("Running jobs forecast", "A"): each(2),
-        ("Median absolute percentage error by progress", "A"): each(0.125, ', progress="0.5"'),
-        ("P10–P90 interval coverage (target 0.8)", "A"): each(0.75, ', progress="0.5"'),
+        ("Median absolute percentage error by progress", "A"): each(0.125, 'progress="0.5"'),
+        ("P10–P90 interval coverage (target 0.8)", "A"): each(0.75, 'progress="0.5"'),
         ("Cycle duration", "A"): each(2.5),
-        ("Queries to Prometheus by result", "A"): each(0.25, ', result="success"'),
+        ("Queries to Prometheus by result", "A"): each(0.25, 'result="success"'),
         ("Queries to Prometheus by result", "B"): each(0.25),
-        ("Job errors by reason", "A"): each(0.25, ', reason="no_plan"'),
-        ("Jobs seen by state", "A"): each(2, ', state="running"') + each(3, ', state="finished"'),
+        ("Job errors by reason", "A"): each(0.25, 'reason="no_plan"'),
+        ("Jobs seen by state", "A"): each(2, 'state="running"') + each(3, 'state="finished"'),
         ("Stale flags", "A"): each(1),
         ("Stale flags", "B"): each(1),
         ("History volume", "A"): each(4096),
         ("History volume", "B"): each(1024),
         ("History volume", "C"): each(65536),
         ("History volume", "D"): each(131072),
-        ("Estimator in use", "A"): each(1, ', method="rate"') + each(1, ', method="prior"'),
+        ("Estimator in use", "A"): each(1, 'method="rate"') + each(1, 'method="prior"'),
     }
-    _promtool_eval_board(tmp_path, "forecaster-quality.json", _forecasters_scraped(jobs), expected)
+    _promtool_eval_board(tmp_path, "forecaster-quality.json", _forecasters_scraped(case), expected)
 
 
 # A run of ml/p1, the same pod waiting for GPUs, and one request size, as the
