@@ -4,9 +4,12 @@ Design goal: reporting must never hurt training. Every public method returns at
 once and never raises (but ``start()`` given a keyword it does not take: a
 ``TypeError`` at the call, before any training, as from any Python function); reports go through a small bounded queue to one daemon
 thread that POSTs them with short timeouts over one kept-alive connection; the thread
-ends once no report came for ``SENDER_IDLE_SECONDS`` and the next report starts it
-again, so a reporter left open (a notebook cell interrupted before ``end()``) costs
-no thread, and reporters open side by side (a sweep's and its trials') all report. Each
+ends once no report came for twice the reporter's longest recent gap between reports,
+at least ``SENDER_IDLE_SECONDS`` and at most ``MAX_SENDER_IDLE_SECONDS``
+(``sender_idle_seconds``), and the next report starts it again, so a reporter left
+open (a notebook cell interrupted before ``end()``) costs no thread for long, a steady
+slow one keeps its thread and connection, and reporters open side by side (a sweep's
+and its trials') all report. Each
 report carries the whole state (run id, epoch, step, plan), so dropping one under
 pressure loses nothing but freshness: the queue drops its oldest entry when full,
 step reports are thinned to one per ``min_interval_seconds``, and after failures
@@ -80,7 +83,7 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 log = logging.getLogger("gpu_eta.report")
@@ -646,13 +649,40 @@ def deadline_connection(
 # Reporters started and not closed: closed at interpreter exit, within
 # EXIT_FLUSH_SECONDS in all, and disabled in a forked child. Weak: a reporter left
 # without ``end()`` (an interrupted notebook cell) is forgotten once its sender has
-# gone idle (SENDER_IDLE_SECONDS) and nothing else refers to it.
+# gone idle (``sender_idle_seconds``) and nothing else refers to it.
 EXIT_FLUSH_SECONDS = 1.0
-# How long a sender thread waits for a report before it ends; the next report starts
-# one again. Why 5 s: a training reports at least every ``min_interval_seconds`` (1 s),
-# so its sender stays, while a reporter left open costs no thread for longer than
-# this; and the exporter closes a kept-alive connection idle for 10 s anyway.
+# The least a sender thread waits for a report before it ends; the next report starts
+# one again. Why 5 s: a training reporting every ``min_interval_seconds`` (1 s) keeps
+# its sender, while a reporter left open after such reports costs no thread for longer.
 SENDER_IDLE_SECONDS = 5.0
+# The most it waits, however seldom its reporter reports: a reporter left open after
+# slow reports (an epoch every minute) holds a thread no longer than this.
+MAX_SENDER_IDLE_SECONDS = 120.0
+# How many of a reporter's latest gaps between reports its sender's wait follows.
+REPORT_GAPS_KEPT = 8
+
+
+def sender_idle_seconds(
+    gaps: Iterable[float],
+    least: float | None = None,
+    most: float | None = None,
+) -> float:
+    """How long a sender thread waits for its reporter's next report before it ends:
+    twice the longest of ``gaps`` (seconds between the reporter's latest reports) that
+    a wait of at most ``most`` bridges, within [``least``, ``most``]
+    (``SENDER_IDLE_SECONDS``, ``MAX_SENDER_IDLE_SECONDS`` by default).
+
+    Why it follows the gaps: a loop reporting every 6 s against a fixed 5 s wait
+    started a thread and connected anew for every report. Twice the gap leaves room
+    for a slower epoch; the longest gap, not the last, since a step and an epoch end
+    come together (a gap of 0 between them). A gap no wait bridges (a notebook left
+    for an hour) says nothing of the next one, and would only keep a thread waiting."""
+    least = SENDER_IDLE_SECONDS if least is None else least
+    most = MAX_SENDER_IDLE_SECONDS if most is None else most
+    bridged = [gap for gap in gaps if gap < most]
+    return min(most, max(least, 2 * max(bridged, default=0.0)))
+
+
 _OPEN: weakref.WeakSet[ProgressReporter] = weakref.WeakSet()
 _OPEN_LOCK = threading.Lock()
 _exit_deadline: float | None = None
@@ -763,9 +793,11 @@ class ProgressReporter:
         self._backoff_until = 0.0
         self._failures = 0
         # the sender: started by the first report queued, ended once idle for
-        # SENDER_IDLE_SECONDS (both under ``_cond``: a report queued as it ends starts
-        # the next one)
+        # ``sender_idle_seconds`` of the gaps between the latest reports queued (all
+        # under ``_cond``: a report queued as it ends starts the next one)
         self._thread: threading.Thread | None = None
+        self._last_queued = math.nan  # monotonic
+        self._gaps: collections.deque[float] = collections.deque(maxlen=REPORT_GAPS_KEPT)
         self._conn: http.client.HTTPConnection | None = None
         self._deadline = RequestDeadline()  # of the report being sent (``_send``)
         self._target: tuple[str, int, str] | None = None
@@ -1154,6 +1186,10 @@ class ProgressReporter:
         if self._group_rank_pending and self._other_group_rank():
             return
         with self._cond:  # the step taken and queued in one order (``step``'s threads)
+            now = time.monotonic()
+            if not math.isnan(self._last_queued):
+                self._gaps.append(now - self._last_queued)
+            self._last_queued = now
             self._take_step()
             data = (self._body(event), thinnable)
             if len(self._queue) == self._queue.maxlen:
@@ -1207,7 +1243,7 @@ class ProgressReporter:
 
     def _next_report(self) -> tuple[bytes, bool] | None:
         """The next report to send, waiting for one (and out any hold); None once
-        closing, or once none came for ``SENDER_IDLE_SECONDS``: the sender thread then
+        closing, or once none came for ``sender_idle_seconds``: the sender thread then
         ends, and says so in ``_thread`` under ``_cond`` (the caller holds it), so that
         the next report queued starts another (``_enqueue``). A reporter left open
         without ``end()`` (an interrupted notebook cell) thus costs no thread.
@@ -1252,7 +1288,7 @@ class ProgressReporter:
                 self._cond.wait(timeout=wait)
                 idle_since = time.monotonic()
                 continue
-            idle = SENDER_IDLE_SECONDS - (now - idle_since)
+            idle = sender_idle_seconds(self._gaps) - (now - idle_since)
             if idle <= 0:
                 self._thread = None
                 self._drop_connection()

@@ -1099,6 +1099,54 @@ def test_a_reporter_left_open_costs_no_thread_once_idle(monkeypatch):
     assert left[0].stats["sent"] == 3 and len(server.bodies) == 7
 
 
+def test_a_steady_slow_reporter_keeps_its_sender_and_connection(monkeypatch, listener):
+    """A loop reporting less often than the least idle wait (an epoch every 6 s against
+    5 s): the sender ended before each report and the next started a new thread and a
+    new connection, a thread and a connect per report. The wait follows the reporter's
+    own gaps, so a steady one keeps one thread and one connection once it has seen a
+    gap (the start's sender, with none seen yet, ends before the first epoch); left
+    open, its thread still ends (here within the 1 s bound) and leaves nothing behind."""
+    monkeypatch.setattr(client, "SENDER_IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(client, "MAX_SENDER_IDLE_SECONDS", 1.0)
+    connects = []
+
+    def counting(*args, **kwargs):
+        connects.append(time.monotonic())
+        return deadline_connection(*args, **kwargs)
+
+    deadline_connection = client.deadline_connection
+    monkeypatch.setattr(client, "deadline_connection", counting)
+    before = set(_senders())
+    senders = set()
+    r = start(epochs=8, url=url(listener), source_address=POD.ip)
+    senders.update(_senders())  # each report's sender, while it is sure to run
+    for epoch in range(1, 7):
+        time.sleep(0.3)
+        r.epoch_end(epoch)
+        senders.update(_senders())
+    wait_for(lambda: r.stats["sent"] == 7)
+    left_at = time.monotonic()
+    wait_for(lambda: set(_senders()) <= before, seconds=3)
+    idle = time.monotonic() - left_at
+    r.close()
+    assert (len(senders - before), len(connects)) == (2, 2)  # 7 and 7 when it restarted
+    assert 0.2 < idle < 1.5 and r.stats["failed"] == 0
+
+
+@pytest.mark.parametrize(
+    ("gaps", "seconds"),
+    [
+        ([], 5.0),  # nothing seen yet: the least
+        ([0.5, 1.0], 5.0),  # a busy loop: the least
+        ([6.0, 0.0, 6.1], 12.2),  # an epoch end and a step together every 6 s
+        ([70.0], 120.0),  # at most 2 min
+        ([3.0, 600.0], 6.0),  # a gap no wait would bridge (a notebook left for lunch)
+    ],
+)
+def test_the_senders_idle_wait_follows_the_reporters_gaps(gaps, seconds):
+    assert client.sender_idle_seconds(gaps) == seconds
+
+
 def _epoch_end_after(r: ProgressReporter, epoch: int, seconds: float) -> None:
     time.sleep(seconds)
     r.epoch_end(epoch)
@@ -1112,6 +1160,7 @@ def test_no_report_is_stranded_while_the_sender_ends_idle(monkeypatch):
     import threading
 
     monkeypatch.setattr(client, "SENDER_IDLE_SECONDS", 0.0)
+    monkeypatch.setattr(client, "MAX_SENDER_IDLE_SECONDS", 0.0)  # not the rounds' gaps
     server = RecordingServer()
     switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # threads interleave as often as they can
