@@ -25,8 +25,10 @@ came meanwhile: it is still the whole current state (``end()``'s final report). 
 the newest report likewise.
 
 Which process reports: in a job of several processes, the first of each pod (its
-node-local rank 0: ``LOCAL_RANK``, or MPI's and SLURM's local rank; ``RANK`` only when
-no local rank is set); the others get a disabled reporter (one INFO line), unless
+node-local rank 0: ``LOCAL_RANK``, or MPI's and SLURM's local rank; with ``RANK`` set
+but no local rank, a ``torch.multiprocessing.spawn`` worker's index, as in a Kubeflow
+PyTorchJob pod spawning its workers (``other_rank``); ``RANK`` only when neither is
+known); the others get a disabled reporter (one INFO line), unless
 ``any_rank=True`` or ``GPU_ETA_ANY_RANK=1`` (each process then reports a run of its
 own). With no such variable set, an initialized ``torch.distributed`` group's rank
 decides (``torch.multiprocessing.spawn`` passes ranks as arguments): read at each
@@ -244,12 +246,45 @@ LOCAL_RANK_VARIABLES = (
 # RANK as this process had it when it imported the module: a multiprocessing child
 # inherits its parent's environment, so a value still the same was not set for it
 _RANK_AT_IMPORT = os.environ.get("RANK", "").strip()
+# what ``other_rank`` names a ``torch.multiprocessing.spawn`` worker's index by
+SPAWN_INDEX = "torch.multiprocessing.spawn index"
 
 
-def other_rank(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+def spawn_index() -> int | None:
+    """This process's index among the workers ``torch.multiprocessing.spawn`` (or
+    ``start_processes``) started, the first argument each is called with; None in any
+    other process. Never raises.
+
+    Why read it: torch sets no variable for it, and a spawned worker inherits its
+    parent's ``RANK``, which in a Kubeflow PyTorchJob is the pod's, the same in every
+    worker of the pod. The index is read where ``multiprocessing`` keeps it in the
+    worker, the process object it was started from: its target is torch's ``_wrap``,
+    called with ``(fn, index, args, ...)`` (``torch/multiprocessing/spawn.py``).
+    """
+    try:
+        if multiprocessing.parent_process() is None:
+            return None
+        process = multiprocessing.current_process()
+        target = getattr(process, "_target", None)
+        if (getattr(target, "__module__", None), getattr(target, "__name__", None)) != (
+            "torch.multiprocessing.spawn",
+            "_wrap",
+        ):
+            return None
+        index = process._args[1]  # type: ignore[attr-defined]
+        return index if type(index) is int and index >= 0 else None
+    except Exception:  # another torch's layout: not known, as elsewhere
+        return None
+
+
+def other_rank(
+    env: Mapping[str, str] | None = None, index: int | None = None
+) -> tuple[str, str] | None:
     """The launcher's variable saying this process is not its pod's first, as (name,
     value): the first of ``LOCAL_RANK_VARIABLES`` that is set, when it is a whole
-    number above 0. None for the first process, or when none is set.
+    number above 0. None for the first process, or when none is set. Where none is set
+    but ``RANK`` is, a ``torch.multiprocessing.spawn`` worker's index (``index``, else
+    ``spawn_index()``) is its rank in the pod: (``SPAWN_INDEX``, index) above 0.
 
     Why the local rank: a pod is a node's share of the job (its GPUs, its exporter), and
     each pod's first process reports the pod's run, so every pod of a multi-node job
@@ -263,9 +298,19 @@ def other_rank(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     module was imported (``mp.spawn`` scripts numbering their workers: the ranks of
     one pod); one it inherited unchanged is the pod's own (a PyTorchJob worker
     training in a child process is still its pod's only trainer).
+
+    Why the spawn index before ``RANK``: a PyTorchJob pod whose script spawns a worker
+    per GPU gives each the pod's ``RANK``, and the script makes the global rank
+    ``RANK × workers + index`` itself; a script that sets ``RANK`` to that global
+    rank makes the first worker of a second pod rank 2 or more. Either way the index,
+    not ``RANK``, says which worker is the pod's first.
     """
     env = os.environ if env is None else env
     names = [n for n in LOCAL_RANK_VARIABLES if env.get(n, "").strip()]
+    if not names and env.get("RANK", "").strip():
+        index = spawn_index() if index is None else index
+        if index is not None:
+            return (SPAWN_INDEX, str(index)) if index > 0 else None
     if (
         not names
         and multiprocessing.parent_process() is not None

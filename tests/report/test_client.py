@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import logging
@@ -1411,6 +1412,105 @@ def test_ranks_of_a_torch_spawn_script_without_rank_variables_report_once(when, 
     rank1 = [e for run_id, e in events if run_id == f"{when}-1"]
     # before: its start, unless the group came up before the sender sent it (dropped)
     assert rank1 == [] if when == "after" else set(rank1) <= {"start"}
+
+
+def test_a_spawned_workers_index_is_its_rank_in_its_pod() -> None:
+    """With ``RANK`` set and no local rank, a ``torch.multiprocessing.spawn`` worker's
+    index decides, not ``RANK``: inherited, it is the pod's (a PyTorchJob), and set by
+    the script it is the global rank (2 for a second pod's first of two workers). A
+    launcher's local rank still wins; without ``RANK`` the process group decides."""
+    assert client.other_rank({"RANK": "0"}, index=1) == (client.SPAWN_INDEX, "1")
+    assert client.other_rank({"RANK": "1"}, index=0) is None
+    assert client.other_rank({"RANK": "2"}, index=0) is None
+    assert client.other_rank({"RANK": "1", "LOCAL_RANK": "1"}, index=0) == ("LOCAL_RANK", "1")
+    assert client.other_rank({}, index=1) is None
+    assert client.spawn_index() is None  # this test's process: no spawn worker
+
+
+PYTORCHJOB_SPAWN_SCRIPT = """
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+from gpu_eta_report import start
+
+NPROCS = 2  # processes in each pod, one a GPU
+
+def worker(local_rank, node_rank, before_init):
+    # the usual script for a PyTorchJob: RANK and WORLD_SIZE name the pod and the pods,
+    # the process's global rank is the pod's times NPROCS plus its own index
+    rank = node_rank * NPROCS + local_rank
+    if before_init:
+        r = start(epochs=2, steps_per_epoch=3, run_id=f"before-{rank}", min_interval_seconds=0)
+    world_size = int(os.environ["WORLD_SIZE"]) * NPROCS
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    if not before_init:
+        r = start(epochs=2, steps_per_epoch=3, run_id=f"after-{rank}", min_interval_seconds=0)
+    grad = torch.ones(4)
+    for step in range(1, 7):
+        dist.all_reduce(grad)
+        r.step(step)
+        if step % 3 == 0:
+            r.epoch_end(step // 3)
+    r.end()
+    print("RANK", rank, r.enabled, flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(int(os.environ["RANK"]), sys.argv[1] == "before"), nprocs=NPROCS)
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("when", ["before"])  # "after" is decided alike, at start()
+def test_each_pytorchjob_pod_spawning_its_workers_reports_from_its_first_only(when, tmp_path):
+    """Two pods of a Kubeflow PyTorchJob (``RANK`` 0 and 1, ``WORLD_SIZE=2``: the pod's
+    rank and the pods), each spawning two workers with ``torch.multiprocessing.spawn``:
+    every worker inherited its pod's ``RANK``, so both workers of a pod reported, two
+    runs in turn. The spawn index is the worker's rank in its pod: global ranks 0 and 2
+    (each pod's first) report, 1 and 3 send nothing, whether they start their reporter
+    before ``init_process_group`` or after."""
+    pytest.importorskip("torch.distributed")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        master_port = sock.getsockname()[1]
+    script = tmp_path / "pytorchjob_spawn.py"
+    script.write_text(PYTORCHJOB_SPAWN_SCRIPT)
+    server = RecordingServer()
+    base = {
+        **{k: v for k, v in os.environ.items() if k not in ("RANK", *LOCAL_RANK_VARIABLES)},
+        "GPU_ETA_URL": f"http://127.0.0.1:{server.port}/progress",
+        # what the training operator sets in each pod
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port),
+        "WORLD_SIZE": "2",
+    }
+    base.pop("GPU_ETA_ANY_RANK", None)
+    pods: list[subprocess.Popen] = []
+    try:
+        pods += [
+            subprocess.Popen(
+                [sys.executable, str(script), when],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**base, "RANK": str(pod)},
+            )
+            for pod in (0, 1)
+        ]
+        outs = [pod.communicate(timeout=180) for pod in pods]
+    finally:
+        for pod in pods:
+            pod.kill()
+        server.close()
+    for pod, (_, err) in zip(pods, outs, strict=True):
+        assert pod.returncode == 0, err[-3000:]
+    printed = sorted(
+        line for out, _ in outs for line in out.splitlines() if line.startswith("RANK")
+    )
+    assert printed == ["RANK 0 True", "RANK 1 False", "RANK 2 True", "RANK 3 False"]
+    runs = collections.Counter(b["run_id"] for b in server.bodies)
+    assert runs == {f"{when}-0": 10, f"{when}-2": 10}
 
 
 class RecordingServer(PostServer):
