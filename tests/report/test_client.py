@@ -1339,12 +1339,10 @@ def test_a_rank_a_child_inherited_is_its_pods_own(monkeypatch) -> None:
     assert got == (None, None)
 
 
-SPAWN_SCRIPT = """
-import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
-from gpu_eta_report import start
-
-def worker(rank, world_size, before_init):
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", sys.argv[1]
+# A spawned worker's training, given its global ``rank``, ``world_size`` and
+# ``before_init``: a reporter started before or after ``init_process_group``, two epochs
+# of three steps, then "RANK <rank> <reporter enabled>" printed.
+SPAWN_WORKER_TRAINING = """
     if before_init:
         r = start(epochs=2, steps_per_epoch=3, run_id=f"before-{rank}", min_interval_seconds=0)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
@@ -1362,10 +1360,42 @@ def worker(rank, world_size, before_init):
     print("RANK", rank, r.enabled, flush=True)
     dist.barrier()  # rank 1 leaving the group while rank 0 ends its run aborts gloo
     dist.destroy_process_group()
+"""
 
+SPAWN_SCRIPT = (
+    """
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+from gpu_eta_report import start
+
+def worker(rank, world_size, before_init):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", sys.argv[1]
+"""
+    + SPAWN_WORKER_TRAINING
+    + """
 if __name__ == "__main__":
     mp.spawn(worker, args=(2, sys.argv[2] == "before"), nprocs=2, join=True)
 """
+)
+
+
+def _spawn_job(script: str, tmp_path) -> tuple[str, RecordingServer, dict[str, str], int]:
+    """``script`` written to a file (its path), a server recording the reports, the
+    environment reporting to it with no rank variable set, and a free port for the
+    process group's master."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        master_port = sock.getsockname()[1]
+    path = tmp_path / "spawn_job.py"
+    path.write_text(script)
+    server = RecordingServer()
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("RANK", *LOCAL_RANK_VARIABLES)},
+        "GPU_ETA_URL": f"http://127.0.0.1:{server.port}/progress",
+    }
+    env.pop("GPU_ETA_ANY_RANK", None)
+    return str(path), server, env, master_port
 
 
 @pytest.mark.torch
@@ -1378,22 +1408,10 @@ def test_ranks_of_a_torch_spawn_script_without_rank_variables_report_once(when, 
     after ``init_process_group`` send nothing from rank 1; started before it, rank 1's
     announces its run and stops at its first report after the group is up."""
     pytest.importorskip("torch.distributed")
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        master_port = sock.getsockname()[1]
-    script = tmp_path / "spawn_ddp.py"
-    script.write_text(SPAWN_SCRIPT)
-    server = RecordingServer()
-    env = {
-        **{k: v for k, v in os.environ.items() if k not in ("RANK", *LOCAL_RANK_VARIABLES)},
-        "GPU_ETA_URL": f"http://127.0.0.1:{server.port}/progress",
-    }
-    env.pop("GPU_ETA_ANY_RANK", None)
+    script, server, env, master_port = _spawn_job(SPAWN_SCRIPT, tmp_path)
     try:
         out = subprocess.run(
-            [sys.executable, str(script), str(master_port), when],
+            [sys.executable, script, str(master_port), when],
             capture_output=True,
             text=True,
             env=env,
@@ -1427,7 +1445,8 @@ def test_a_spawned_workers_index_is_its_rank_in_its_pod() -> None:
     assert client.spawn_index() is None  # this test's process: no spawn worker
 
 
-PYTORCHJOB_SPAWN_SCRIPT = """
+PYTORCHJOB_SPAWN_SCRIPT = (
+    """
 import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
 from gpu_eta_report import start
 
@@ -1437,26 +1456,14 @@ def worker(local_rank, node_rank, before_init):
     # the usual script for a PyTorchJob: RANK and WORLD_SIZE name the pod and the pods,
     # the process's global rank is the pod's times NPROCS plus its own index
     rank = node_rank * NPROCS + local_rank
-    if before_init:
-        r = start(epochs=2, steps_per_epoch=3, run_id=f"before-{rank}", min_interval_seconds=0)
     world_size = int(os.environ["WORLD_SIZE"]) * NPROCS
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    if not before_init:
-        r = start(epochs=2, steps_per_epoch=3, run_id=f"after-{rank}", min_interval_seconds=0)
-    grad = torch.ones(4)
-    for step in range(1, 7):
-        dist.all_reduce(grad)
-        r.step(step)
-        if step % 3 == 0:
-            r.epoch_end(step // 3)
-    r.end()
-    print("RANK", rank, r.enabled, flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-
+"""
+    + SPAWN_WORKER_TRAINING
+    + """
 if __name__ == "__main__":
     mp.spawn(worker, args=(int(os.environ["RANK"]), sys.argv[1] == "before"), nprocs=NPROCS)
 """
+)
 
 
 @pytest.mark.torch
@@ -1469,28 +1476,14 @@ def test_each_pytorchjob_pod_spawning_its_workers_reports_from_its_first_only(wh
     (each pod's first) report, 1 and 3 send nothing, whether they start their reporter
     before ``init_process_group`` or after."""
     pytest.importorskip("torch.distributed")
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        master_port = sock.getsockname()[1]
-    script = tmp_path / "pytorchjob_spawn.py"
-    script.write_text(PYTORCHJOB_SPAWN_SCRIPT)
-    server = RecordingServer()
-    base = {
-        **{k: v for k, v in os.environ.items() if k not in ("RANK", *LOCAL_RANK_VARIABLES)},
-        "GPU_ETA_URL": f"http://127.0.0.1:{server.port}/progress",
-        # what the training operator sets in each pod
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(master_port),
-        "WORLD_SIZE": "2",
-    }
-    base.pop("GPU_ETA_ANY_RANK", None)
+    script, server, base, master_port = _spawn_job(PYTORCHJOB_SPAWN_SCRIPT, tmp_path)
+    # what the training operator sets in each pod, but its RANK
+    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port), WORLD_SIZE="2")
     pods: list[subprocess.Popen] = []
     try:
         pods += [
             subprocess.Popen(
-                [sys.executable, str(script), when],
+                [sys.executable, script, when],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
