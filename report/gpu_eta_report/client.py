@@ -295,7 +295,7 @@ def other_rank(
     one process per pod (its pods are ranks 0…N-1): read as a pod's ranks, it kept
     every pod but the master silent, their GPUs without a forecast. ``RANK`` is read
     only in a child of a Python ``multiprocessing`` parent that set it after this
-    module was imported (``mp.spawn`` scripts numbering their workers: the ranks of
+    module was imported (scripts numbering their ``multiprocessing`` workers: the ranks of
     one pod); one it inherited unchanged is the pod's own (a PyTorchJob worker
     training in a child process is still its pod's only trainer).
 
