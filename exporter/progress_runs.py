@@ -47,6 +47,14 @@ DERIVED_RUN_REFILL_SECONDS = 5.0
 # full bucket), so a churning container stays tracked. The keys are real containers of
 # pods on this node, so this only guards memory.
 DEFAULT_MAX_KEYS = 4096
+# A time this much or more before a bucket's last one is the clock stepped back (NTP
+# correcting a clock that ran ahead: a node booted with its RTC in local time), not
+# lines read out of order: the bucket goes on from the new time. Why not at any step
+# back: each reset refills the seconds between the two times again, and a log read a
+# little out of order (two streams of one container) must not refill its bucket line
+# by line. Why 60 s: a smaller step leaves the bucket at most 60 s behind (two of the
+# HTTP cap's tokens), while a step of hours held every container's new runs for hours.
+CLOCK_STEP_SECONDS = 60.0
 
 
 class _Bucket:
@@ -84,16 +92,23 @@ class TokenBuckets:
         return True
 
     def wait_seconds(self, key: Hashable, now: float) -> float:
-        """Seconds from ``now`` until ``key`` may take one (0 when it may now)."""
+        """Seconds from ``now`` until ``key`` may take one (0 when it may now).
+
+        Counted from ``now``: a bucket whose time is still ahead of it (a clock stepped
+        back by less than ``CLOCK_STEP_SECONDS``) refills from its own time on."""
         bucket = self._refilled(key, now)
-        return max(0.0, (1.0 - bucket.tokens) * self.refill_seconds)
+        if bucket.tokens >= 1.0:
+            return 0.0
+        return (1.0 - bucket.tokens) * self.refill_seconds + max(0.0, bucket.stamp - now)
 
     def _refilled(self, key: Hashable, now: float) -> _Bucket:
         """``key``'s bucket topped up to ``now``, made the most recently used.
 
-        A ``now`` before the bucket's last time (a wall clock stepped back, log lines
-        read out of order) adds nothing and does not move the bucket back, so the
-        same seconds never refill it twice.
+        A ``now`` before the bucket's last time adds nothing. Less than
+        ``CLOCK_STEP_SECONDS`` before it (log lines read out of order) the bucket's
+        time stays, so the same seconds never refill it twice; by more (a wall clock
+        stepped back) its time becomes ``now``, since kept it would refill nothing
+        until the clock caught up, and every wait told meanwhile would be wrong.
         """
         bucket = self._buckets.get(key)
         if bucket is None:
@@ -106,6 +121,8 @@ class TokenBuckets:
             bucket.tokens = min(
                 float(self.burst), bucket.tokens + (now - bucket.stamp) / self.refill_seconds
             )
+            bucket.stamp = now
+        elif now <= bucket.stamp - CLOCK_STEP_SECONDS:
             bucket.stamp = now
         return bucket
 

@@ -19,7 +19,12 @@ import pytest
 from gpu_eta.exporter.collectors.logs import LogProgressCollector
 from gpu_eta.exporter.progress import Report, TooManyRuns
 from gpu_eta.exporter.progress_http import ProgressListener
-from gpu_eta.exporter.progress_runs import RUN_BURST, RUN_REFILL_SECONDS, TokenBuckets
+from gpu_eta.exporter.progress_runs import (
+    CLOCK_STEP_SECONDS,
+    RUN_BURST,
+    RUN_REFILL_SECONDS,
+    TokenBuckets,
+)
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from tests.support.clock import Clock
@@ -202,6 +207,45 @@ def test_the_bookkeeping_is_bounded_and_keeps_the_busiest_containers():
     for i in range(50):
         store.merge("ns", f"p{i}", "main", "http", Report(run_id="r", epoch=1), NOW + i)
     assert len(store._runs) == 4
+
+
+def test_a_clock_stepped_back_leaves_the_cap_as_it_was_by_the_new_clock():
+    """A node booted with its clock 8 h ahead (an RTC kept in local time), then NTP
+    stepped it back: the bucket's last time was 8 h ahead of every report after the
+    step, so it refilled nothing for 8 h and each 429 said "next in 30 s". Now a report
+    earlier than the bucket's time by more than ``CLOCK_STEP_SECONDS`` is a clock
+    stepped back: the bucket goes on from the new time, with no token added."""
+    store = ProgressStore()
+
+    def start(run_id: str, now: float) -> int | None:
+        try:
+            store.merge("ns", "nb", "main", "http", Report(run_id=run_id, event="start"), now)
+        except TooManyRuns as err:
+            return err.retry_after
+        return None
+
+    ahead = NOW + 8 * 3600
+    for i in range(RUN_BURST):  # the burst taken while the clock was ahead
+        assert start(f"ahead-{i}", ahead) is None
+    assert start("over", ahead) == RUN_REFILL_SECONDS
+    # stepped back 8 h: no token came with the step, and the wait is counted from now
+    assert start("after-step", NOW) == RUN_REFILL_SECONDS
+    assert start("after-step", NOW + RUN_REFILL_SECONDS - 1) == 1
+    assert start("after-step", NOW + RUN_REFILL_SECONDS) is None
+    assert start("next", NOW + RUN_REFILL_SECONDS) == RUN_REFILL_SECONDS
+    assert start("next", NOW + 2 * RUN_REFILL_SECONDS) is None
+
+
+def test_times_a_little_out_of_order_never_refill_the_same_seconds_twice():
+    """A time earlier than the bucket's by less than ``CLOCK_STEP_SECONDS`` (log lines
+    read a little out of order) adds nothing and leaves the bucket's time where it is;
+    the wait it is told runs from the bucket's time."""
+    runs = TokenBuckets(burst=1, refill_seconds=30)
+    assert runs.take("c", 100.0)
+    assert not runs.take("c", 100.0 - CLOCK_STEP_SECONDS + 1)
+    assert runs.wait_seconds("c", 100.0 - CLOCK_STEP_SECONDS + 1) == CLOCK_STEP_SECONDS - 1 + 30
+    assert not runs.take("c", 129.0)  # the seconds 41..100 were not counted again
+    assert runs.take("c", 130.0)
 
 
 # -- the log path: the same cap, a refused line skipped and counted ----------------------
