@@ -340,8 +340,20 @@ def parse_report(body: bytes | str, *, now: float | None = None) -> Report:
     return check_report(report, now=now)
 
 
-def check_report(report: Report, *, now: float | None = None) -> Report:
+def check_report(
+    report: Report, *, now: float | None = None, previous: Progress | None = None
+) -> Report:
     """``report`` unchanged if it obeys the wire format's rules, else ``InvalidReport``.
+
+    ``now`` (the report's time) bounds ``run_start`` from above, by
+    ``_FUTURE_SKEW_SECONDS``, except in a report that continues ``previous`` (the
+    container's stored run) under the start its sender stated (``continues_stated_run``):
+    that start was held to the clock when it was first stored, and is ahead of ``now``
+    only when the node's clock was stepped back since (NTP correcting a clock that ran
+    ahead), which refused every report of the running run until the clock caught up.
+    Why not clamp such a start to ``now`` instead: the start is the run's identity
+    (``superseded``), and a clamped one, earlier than the start stored, would refuse the
+    run's reports as late ones of a replaced run.
 
     The one definition of a valid report, whatever built it: ``parse_report`` for
     HTTP bodies and marker lines, ``logformats.fold`` for recognised log lines (whose
@@ -376,7 +388,11 @@ def check_report(report: Report, *, now: float | None = None) -> Report:
         run_start = _number("run_start", report.run_start)
         if run_start < _EARLIEST_TIMESTAMP:
             raise InvalidReport("run_start must be unix seconds")
-        if now is not None and run_start > now + _FUTURE_SKEW_SECONDS:
+        if (
+            now is not None
+            and run_start > now + _FUTURE_SKEW_SECONDS
+            and not continues_stated_run(previous, report)
+        ):
             raise InvalidReport("run_start is in the future")
     container = report.container
     if container is not None and (
@@ -419,6 +435,23 @@ def _sender_start(progress: Progress) -> float:
     kept) the run's start."""
     stated = progress.sender_start_timestamp
     return progress.run_start_timestamp if stated is None else stated
+
+
+def continues_stated_run(previous: Progress | None, report: Report) -> bool:
+    """Whether ``report`` names ``previous``'s run by its ``run_id`` and by the start
+    its sender stated (``_sender_start``), within the client's 1 ms rounding. Pure.
+
+    Such a report states no start of its own: the start is the stored run's, so
+    ``check_report`` does not hold it to the report's time (``starts_new_run`` is
+    False for it too).
+    """
+    return (
+        previous is not None
+        and report.run_id is not None
+        and report.run_id == previous.run_id
+        and report.run_start is not None
+        and abs(report.run_start - _sender_start(previous)) <= _SAME_START_SECONDS
+    )
 
 
 def superseded(previous: Progress | None, report: Report) -> bool:

@@ -375,7 +375,9 @@ class ProgressListener:
         now = self._clock()
         deferred = on_durable is not None and self.store.journaled
         try:
-            report = parse_report(body, now=now)
+            # no ``now``: the store holds ``run_start`` to it, knowing the stored run
+            # (a report continuing it may state a start ahead of a clock stepped back)
+            report = parse_report(body)
             container = report_container(pod, report.container)
             progress = self.store.merge(
                 pod.namespace,

@@ -238,16 +238,17 @@ class ProgressStore:
         to persist again (on a thread: this never waits for the disk).
 
         ``now`` is the report's time (the listener's clock, a log line's timestamp):
-        ``check_report`` gets it, so a ``run_start`` in the future is refused here
-        whatever the source, as the HTTP path refuses it (a log marker line must not
-        store what a POST would be refused for).
+        ``check_report`` gets it with the stored run, so a ``run_start`` in the future
+        is refused here whatever the source (a log marker line must not store what a
+        POST would be refused for), unless it is the stored run's own start (the
+        clock stepped back while the run went on).
         """
         if source not in SOURCES:
             raise ValueError(f"unknown progress source {source!r}")
-        check_report(report, now=now)
         key = (namespace, pod, container, source)
         with self._lock:
             previous = self._entries.get(key)
+            check_report(report, now=now, previous=previous)
             new = advance(
                 previous,
                 report,

@@ -172,6 +172,48 @@ def test_a_late_end_of_a_run_a_later_start_replaced_is_409_and_counted(listener,
     assert all(r.exc_info is None for r in caplog.records)
 
 
+def test_a_running_run_goes_on_after_the_clock_is_stepped_back(pods):
+    """NTP steps the node's clock back an hour while a named run trains. Its reporter
+    took ``run_start`` before the step, so every later report states a start an hour
+    ahead of the exporter's clock: they were refused 400 ``run_start is in the future``
+    until the clock caught up. They continue the stored run (its ``run_id`` and the
+    start its sender stated) and are taken; a start not stored yet is still held to
+    the clock, a new run's and a later start of the same ``run_id`` alike."""
+    clock = Clock(1_790_000_000.0)
+    start = clock.now
+    lst = ProgressListener(
+        "127.0.0.1",
+        0,
+        ProgressStore(),
+        pods.by_ip,
+        pods,
+        burst=100,
+        rate_per_second=100,
+        clock=clock,
+    )
+    lst.start()
+    try:
+        run = {"run_id": "job-1", "run_start": start, "epochs": 10}
+        assert post(lst, {**run, "event": "start", "epoch": 0})[0] == 200
+        clock.now += 600
+        assert post(lst, {**run, "epoch": 1})[0] == 200
+        clock.now -= 3600  # stepped back an hour
+        assert post(lst, {**run, "epoch": 2}) == (200, "accepted: team-a/trainer-a run job-1\n")
+        assert post(lst, {**run, "run_start": start + 0.0004, "epoch": 3})[0] == 200  # rounded
+        p = lst.store.get("team-a", "trainer-a", "main", "http")
+        assert (p.run_id, p.run_start_timestamp, p.epoch) == ("job-1", start, 3)
+        other = {"run_id": "job-2", "run_start": start, "epoch": 1}
+        assert post(lst, other) == (400, "invalid: run_start is in the future\n")
+        later = {**run, "event": "start", "run_start": start + 60, "epoch": 0}
+        assert post(lst, later) == (400, "invalid: run_start is in the future\n")
+        assert post(lst, {**run, "event": "end", "epoch": 10})[0] == 200
+        p = lst.store.get("team-a", "trainer-a", "main", "http")
+        assert (p.run_id, p.epoch, p.ended_timestamp) == ("job-1", 10, clock.now)
+        assert (lst.counts()["accepted"], lst.counts()["invalid"]) == (5, 2)
+    finally:
+        lst.stop()
+
+
 def test_flood_is_rate_limited_per_pod(listener):
     statuses = [post(listener, {"step": i + 1})[0] for i in range(12)]
     assert statuses[:5] == [200] * 5 and 429 in statuses[5:]

@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -508,6 +509,24 @@ def test_run_start_in_the_future_is_refused_by_the_store_as_by_http():
     assert store.snapshot() == ()
     # the same run_start is fine once it is no longer in the future of the report
     store.merge("ns", "p", "main", "log", Report(epoch=1, epochs=5, run_start=future), future)
+
+
+def test_a_report_continuing_the_stored_run_is_not_refused_for_its_start():
+    """The clock stepped back after a named run was stored: its next report states the
+    start it stated (accepted then), now ahead of the report's time. Nothing in it is
+    a start to come, so the store takes it, from either source; a start it has not
+    stored (another ``run_id``, a later start) is refused as before."""
+    store = ProgressStore()
+    for source in ("log", "http"):
+        run = Report(run_id="r", run_start=NOW, epoch=1, epochs=5)
+        store.merge("ns", "p", "main", source, run, NOW + 60)
+        back = NOW - 3600  # the clock stepped back an hour
+        p = store.merge("ns", "p", "main", source, replace(run, epoch=2), back)
+        assert (p.run_id, p.run_start_timestamp, p.epoch) == ("r", NOW, 2)
+        for other in (replace(run, run_id="s"), replace(run, run_start=NOW + 1)):
+            with pytest.raises(InvalidReport, match="future"):
+                store.merge("ns", "p", "main", source, other, back)
+        assert store.get("ns", "p", "main", source) == p
 
 
 def test_a_log_marker_line_cannot_store_a_future_run_start(tmp_path):
