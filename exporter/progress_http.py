@@ -65,7 +65,7 @@ from gpu_eta.exporter.progress import (
 )
 from gpu_eta.exporter.progress_runs import TokenBuckets, retry_after
 from gpu_eta.exporter.progress_store import ProgressStore
-from gpu_eta.exporter.readings import PodMeta
+from gpu_eta.exporter.readings import PodMeta, pod_finished
 from gpu_eta.exporter.snapshot import PROGRESS_RESULTS
 
 log = logging.getLogger(__name__)
@@ -300,6 +300,10 @@ class ProgressListener:
                 self._lookups.popitem(last=False)
         if pod is not None and not pod.host_network:
             return pod, ""
+        if pod is None:
+            sharing = self._pods_sharing(address)
+            if sharing > 1:
+                return None, f"{address} is the address of {sharing} pods on this node"
         # The pod caches index pod IPs only (kube.py and simulated_node.py leave
         # hostNetwork pods out: their IP is the node's, shared), so a hostNetwork
         # sender is looked up among all pods here.
@@ -321,6 +325,18 @@ class ProgressListener:
                 " on this node (need exactly one)"
             )
         return candidates[0], ""
+
+    def _pods_sharing(self, address: str) -> int:
+        """How many pods that can send from their own IP (not hostNetwork, not
+        finished) have ``address``: when the pod cache names none of several, they are
+        alike (``kube._address_owners``) and the refusal says so, not "no pod"."""
+        try:
+            pods = self._pods()
+        except Exception:  # no pod list yet: "not a pod on this node" stands
+            return 0
+        return sum(
+            1 for p in pods if p.ip == address and not p.host_network and not pod_finished(p)
+        )
 
     def _over_rate(self, pod: PodMeta) -> int | None:
         """None when ``pod`` may send a report now (it takes a token), else the whole

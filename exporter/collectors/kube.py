@@ -41,11 +41,11 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpu_eta.exporter.collectors import CollectorError, StartupError
 from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
@@ -325,6 +325,23 @@ def pod_meta_from_object(obj: Any) -> PodMeta:
     )
 
 
+class _Addresses(NamedTuple):
+    """What the cache keeps of a pod to decide which pod an address is
+    (``_address_owners``)."""
+
+    ips: tuple[str, ...]
+    # metadata.deletionTimestamp set: the pod is terminating; its object stays Running
+    # through the grace period while its IP may already be another pod's
+    deleting: bool = False
+
+
+def _addresses(obj: dict) -> _Addresses:
+    """A pod object's IPs and whether it is being deleted."""
+    meta = obj.get("metadata")
+    deleting = isinstance(meta, dict) and meta.get("deletionTimestamp") is not None
+    return _Addresses(_pod_ips(obj), deleting)
+
+
 def _pod_ips(obj: dict) -> tuple[str, ...]:
     status = obj.get("status")
     if not isinstance(status, dict):
@@ -353,9 +370,9 @@ def _continue_token(metadata: Mapping[str, Any]) -> str | None:
     return token
 
 
-# One pod of a list, as the cache keeps it: its metadata, its IPs and its controlling
-# Job (or None) — all a relist needs of the object, which is dropped page by page.
-_Listed = tuple[PodMeta, tuple[str, ...], "JobKey | None"]
+# One pod of a list, as the cache keeps it: its metadata, its addresses and its
+# controlling Job (or None) — all a relist needs of the object, dropped page by page.
+_Listed = tuple[PodMeta, _Addresses, "JobKey | None"]
 
 
 def _listed(items: list[Any]) -> list[_Listed]:
@@ -363,10 +380,41 @@ def _listed(items: list[Any]) -> list[_Listed]:
     out: list[_Listed] = []
     for obj in items:
         try:
-            out.append((pod_meta_from_object(obj), _pod_ips(obj), job_owner(obj)))
+            out.append((pod_meta_from_object(obj), _addresses(obj), job_owner(obj)))
         except PodObjectError as err:
             log.debug("kube: skipping pod object in list: %s", err)
     return out
+
+
+def _address_owners(
+    pods: Iterable[PodMeta], addresses: Mapping[str, _Addresses]
+) -> dict[str, PodMeta]:
+    """Each IP → the pod a progress report from it is filed under. Pure.
+
+    Candidates are the pods that can send from their own IP: not hostNetwork (the
+    node's address, shared: ``progress_http`` decides those), not finished. Where an
+    IP has several (the CNI gave a pod's IP to another pod while the first one's object
+    is still there), the one not being deleted wins, then the latest started: a
+    terminating pod's object stays Running through its grace period, often after its
+    IP went to a new pod, maybe another namespace's. Pods alike on both counts (the
+    same start second, or none known) give the IP to neither: a report from there is
+    refused rather than filed under a pod that may not have sent it. A terminating pod
+    alone on its IP keeps it (its last report, its ``end``, is sent then).
+    """
+    best: dict[str, tuple[tuple[bool, float], PodMeta | None]] = {}
+    for pod in pods:
+        if pod.host_network or pod_finished(pod):
+            continue
+        record = addresses.get(pod.uid, _Addresses(()))
+        start = pod.start_timestamp
+        rank = (not record.deleting, -math.inf if start is None else start)
+        for ip in record.ips:
+            held = best.get(ip)
+            if held is None or rank > held[0]:
+                best[ip] = (rank, pod)
+            elif rank == held[0]:
+                best[ip] = (rank, None)  # alike: ambiguous, unless a better one comes
+    return {ip: pod for ip, (_, pod) in best.items() if pod is not None}
 
 
 class KubeStatus:
@@ -435,7 +483,7 @@ class KubePodSource:
         self._objects: dict[str, PodMeta] = {}
         # uid -> (namespace, name, uid) of finished pods the cap keeps out, oldest first
         self._outside: dict[str, tuple[str, str, str]] = {}
-        self._ips: dict[str, tuple[str, ...]] = {}
+        self._ips: dict[str, _Addresses] = {}
         self._snapshot: tuple[PodMeta, ...] = ()
         self._by_ip: dict[str, PodMeta] = {}
         self._listed = False
@@ -555,14 +603,8 @@ class KubePodSource:
     def _rebuild(self) -> None:
         """Copy-on-write views so poll() and by_ip() are O(1) and lock-short."""
         pods = sorted(self._objects.values(), key=lambda p: (p.namespace, p.name, p.uid))
-        by_ip: dict[str, PodMeta] = {}
-        for pod in pods:
-            if pod.host_network or pod_finished(pod):
-                continue
-            for ip in self._ips.get(pod.uid, ()):
-                by_ip[ip] = pod
         self._snapshot = tuple(pods)
-        self._by_ip = by_ip
+        self._by_ip = _address_owners(pods, self._ips)
 
     def _keep_outside(self, meta: PodMeta) -> None:
         """Remember a finished pod the cache does not hold (lock held); the oldest
@@ -583,13 +625,13 @@ class KubePodSource:
         elif len(parsed) > self.max_pods:
             self._warn_finished()
         objects: dict[str, PodMeta] = {}
-        ips: dict[str, tuple[str, ...]] = {}
+        ips: dict[str, _Addresses] = {}
         jobs: set[JobKey] = set()
         kept = (live + done)[: self.max_pods]
-        for meta, pod_ips, job in kept:
+        for meta, addresses, job in kept:
             meta = self._with_job_deadline(meta, job, jobs)
             objects[meta.uid] = meta
-            ips[meta.uid] = pod_ips
+            ips[meta.uid] = addresses
         # the list names every pod there is: the finished ones left out are the record
         # (those recorded before and now absent were deleted); the first ``fitted`` of
         # them found room after the live ones
@@ -625,7 +667,7 @@ class KubePodSource:
                     return  # only the record of finished pods left out changed
                 self._outside.pop(meta.uid, None)
                 self._objects[meta.uid] = meta
-                self._ips[meta.uid] = _pod_ips(obj)
+                self._ips[meta.uid] = _addresses(obj)
             self._last_sync = time.time()
             self._rebuild()
 

@@ -35,6 +35,7 @@ from gpu_eta.exporter.collectors.registry import BuildContext
 from gpu_eta.exporter.config import config_from_mapping
 from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.progress import Report
+from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import Allocation, DeviceReading, GpuPoll
 from gpu_eta.exporter.scheduler import Scheduler, Sources
@@ -264,6 +265,59 @@ def test_host_network_pods_never_claim_an_ip(api: FakeKubeAPI, source_factory) -
     src = source_factory(api.url)
     wait_for(lambda: names(src) == ["ds"])
     assert src.poll()[0].host_network and src.by_ip("192.168.1.10") is None
+
+
+def test_a_reused_ip_is_the_pod_not_being_deleted_then_the_latest_started(
+    api: FakeKubeAPI, source_factory
+) -> None:
+    """A deleted pod's API object stays Running through its grace period while the CNI
+    may already have given its IP to a new pod, another namespace's: the IP is the new
+    pod's, whatever their names sort as (the old pod sorting last took its reports).
+    Among pods not being deleted the latest started holds it; pods alike on both counts
+    hold none, and a report from there is refused as ambiguous, never filed under one."""
+    old = make_pod(
+        "trainer", "team-z", uid=uid(1), ip="10.0.0.10", start_time="2026-11-21T01:00:00Z"
+    )
+    api.add_pod(old)
+    src = source_factory(api.url)
+    wait_for(lambda: names(src) == ["trainer"])
+    assert src.by_ip("10.0.0.10").uid == uid(1)  # terminating alone: still its (its end)
+    old["metadata"]["deletionTimestamp"] = "2026-11-21T05:00:30Z"
+    api.update_pod(old)
+    api.add_pod(
+        make_pod("trainer", "team-a", uid=uid(2), ip="10.0.0.10", start_time="2026-11-21T05:00:05Z")
+    )
+    # not being deleted wins over a later start; the earlier started wins over none
+    api.add_pod(
+        make_pod("a", "team-y", uid=uid(3), ip="10.0.0.11", start_time="2026-11-21T02:00:00Z")
+    )
+    api.add_pod(
+        make_pod("b", "team-b", uid=uid(4), ip="10.0.0.11", start_time="2026-11-21T03:00:00Z")
+    )
+    api.add_pod(make_pod("c", "team-x", uid=uid(5), ip="10.0.0.11", start_time=None))
+    # alike: neither being deleted, started the same second
+    api.add_pod(make_pod("d", "team-c", uid=uid(6), ip="10.0.0.12"))
+    api.add_pod(make_pod("e", "team-d", uid=uid(7), ip="10.0.0.12"))
+    wait_for(lambda: len(src.poll()) == 7)
+    relisted = source_factory(api.url)  # the same from one list
+    wait_for(lambda: len(relisted.poll()) == 7)
+    for cache in (src, relisted):
+        assert cache.by_ip("10.0.0.10").uid == uid(2)
+        assert cache.by_ip("10.0.0.11").uid == uid(4)
+        assert cache.by_ip("10.0.0.12") is None
+    listener = ProgressListener("127.0.0.1", 0, ProgressStore(), src.by_ip, src.poll)
+    body = json.dumps({"epoch": 1, "epochs": 4}).encode()
+    status, text, _ = listener.handle("10.0.0.12", len(body), body)
+    assert (status, text) == (403, "forbidden: 10.0.0.12 is the address of 2 pods on this node")
+    assert listener.handle("10.0.0.10", len(body), body)[:2] == (
+        200,
+        "accepted: team-a/trainer run " + listener.store.snapshot()[0].run_id,
+    )
+    # the old pod gone, a tie broken: the remaining pod holds the address again
+    api.delete_pod("team-z", "trainer")
+    api.delete_pod("team-d", "e")
+    wait_for(lambda: src.by_ip("10.0.0.12") is not None)
+    assert src.by_ip("10.0.0.12").uid == uid(6) and src.by_ip("10.0.0.10").uid == uid(2)
 
 
 def test_cache_survives_the_api_server_going_away_and_resumes(
