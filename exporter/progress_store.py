@@ -8,9 +8,9 @@ Source precedence, per (namespace, pod, container): an explicit HTTP report wins
 over what the log parser inferred, because the training code knows its plan
 (epochs, steps, batch size) and logs are a guess. The log-derived progress is shown
 only while the container has no HTTP progress, or when its HTTP progress is older
-than ``HTTP_PRECEDENCE_SECONDS`` than the latest log progress (a reporter that
-died while the job keeps printing). Both are kept, so the log view is ready the
-moment HTTP reports stop.
+than ``HTTP_PRECEDENCE_SECONDS`` than the latest log progress and its run has not
+ended (a reporter that died while the job keeps printing; ``_winner``). Both are
+kept, so the log view is ready the moment HTTP reports stop.
 
 This module is the in-memory store and its orchestration (merge, eviction, save,
 journal replay at start); reading the state file and journal back, parsing them and
@@ -818,7 +818,19 @@ def _journal_path(state: Path) -> Path:
 
 
 def _winner(a: Progress, b: Progress) -> Progress:
+    """The progress shown of one container's HTTP and log entries. Pure.
+
+    HTTP wins, unless the log's last line is over ``HTTP_PRECEDENCE_SECONDS`` newer
+    than the last HTTP report of a run that has not ended: a reporter that died while
+    the job keeps printing. An ended run's reporter did not die: what the job prints
+    after it (an evaluation or test bar, read as a run of its own with no end) must not
+    replace it as a training going on, with an ETA. The container's next HTTP run
+    (``ended_timestamp`` None again) is judged by the same rule.
+    """
     http, logs = (a, b) if a.source == "http" else (b, a)
-    if logs.last_report_timestamp > http.last_report_timestamp + HTTP_PRECEDENCE_SECONDS:
+    if (
+        http.ended_timestamp is None
+        and logs.last_report_timestamp > http.last_report_timestamp + HTTP_PRECEDENCE_SECONDS
+    ):
         return logs
     return http

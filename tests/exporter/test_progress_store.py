@@ -38,6 +38,28 @@ def test_http_wins_over_logs_until_it_goes_stale():
     assert [(p.source, p.epoch) for p in store.snapshot()] == [("log", 4.0)]
 
 
+def test_an_ended_http_run_is_not_replaced_by_later_log_progress():
+    """A run that sent its ``end`` did not die: the job's evaluation bar printed after
+    training (a bare tqdm bar, read as a run of its own) showed, 10 minutes on, as an
+    unended training run with an ETA in place of the finished one. It stays until the
+    container's next HTTP run starts, which the 600 s rule then judges again."""
+    store = ProgressStore()
+    m = store.merge
+    m("ns", "job", "main", "http", Report(run_id="train-1", epoch=0, epochs=3, event="start"), NOW)
+    m("ns", "job", "main", "log", Report(step=10, steps=100), NOW + 5, derived=True)
+    m("ns", "job", "main", "http", Report(run_id="train-1", epoch=3, event="end"), NOW + 600)
+    m("ns", "job", "main", "log", Report(step=1, steps=5000), NOW + 900, derived=True)
+    m("ns", "job", "main", "log", Report(step=4000, steps=5000), NOW + 1300, derived=True)
+    m("ns", "job", "main", "log", Report(step=4900, steps=5000), NOW + 9000, derived=True)
+    (p,) = store.snapshot()
+    assert (p.source, p.run_id, p.epoch, p.ended_timestamp) == ("http", "train-1", 3, NOW + 600)
+    # the next HTTP run is not ended: a reporter of it that dies gives way to the logs
+    m("ns", "job", "main", "http", Report(run_id="train-2", epoch=0, event="start"), NOW + 9100)
+    m("ns", "job", "main", "log", Report(step=1, steps=200), NOW + 9100 + 601, derived=True)
+    (p,) = store.snapshot()
+    assert (p.source, p.step, p.ended_timestamp) == ("log", 1, None)
+
+
 def _listed(*pods: str, namespace: str = "ns") -> dict[tuple[str, str], str]:
     """``retain``'s pod list: each pod under its own uid."""
     return {(namespace, pod): f"uid-{pod}" for pod in pods}
