@@ -485,6 +485,15 @@ def superseded(previous: Progress | None, report: Report) -> bool:
     )
 
 
+# A time this much or more before a run's latest report is the node's clock stepped
+# back (NTP correcting a clock that ran ahead: a node booted with its RTC in local
+# time), not lines read out of order (two streams of one container). Why 60 s: a
+# smaller step leaves a bucket or a run's times at most 60 s behind, while a step of
+# hours held every container's new runs for hours (``progress_runs``) and stamped a
+# run's epoch ends before its start.
+CLOCK_STEP_SECONDS = 60.0
+
+
 def starts_new_run(previous: Progress | None, report: Report) -> bool:
     """Whether ``report`` begins a run rather than continuing ``previous``.
 
@@ -505,7 +514,7 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
     than its sender's. The sender runs on this node, on its clock: a new training's
     start is after the last one's. Kept ended, with the old start, the forecaster
     would read a new training done at once (its end after its start) and never forecast
-    it. Without one (logs, curl) a run restarts when the
+    it. Without a run id (logs, curl) a run restarts when the
     epoch or step counter goes back or the planned totals change: the signature of
     a notebook that trains again; and any report with a counter or total but another
     ``end`` after the run's ``end`` (its next training may go on from where it stopped:
@@ -767,13 +776,23 @@ def advance(
         return old if new is None else new
 
     ends = report.event == "end" and not new_run
+    # a run's times never go back: the node's clock stepped back (NTP correcting one
+    # that ran ahead) stamps at the run's latest report; an epoch reached while the
+    # clock is that far behind is held (``stepped_back``)
+    stamp = max(now, base.last_report_timestamp)
+    stepped_back = now <= base.last_report_timestamp - CLOCK_STEP_SECONDS
     reported = _epoch_beyond(base, report.epoch)
     epoch = pick(reported, base.epoch)
     epoch_end = base.epoch_end_timestamp
     # the epoch held back (none in a new run's base), kept until a report names an
-    # epoch beyond it
+    # epoch beyond it, or a plan below it with the epoch the run stands at
     held_epoch, held_at = base.held_epoch, base.held_epoch_timestamp
-    if reported is not None:
+    if reported is not None or (
+        report.epoch is not None
+        and report.epochs is not None
+        and held_epoch is not None
+        and held_epoch > report.epochs
+    ):
         held_epoch = held_at = None
     if ends and held_epoch is not None:
         epoch, epoch_end = held_epoch, held_at  # the run ends at it, as it was reported
@@ -793,21 +812,21 @@ def advance(
         if (
             epoch_end is None  # the run's first end
             or report.event == "end"  # its last progress, published as it is
-            or stamps_epoch_end(prev_epoch, reported, epochs)
+            or (not stepped_back and stamps_epoch_end(prev_epoch, reported, epochs))
         ):
-            epoch_end = now
+            epoch_end = stamp
         else:  # held: the published epoch stays the one its end time is of
             epoch = prev_epoch
-            held_epoch, held_at = reported, now
+            held_epoch, held_at = reported, stamp
     elif reported is not None and prev_epoch is None and reported > 0 and epoch_end is None:
-        epoch_end = now  # first word we hear of this run already counts an epoch
+        epoch_end = stamp  # first word we hear of this run already counts an epoch
     return Progress(
         namespace=namespace,
         pod=pod,
         container=container,
         run_id=base.run_id,
         run_start_timestamp=base.run_start_timestamp,
-        last_report_timestamp=max(now, base.last_report_timestamp),
+        last_report_timestamp=stamp,
         source=source,
         epoch=epoch,
         epochs=epochs,
@@ -815,7 +834,7 @@ def advance(
         steps=steps,
         batch_size=pick(report.batch_size, base.batch_size),
         epoch_end_timestamp=epoch_end,
-        ended_timestamp=now if report.event == "end" else base.ended_timestamp,
+        ended_timestamp=stamp if report.event == "end" else base.ended_timestamp,
         sender_start_timestamp=base.sender_start_timestamp,
         metrics=metrics,
         removed_metrics=removed_metrics,

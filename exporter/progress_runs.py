@@ -24,6 +24,8 @@ import math
 from collections import OrderedDict
 from collections.abc import Hashable
 
+from gpu_eta.exporter.progress import CLOCK_STEP_SECONDS
+
 # A container may start RUN_BURST runs at once, then one more every RUN_REFILL_SECONDS.
 # Why these: a notebook sweep starting a short run every minute must pass whatever its
 # runs' lengths jitter, so the refill is twice that rate (at exactly one a minute, a
@@ -47,14 +49,10 @@ DERIVED_RUN_REFILL_SECONDS = 5.0
 # full bucket), so a churning container stays tracked. The keys are real containers of
 # pods on this node, so this only guards memory.
 DEFAULT_MAX_KEYS = 4096
-# A time this much or more before a bucket's last one is the clock stepped back (NTP
-# correcting a clock that ran ahead: a node booted with its RTC in local time), not
-# lines read out of order: the bucket goes on from the new time. Why not at any step
-# back: each reset refills the seconds between the two times again, and a log read a
-# little out of order (two streams of one container) must not refill its bucket line
-# by line. Why 60 s: a smaller step leaves the bucket at most 60 s behind (two of the
-# HTTP cap's tokens), while a step of hours held every container's new runs for hours.
-CLOCK_STEP_SECONDS = 60.0
+# A time ``CLOCK_STEP_SECONDS`` or more before a bucket's last one is the clock stepped
+# back, not lines read out of order: the bucket goes on from the new time. Why not at
+# any step back: each reset refills the seconds between the two times again, and a log
+# read a little out of order must not refill its bucket line by line.
 
 
 class _Bucket:

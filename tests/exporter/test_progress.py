@@ -367,6 +367,50 @@ def test_a_run_reporting_a_lower_epoch_keeps_the_one_it_reached() -> None:
     )
 
 
+def test_a_runs_times_never_go_back_when_the_node_clock_steps_back() -> None:
+    """The node's clock stepped back an hour (NTP correcting a clock that ran ahead)
+    while a run trains: its reports are taken, but none of its times goes before
+    the run's own latest report: an epoch reached then is held (published once the
+    clock has caught up, or by the end), and the end is stamped at that latest time.
+    Stamped with the stepped-back clock, the epoch ends and the end fell before the
+    run's start, and the forecaster dropped them."""
+    p = _adv(None, Report(run_id="r", run_start=NOW, epoch=0, epochs=10), NOW)
+    p = _adv(p, Report(run_id="r", run_start=NOW, epoch=1), NOW + 100)
+    back = NOW + 200 - 3600
+    q = _adv(p, Report(run_id="r", run_start=NOW, epoch=2), back)
+    assert (q.epoch, q.epoch_end_timestamp) == (1, NOW + 100)
+    assert (q.held_epoch, q.held_epoch_timestamp) == (2, NOW + 100)
+    q = _adv(q, Report(run_id="r", run_start=NOW, epoch=3), back + 100)
+    assert (q.epoch, q.held_epoch) == (1, 3)
+    ended = _adv(q, Report(run_id="r", run_start=NOW, event="end", epoch=4), back + 200)
+    assert (ended.epoch, ended.epoch_end_timestamp, ended.ended_timestamp) == (
+        4,
+        NOW + 100,
+        NOW + 100,
+    )
+    caught_up = _adv(q, Report(run_id="r", run_start=NOW, epoch=4), NOW + 400)
+    assert (caught_up.epoch, caught_up.epoch_end_timestamp) == (4, NOW + 400)
+    # lines read a little out of order (two streams) are no clock step: stamped, never
+    # before the run's latest report
+    late = _adv(p, Report(run_id="r", run_start=NOW, epoch=2), NOW + 99)
+    assert (late.epoch, late.epoch_end_timestamp) == (2, NOW + 100)
+
+
+def test_a_lower_plan_restated_with_its_epoch_drops_the_epoch_held_above_it() -> None:
+    """A held fractional epoch above a plan the sender then restates with the epoch it
+    stands at (``{"epoch": 3.0, "epochs": 3}``, then its end) is dropped, not a reason
+    to refuse the report and the run's end; a plan lowered alone below it is still
+    refused (the test above)."""
+    p = _adv(None, Report(run_id="r", epoch=0, epochs=5), NOW)
+    p = _adv(p, Report(run_id="r", epoch=3.0), NOW + 30)
+    p = _adv(p, Report(run_id="r", epoch=3.01), NOW + 31)
+    assert (p.epoch, p.held_epoch) == (3.0, 3.01)
+    q = _adv(p, Report(run_id="r", epoch=3.0, epochs=3), NOW + 32)
+    assert (q.epoch, q.epochs, q.held_epoch) == (3.0, 3, None)
+    ended = _adv(q, Report(run_id="r", event="end", epoch=3.0, epochs=3), NOW + 33)
+    assert (ended.epoch, ended.epochs, ended.ended_timestamp) == (3.0, 3, NOW + 33)
+
+
 def test_a_planless_run_ends_at_the_epoch_held_back() -> None:
     """Without a plan the end's totals are what the run reached (``_reached_totals``):
     the epoch held back, not the one last published; so too when its pod's exit ends

@@ -201,14 +201,18 @@ def test_a_running_run_goes_on_after_the_clock_is_stepped_back(pods):
         assert post(lst, {**run, "epoch": 2}) == (200, "accepted: team-a/trainer-a run job-1\n")
         assert post(lst, {**run, "run_start": start + 0.0004, "epoch": 3})[0] == 200  # rounded
         p = lst.store.get("team-a", "trainer-a", "main", "http")
-        assert (p.run_id, p.run_start_timestamp, p.epoch) == ("job-1", start, 3)
+        # taken, but none of the run's times goes back: the epochs reached while the
+        # clock is behind are held at its latest report's time (docs/progress.md)
+        assert (p.run_id, p.run_start_timestamp, p.epoch, p.held_epoch) == ("job-1", start, 1, 3)
+        assert p.held_epoch_timestamp == p.epoch_end_timestamp == start + 600
         other = {"run_id": "job-2", "run_start": start, "epoch": 1}
         assert post(lst, other) == (400, "invalid: run_start is in the future\n")
         later = {**run, "event": "start", "run_start": start + 60, "epoch": 0}
         assert post(lst, later) == (400, "invalid: run_start is in the future\n")
         assert post(lst, {**run, "event": "end", "epoch": 10})[0] == 200
         p = lst.store.get("team-a", "trainer-a", "main", "http")
-        assert (p.run_id, p.epoch, p.ended_timestamp) == ("job-1", 10, clock.now)
+        assert (p.run_id, p.epoch, p.ended_timestamp) == ("job-1", 10, start + 600)
+        assert p.epoch_end_timestamp == start + 600 > p.run_start_timestamp
         assert (lst.counts()["accepted"], lst.counts()["invalid"]) == (5, 2)
     finally:
         lst.stop()

@@ -522,7 +522,9 @@ def test_a_report_continuing_the_stored_run_is_not_refused_for_its_start():
         store.merge("ns", "p", "main", source, run, NOW + 60)
         back = NOW - 3600  # the clock stepped back an hour
         p = store.merge("ns", "p", "main", source, replace(run, epoch=2), back)
-        assert (p.run_id, p.run_start_timestamp, p.epoch) == ("r", NOW, 2)
+        # taken, held at the run's latest time (its times never go back)
+        assert (p.run_id, p.run_start_timestamp, p.epoch, p.held_epoch) == ("r", NOW, 1, 2)
+        assert p.held_epoch_timestamp == NOW + 60
         for other in (replace(run, run_id="s"), replace(run, run_start=NOW + 1)):
             with pytest.raises(InvalidReport, match="future"):
                 store.merge("ns", "p", "main", source, other, back)
