@@ -243,9 +243,13 @@ LOCAL_RANK_VARIABLES = (
 )
 
 
-# RANK as this process had it when it imported the module: a multiprocessing child
-# inherits its parent's environment, so a value still the same was not set for it
-_RANK_AT_IMPORT = os.environ.get("RANK", "").strip()
+# RANK as the first process of this tree to import the module had it: a multiprocessing
+# child inherits its parent's environment, so a value still the same was not set for
+# it. Kept in the environment, not only in the module: a ``spawn`` or ``forkserver``
+# child imports the module again, after its parent set its RANK (fork keeps the
+# parent's module and so its value).
+RANK_AT_IMPORT_VARIABLE = "GPU_ETA_REPORT_RANK_AT_IMPORT"
+_RANK_AT_IMPORT = os.environ.setdefault(RANK_AT_IMPORT_VARIABLE, os.environ.get("RANK", "").strip())
 # what ``other_rank`` names a ``torch.multiprocessing.spawn`` worker's index by
 SPAWN_INDEX = "torch.multiprocessing.spawn index"
 

@@ -1323,6 +1323,32 @@ def test_ranks_a_spawn_script_sets_itself_are_one_pods() -> None:
     assert client.other_rank({"RANK": "1"}) is None  # this test's process: no parent
 
 
+def _rank_set_by_parent(out) -> None:
+    out.put((os.environ.get("RANK"), client.other_rank()))
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_ranks_a_parent_sets_after_importing_are_one_pods(monkeypatch, method) -> None:
+    """A script that imported ``gpu_eta_report`` and then starts its workers with
+    ``multiprocessing``, setting each one's ``RANK`` before starting it: under
+    ``spawn`` the child imports the module again, after its RANK was set, so the RANK
+    its parent had at import travels in the environment (``RANK_AT_IMPORT_VARIABLE``);
+    read from the child's own import, every worker reported. (``forkserver`` children
+    get the environment the server started with, not the RANK set since: not read.)"""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context(method)
+    got = []
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))  # after this process imported the client
+        out = ctx.Queue()
+        proc = ctx.Process(target=_rank_set_by_parent, args=(out,))
+        proc.start()
+        got.append(out.get(timeout=30))
+        proc.join(timeout=60)
+    assert got == [("0", None), ("1", ("RANK", "1"))]
+
+
 def test_a_rank_a_child_inherited_is_its_pods_own(monkeypatch) -> None:
     """A PyTorchJob worker pod (``RANK=1``, no local rank) whose script trains in a
     ``multiprocessing`` child: the child inherits ``RANK`` unchanged and is the pod's
@@ -1330,6 +1356,8 @@ def test_a_rank_a_child_inherited_is_its_pods_own(monkeypatch) -> None:
     import multiprocessing
 
     monkeypatch.setenv("RANK", "1")
+    # as the pod's process had it when it imported the client (RANK set by the operator)
+    monkeypatch.setenv(client.RANK_AT_IMPORT_VARIABLE, "1")
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     proc = ctx.Process(target=_rank_in_child, args=(None, out))
