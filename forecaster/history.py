@@ -51,13 +51,15 @@ between rows and ``Run`` objects, pure, in ``history_rows``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from gpu_eta.common.progress_bound import step_cell
 from gpu_eta.common.text import readable
@@ -225,6 +227,40 @@ def new_attempt(
         return None
     last_end = max((ts for _, ts in stored_times), default=stored_start)
     return start >= last_end - NEW_ATTEMPT_SKEW_SECONDS
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _recovering(
+    method: Callable[Concatenate[HistoryStore, _P], _T],
+) -> Callable[Concatenate[HistoryStore, _P], _T]:
+    """``method`` of ``HistoryStore``, called again when SQLite calls the file damaged
+    (``DamagedHistory``): once after its indexes are rebuilt, and once more on a new
+    history after the file is set aside (``HistoryStore._recover``).
+
+    Why: ``quick_check`` at open does not compare an index with its table, so a file
+    whose index is damaged (a torn write, a bit flip) opens cleanly and every read along
+    that index then fails; the service exited at every start and the file was never set
+    aside. REINDEX rebuilds the indexes from the tables and keeps every run. Arguments
+    that are iterators are made lists first, so that a second call gets what the first
+    one got."""
+
+    @functools.wraps(method)
+    def call(self: HistoryStore, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        args = tuple(list(a) if isinstance(a, Iterator) else a for a in args)  # type: ignore[assignment]
+        for name, value in kwargs.items():
+            if isinstance(value, Iterator):
+                kwargs[name] = list(value)
+        for rebuilt in (False, True):
+            try:
+                return method(self, *args, **kwargs)
+            except DamagedHistory as err:
+                self._recover(err, rebuilt)
+        return method(self, *args, **kwargs)
+
+    return call
 
 
 class HistoryStore:
@@ -408,6 +444,7 @@ class HistoryStore:
 
     # -- writes ---------------------------------------------------------------
 
+    @_recovering
     def record(
         self,
         updates: Iterable[RunUpdate],
@@ -874,6 +911,7 @@ class HistoryStore:
         )
         self._conn.execute("UPDATE epoch_ends SET epoch = -epoch WHERE run = ?", (found[0],))
 
+    @_recovering
     def finish(self, keys: Iterable[RunKey], finished_timestamp: float) -> list[Run]:
         """Freeze running runs as finished (completed or not, by their last epoch).
 
@@ -944,6 +982,7 @@ class HistoryStore:
             done.append(final)
         return done
 
+    @_recovering
     def import_finished(self, runs: Sequence[Run]) -> int:
         """Add finished runs (a seed CSV) that are not stored yet; idempotent.
 
@@ -1035,6 +1074,7 @@ class HistoryStore:
         """Store a small service value (e.g. the last query time), atomically."""
         self.set_metas({key: value})
 
+    @_recovering
     def set_metas(self, values: Mapping[str, str]) -> None:
         """Store several service values in one transaction (one commit, one sync:
         either all of them or none). A cycle's state goes with its means (``record``)."""
@@ -1061,6 +1101,7 @@ class HistoryStore:
                     "on from the file's state"
                 )
 
+    @_recovering
     def get_meta(self, key: str) -> str | None:
         """A value stored with ``set_meta``, or None."""
         with self._lock, self._reading():
@@ -1081,6 +1122,7 @@ class HistoryStore:
 
     # -- reads ----------------------------------------------------------------
 
+    @_recovering
     def running(self) -> list[StoredRun]:
         """Every run still marked running, with its stored epoch ends.
 
@@ -1135,6 +1177,7 @@ class HistoryStore:
                 ends.setdefault(row_id, []).append((epoch, ts))
         return ends
 
+    @_recovering
     def finished(self, limit: int | None = None, points: int | None = None) -> list[Run]:
         """Finished runs, oldest first (cached in memory after the first call), as the
         models learn from them: a run not reported epoch by epoch thinned to
@@ -1190,6 +1233,7 @@ class HistoryStore:
                 self._cache_points = held
             return list(self._finished_cache)
 
+    @_recovering
     def completed_starts(self, keys: Iterable[RunKey]) -> dict[RunKey, float]:
         """The stored start of each of ``keys`` whose latest run (attempt 0) is finished
         completed: a present run with that start (``new_attempt`` None) is that run's
@@ -1213,6 +1257,7 @@ class HistoryStore:
                     out[key] = float(found[0])
         return out
 
+    @_recovering
     def count_finished(self) -> int:
         """Number of finished runs stored: counted at the first call, then kept in step
         by this store's writes (``finish``, ``import_finished``, a revival in
@@ -1256,6 +1301,7 @@ class HistoryStore:
                 free = 0  # a read that fails here fails the cycle's own reads too
         return space_of(self.path, free)
 
+    @_recovering
     def retain(self, now: float) -> int:
         """One pass of ``retention``; the finished runs deleted (0 without retention or
         on the in-memory copy of a read-only file).
@@ -1497,4 +1543,49 @@ class HistoryStore:
         try:
             yield
         except sqlite3.Error as err:
-            raise HistoryError(f"history file {self.path}: read failed ({why(err)})") from None
+            failed = DamagedHistory if corrupt(err) else HistoryError  # ``_recovering``
+            raise failed(f"history file {self.path}: read failed ({why(err)})") from None
+
+    def _recover(self, err: DamagedHistory, rebuilt: bool) -> None:
+        """After SQLite called the file damaged (``err``, see ``_recovering``): its
+        indexes rebuilt (REINDEX), unless that was done for this call already
+        (``rebuilt``) or fails; else the file set aside and a new history opened in its
+        place, with one ERROR line, as ``open`` does for a file damaged at start. A file
+        that cannot be set aside raises ``HistoryError``, the store as it was."""
+        with self._lock:
+            if not rebuilt:
+                log.warning("%s; rebuilding its indexes (REINDEX) and trying again", err)
+                try:
+                    with self._tx():
+                        self._conn.execute("REINDEX")
+                    return
+                except HistoryError as failed:
+                    err = DamagedHistory(f"{err}; REINDEX failed too ({failed})")
+            else:
+                err = DamagedHistory(f"{err}, again after REINDEX")
+            self._start_afresh(err)
+
+    def _start_afresh(self, err: DamagedHistory) -> None:
+        """The damaged file set aside and a new history opened in its place (the
+        caller's lock), every cache and count of the old one dropped and the version
+        bumped (the model is refitted). The in-memory copy of a read-only file cannot
+        set the file aside: a new, empty history in memory replaces it, the file left
+        for a human."""
+        if self.persistent and self.path != ":memory:":
+            aside = set_aside(self.path)
+            self._conn.close()
+            fresh = type(self)._open(self.path)
+            log.error(
+                "%s; moved to %s, starting a new history (re-seeded at the next start if "
+                "--history.seed-csv)",
+                err,
+                aside,
+            )
+        else:
+            self._conn.close()
+            fresh = type(self)._open(":memory:")
+            fresh.persistent = self.persistent
+            log.error("%s; forecasting from a new, empty history in memory", err)
+        path, retention, version, lock = self.path, self.retention, self.version, self._lock
+        vars(self).update(vars(fresh))
+        self.path, self.retention, self.version, self._lock = path, retention, version + 1, lock

@@ -145,7 +145,9 @@ ALTER TABLE runs_v4 RENAME TO runs;
 
 
 class DamagedHistory(HistoryError):
-    """The file is ours (or no database at all) but damaged: set aside, start afresh."""
+    """The file is ours (or no database at all) but damaged: set aside, start afresh.
+    Raised by a read or write SQLite failed as damaged, too (``corrupt``): the store
+    then rebuilds the indexes first (``HistoryStore._recover``)."""
 
 
 class VolumeFull(HistoryError):
@@ -351,10 +353,14 @@ class Transaction:
 
 
 def _failed(err: sqlite3.Error) -> type[HistoryError]:
-    """The error a failed write raises: ``VolumeFull`` for SQLITE_FULL."""
+    """The error a failed write raises: ``VolumeFull`` for SQLITE_FULL,
+    ``DamagedHistory`` for an error SQLite reports as a damaged file (``corrupt``: the
+    store repairs or sets the file aside, ``HistoryStore._recover``)."""
     code = _error_code(err)
     full = code == _SQLITE_FULL or (code is None and "disk is full" in str(err).lower())
-    return VolumeFull if full else HistoryError
+    if full:
+        return VolumeFull
+    return DamagedHistory if corrupt(err) else HistoryError
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

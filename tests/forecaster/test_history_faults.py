@@ -127,6 +127,87 @@ def outcome(call: Callable[[], object]) -> str:
     return "ok"
 
 
+# -- an index that no longer matches its table ----------------------------------------
+
+
+def behind_index(db: Path, indexes: tuple[str, ...], *statements: str) -> None:
+    """Run ``statements`` on ``db`` while SQLite does not know ``indexes`` (their schema
+    rows taken out, their pages left as they are), then put the rows back: the indexes
+    then disagree with their table, as after a torn write, and every page is still well
+    formed, so ``quick_check`` passes (only ``integrity_check`` compares the two)."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    marks = ", ".join("?" * len(indexes))
+    rows = conn.execute(
+        f"SELECT type, name, tbl_name, rootpage, sql FROM sqlite_master WHERE name IN ({marks})",
+        indexes,
+    ).fetchall()
+    assert len(rows) == len(indexes)
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute(f"DELETE FROM sqlite_master WHERE name IN ({marks})", indexes)
+    conn.close()
+    conn = sqlite3.connect(db, isolation_level=None)
+    for statement in statements:
+        conn.execute(statement)
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.executemany("INSERT INTO sqlite_master VALUES (?, ?, ?, ?, ?)", rows)
+    conn.close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA quick_check").fetchall() == [("ok",)]
+    assert conn.execute("PRAGMA integrity_check").fetchall() != [("ok",)]
+    conn.close()
+
+
+# the newest finished run deleted behind ``runs_finished``: a read along it fails
+# "database disk image is malformed" at the entry left for the row that is gone
+LAST_RUN_GONE = "DELETE FROM runs WHERE id = (SELECT MAX(id) FROM runs WHERE state != 'running')"
+
+
+def test_a_damaged_index_is_rebuilt_and_every_stored_run_read(tmp_path: Path, caplog) -> None:
+    db = tmp_path / "h.sqlite"
+    history_of(db, 50)
+    behind_index(db, ("runs_finished",), LAST_RUN_GONE)
+    store = HistoryStore.open(db)  # quick_check passes: the damage shows at the first read
+    try:
+        assert len(store.finished()) == 49  # every run the table holds
+        assert store.count_finished() == 49
+    finally:
+        store.close()
+    assert set_aside(tmp_path) == []
+    assert "rebuilding its indexes (REINDEX)" in caplog.text
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    conn.close()
+
+
+def test_a_damaged_index_reindex_cannot_rebuild_sets_the_file_aside(tmp_path: Path, caplog) -> None:
+    db = tmp_path / "h.sqlite"
+    history_of(db, 50)
+    # and an index declared UNIQUE over a column with two equal values: REINDEX fails
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute(
+        "INSERT INTO runs (run_id, pod, epochs_planned, start_timestamp, state, last_seen) "
+        "VALUES ('r0', 'another', 2, 0, 'running', 0)"
+    )
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute(
+        "UPDATE sqlite_master SET sql = 'CREATE UNIQUE INDEX runs_run_id ON runs(run_id)' "
+        "WHERE name = 'runs_run_id'"
+    )
+    conn.close()
+    behind_index(db, ("runs_finished",), LAST_RUN_GONE)
+    store = HistoryStore.open(db)
+    try:
+        assert store.finished() == []  # a new, empty history: the service goes on
+        assert store.import_finished(finished_runs(3)) == 3
+    finally:
+        store.close()
+    assert len(set_aside(tmp_path)) == 1
+    assert "moved to h.sqlite.corrupt-" in caplog.text
+    store = HistoryStore.open(db)  # the new history is the file at the same path
+    assert len(store.finished()) == 3
+    store.close()
+
+
 # -- another process holds the file's lock ------------------------------------------
 
 

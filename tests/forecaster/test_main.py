@@ -312,6 +312,20 @@ def test_corrupt_history_is_set_aside_and_the_forecaster_goes_on(tmp_path: Path)
     assert "once: cycle failed" in proc.stderr and proc.returncode == 1  # it ran a cycle
 
 
+def test_a_damaged_index_is_rebuilt_at_start_and_the_forecaster_goes_on(tmp_path: Path) -> None:
+    from tests.forecaster.test_history_faults import LAST_RUN_GONE, behind_index, history_of
+
+    db = tmp_path / "h.sqlite"
+    history_of(db, 50)
+    behind_index(db, ("runs_finished",), LAST_RUN_GONE)
+    prometheus = f"http://127.0.0.1:{dead_port()}"  # no Prometheus: the cycle fails
+    proc = run_cli("once", "--history.db", str(db), "--prometheus.url", prometheus)
+    assert "rebuilding its indexes (REINDEX)" in proc.stderr and "Traceback" not in proc.stderr
+    assert "49 finished runs" in proc.stderr  # every run the table holds, read at start
+    assert "once: cycle failed" in proc.stderr and proc.returncode == 1  # it ran a cycle
+    assert not list(tmp_path.glob("h.sqlite.corrupt-*"))
+
+
 def test_bad_seed_csv_is_one_line(tmp_path: Path) -> None:
     seed = tmp_path / "runs.csv"
     seed.write_text("run_id,epoch\nx,1\n")
