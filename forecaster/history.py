@@ -89,6 +89,7 @@ from gpu_eta.forecaster.history_rows import (
     finished_from_row,
     finite,
     finite_or_zero,
+    is_number,
     load_features,
     pack_epoch_times,
     running_from_row,
@@ -212,6 +213,19 @@ def crowded_steps(steps: Iterable[float], planned: float) -> set[float]:
         else:
             drop.add(step)
     return drop
+
+
+def _numbers(epochs: Iterable[object], key: RunKey, bad: list[str]) -> list[float]:
+    """The stored ``epochs`` of run ``key`` that are numbers; each one that is not (text
+    a ``sqlite3`` shell wrote) named in ``bad``, for the caller to count and leave in
+    the file as it is (``_thin_step_ends``)."""
+    good: list[float] = []
+    for epoch in epochs:
+        if is_number(epoch):
+            good.append(epoch)  # type: ignore[arg-type]
+        else:
+            bad.append(f"stored run {key[3]!r}: epoch {epoch!r} is not a number")
+    return good
 
 
 def new_attempt(
@@ -563,13 +577,14 @@ class HistoryStore:
         # vanished that is back (``_revive``); held keys are running, nothing to ask
         maybe_back = [row for row in rows if row["last_seen"] and _row_key(row) not in known]
         revived: list[RunKey] = []
+        bad: list[str] = []  # damaged stored rows the write left as they are
         with self._lock:
             with self._tx():
                 if expect:
                     self._check_expected(expect)
                 revived = self._revive(maybe_back)
                 fresh = [row for row in rows if _row_key(row) not in known]
-                self.dropped_updates = self._retire_finished(fresh)
+                self.dropped_updates = self._retire_finished(fresh, bad)
                 self.seeded_updates = sum(
                     self._conn.execute(f"SELECT 1 FROM runs WHERE {_IS_SEEDED}", row).fetchone()
                     is not None
@@ -626,9 +641,10 @@ class HistoryStore:
                     """,
                     ends,
                 )
-                thin = self._thin_step_ends(updates, ends, known, recheck)
+                thin = self._thin_step_ends(updates, ends, known, recheck, bad)
                 if state:
                     self._write_metas(state)
+            self._skipped("stored", bad, "write")
             self._percent_running -= set(to_steps)
             if revived:  # committed: they left the finished history
                 self._finished_revived(revived)
@@ -662,6 +678,7 @@ class HistoryStore:
         ends: Sequence[tuple],
         held: Mapping[RunKey, StoredEnds],
         recheck: Sequence[Mapping[str, object]],
+        bad: list[str],
     ) -> dict[RunKey, set[float]]:
         """Keep at most the newest stored point per 1/``STEP_CELLS`` of its plan of each
         run in ``updates`` that got new points (``ends``) and is kept by cell
@@ -681,6 +698,10 @@ class HistoryStore:
         without reading the file. Why: reading every step-counting run's few hundred
         points each cycle (4 million rows for 10,000 runs) was what the memory held
         ends exist to avoid. Else its points are read from the file.
+
+        A stored point that is not a number (text a ``sqlite3`` shell wrote) is neither
+        thinned nor dropped: it is named in ``bad`` and left in the file as it is, the
+        run's other points thinned as usual (``_numbers``).
         """
         touched = {tuple(key) for _e, _t, *key in ends}
         reread = {_row_key(row) for row in recheck}
@@ -700,7 +721,8 @@ class HistoryStore:
             if key in held and key not in reread:
                 epochs = stored_now.get(key)
                 if epochs is None:
-                    epochs = stored_now[key] = set(held[key].ends) | new_ends.get(key, set())
+                    epochs = stored_now[key] = set(_numbers(held[key].ends, key, bad))
+                    epochs |= new_ends.get(key, set())
                 drop = crowded_steps(epochs, float(up.epochs_planned))
                 if drop:
                     self._conn.executemany(
@@ -718,7 +740,9 @@ class HistoryStore:
                    AND r.run_id = ? AND r.state = 'running'""",
                 key,
             ).fetchall()
-            drop = crowded_steps([epoch for _run, epoch in rows], float(up.epochs_planned))
+            drop = crowded_steps(
+                _numbers([epoch for _run, epoch in rows], key, bad), float(up.epochs_planned)
+            )
             if drop:
                 self._conn.executemany(
                     "DELETE FROM epoch_ends WHERE run = ? AND epoch = ?",
@@ -727,11 +751,15 @@ class HistoryStore:
                 out.setdefault(key, set()).update(drop)
         return out
 
-    def _retire_finished(self, rows: list[dict[str, object]]) -> int:
+    def _retire_finished(self, rows: list[dict[str, object]], bad: list[str]) -> int:
         """Move a finished run whose key a new run of ``rows`` takes (``new_attempt``)
         to the key's next attempt number (the caller's transaction), so that the new
         run is recorded under attempt 0. Returns how many of ``rows`` have a start
-        that is neither their finished run's nor a new run's: those are left out."""
+        that is neither their finished run's nor a new run's: those are left out.
+
+        A finished run whose stored start is not a number (text a ``sqlite3`` shell
+        wrote) cannot be told from a new run: it stays as it is, named in ``bad``, and
+        the update under its key is left out, as for the finished run's own series."""
         dropped = 0
         for row in rows:
             found = self._conn.execute(
@@ -743,6 +771,9 @@ class HistoryStore:
             if found is None:
                 continue
             row_id, stored_start, blob = found
+            if not is_number(stored_start):
+                bad.append(f"stored run {row['run_id']!r}: start {stored_start!r} is not a number")
+                continue
             try:
                 times = unpack_epoch_times(blob) if blob is not None else ()
             except ValueError:
@@ -1115,9 +1146,12 @@ class HistoryStore:
 
     @property
     def skipped_rows(self) -> int:
-        """Rows left out of the reads as damaged (kept in the file): the last read of
-        running runs plus the last of finished ones, the rows the forecaster does not
-        use now (published as ``gpu_eta_forecaster_history_rows_skipped``)."""
+        """Rows left out as damaged (kept in the file): the last read of running runs,
+        of finished ones, and of completed runs' starts, plus the last ``record``'s
+        write, the rows the forecaster does not use now (published as
+        ``gpu_eta_forecaster_history_rows_skipped``). A row is counted once per kind
+        of use that left it out: a running run whose stored step is text is left out
+        of the read and of the write, and counts twice."""
         return sum(self._skipped_by.values())
 
     # -- reads ----------------------------------------------------------------
@@ -1238,13 +1272,16 @@ class HistoryStore:
         """The stored start of each of ``keys`` whose latest run (attempt 0) is finished
         completed: a present run with that start (``new_attempt`` None) is that run's
         series lingering with its pod, frozen here (``FinishedPresent.completed_present``).
-        Keys whose text SQLite cannot store are left out (never recorded: ``_storable``)."""
+        Keys whose text SQLite cannot store are left out (never recorded: ``_storable``),
+        and so is a run whose stored start is not a number (counted as a damaged row,
+        ``_skipped``)."""
         wanted = [
             k for k in dict.fromkeys(keys) if unencodable(zip(_KEY_FIELDS, k, strict=True)) is None
         ]
         out: dict[RunKey, float] = {}
         if not wanted:
             return out
+        bad: list[str] = []
         with self._lock, self._reading():
             for key in wanted:
                 found = self._conn.execute(
@@ -1253,8 +1290,13 @@ class HistoryStore:
                        AND state = 'completed'""",
                     key,
                 ).fetchone()
-                if found is not None:
+                if found is None:
+                    continue
+                if is_number(found[0]):
                     out[key] = float(found[0])
+                else:
+                    bad.append(f"stored run {key[3]!r}: start {found[0]!r} is not a number")
+            self._skipped("completed", bad, "read of starts")
         return out
 
     @_recovering
@@ -1461,25 +1503,28 @@ class HistoryStore:
 
     # -- internals --------------------------------------------------------------
 
-    def _skipped(self, what: str, bad: list[str]) -> None:
-        """Count damaged rows left out of a read of ``what`` runs ("running",
-        "finished"; text that is not UTF-8 included); one WARNING line, naming the
-        count, when that read's count changes (not every cycle for the same rows).
+    def _skipped(self, what: str, bad: list[str], use: str = "read") -> None:
+        """Count damaged rows left out of a ``use`` ("read", "write", "read of starts")
+        of ``what`` runs ("running", "finished", "stored", "completed"; text that is not
+        UTF-8 included); one WARNING line, naming the count, when that count changes
+        (not every cycle for the same rows).
 
         The rows stay in the file untouched (a human may repair them); one bad row
         must not stop every fit, as it did when it reached the model, nor every read,
         as text that is not UTF-8 did (``common.text.lenient_utf8``).
         """
-        if bad and len(bad) != self._skipped_by.get(what, 0):
+        kind = f"{what} {use}"
+        if bad and len(bad) != self._skipped_by.get(kind, 0):
             log.warning(
-                "history file %s: %d %s run row(s) left out of the read (damaged, or text "
+                "history file %s: %d %s run row(s) left out of the %s (damaged, or text "
                 "that is not valid UTF-8), kept in the file as they are (first: %s)",
                 self.path,
                 len(bad),
                 what,
+                use,
                 bad[0][:200],
             )
-        self._skipped_by[what] = len(bad)
+        self._skipped_by[kind] = len(bad)
 
     def _finished_changed(self, added: list[Run]) -> None:
         self._count_finished_by(len(added))

@@ -167,7 +167,7 @@ def running_from_row(row: tuple, stored: StoredEnds) -> StoredRun:
     )
     _check_planned(rid, planned)
     for value in (start, us, uw, ms, mw, last_seen):
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if not is_number(value):
             raise HistoryError(f"stored run {rid!r}: a number column holds {value!r}")
     features = dict(load_features(feats))
     if uw > 0:
@@ -274,3 +274,10 @@ def finite(value: float | None) -> bool:
 
 def finite_or_zero(value: float | None) -> float:
     return float(value) if finite(value) else 0.0  # type: ignore[arg-type]
+
+
+def is_number(value: object) -> bool:
+    """Whether a value SQLite handed back is a number (an int or a float, not a bool).
+    Why ask: a REAL column keeps the text or blob another tool wrote into it (a
+    ``sqlite3`` shell's ``UPDATE``), and arithmetic on it raised. Pure."""
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -628,6 +628,79 @@ def test_a_damaged_running_row_does_not_stop_finishing_the_others(
     store.close()
 
 
+def steps_update(run_id: str, n: int) -> RunUpdate:
+    """A run counting steps (thinned by cell: ``HistoryStore._thin_step_ends``) that
+    reached step ``10 * n``."""
+    return RunUpdate(
+        run_id=run_id,
+        epochs_planned=1000,
+        start_timestamp=1000.0,
+        epoch_ends=tuple((float(s), 1000.0 + s) for s in range(10, 10 * n + 1, 10)),
+        features={"progress_unit": "steps"},
+        seen_timestamp=1000.0 + 10 * n,
+    )
+
+
+def test_a_stored_step_that_is_text_does_not_stop_recording_the_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Thinning a run's stored steps did arithmetic on a step a ``sqlite3`` shell set to
+    text: ``record`` failed whole, every cycle, for every run."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.record([steps_update("bad", 3), steps_update("good", 3)])
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "UPDATE epoch_ends SET epoch = 'abc' WHERE epoch = 20.0 "
+        "AND run = (SELECT id FROM runs WHERE run_id = 'bad')"
+    )
+    conn.commit()
+    conn.close()
+    store = HistoryStore.open(db)
+    try:
+        store.record([steps_update("bad", 4), steps_update("good", 4)])  # the file's steps
+        assert [r.run.run_id for r in store.running()] == ["good"]
+        store.record([steps_update("bad", 5), steps_update("good", 5)])  # the steps held
+        (good,) = store.running()
+        assert good.run.epoch_times[-1] == (50.0, 1050.0)  # the good run's steps recorded
+        assert store.skipped_rows == 2  # the damaged step: left out of a read and a write
+        assert "1 stored run row(s) left out of the write" in caplog.text
+        bad = store._conn.execute("SELECT COUNT(*) FROM epoch_ends WHERE epoch = 'abc'")
+        assert bad.fetchone() == (1,)  # kept as it is, for a human
+    finally:
+        store.close()
+
+
+def test_a_finished_run_whose_start_is_text_does_not_stop_recording_the_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A completed run's series linger with its pod, so its key is updated again; the
+    check whether that is a new attempt, and ``completed_starts``, did arithmetic on a
+    start a ``sqlite3`` shell set to text: every cycle failed."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    done = update("done", [(e, 1000.0 + 100 * e) for e in range(1, 5)])
+    store.record([done])
+    store.finish([key("done")], 1500.0)
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE runs SET start_timestamp = 'oops' WHERE run_id = 'done'")
+    conn.commit()
+    conn.close()
+    store = HistoryStore.open(db)
+    try:
+        assert store.completed_starts([key("done")]) == {}
+        store.record([done, update("live", [(1, 1100.0)])])
+        assert [r.run.run_id for r in store.running()] == ["live"]
+        assert "1 completed run row(s) left out of the read of starts" in caplog.text
+        assert "1 stored run row(s) left out of the write" in caplog.text
+        row = store._conn.execute("SELECT state, start_timestamp FROM runs WHERE run_id = 'done'")
+        assert row.fetchone() == ("completed", "oops")  # kept as it is, for a human
+    finally:
+        store.close()
+
+
 # -- a cycle that fails between its record and its finish ----------------------------------
 
 
