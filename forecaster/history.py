@@ -13,7 +13,7 @@ writer, and one file is easy to back up. Two kinds of rows:
 A live run is identified by ``(namespace, pod, container, run_id)`` (``RunKey``), never by
 ``run_id`` alone: run ids can be hand-written (``my-run-1``) and reused by two pods or
 two containers of one pod, and those are two runs (issue 3: the forecaster never
-splices two runs into one). Runs seeded from a CSV have no pod; see
+splices two runs into one). Runs seeded from a CSV may have no pod; see
 ``import_finished`` and ``record`` for how they meet live runs with the same id.
 
 Every write is one transaction. The file is tagged with ``PRAGMA application_id``
@@ -1077,9 +1077,9 @@ class HistoryStore:
             cur = self._conn.execute(
                 """INSERT OR IGNORE INTO runs (run_id, namespace, pod, container,
                    epochs_planned, start_timestamp, state, features, last_seen,
-                   finished_timestamp, epoch_times)
+                   finished_timestamp, epoch_times, seeded)
                    VALUES (:run_id, :namespace, :pod, :container, :epochs_planned,
-                   :start, :state, :features, :last, :last, :times)""",
+                   :start, :state, :features, :last, :last, :times, 1)""",
                 {
                     "run_id": name,
                     "namespace": run.namespace,
@@ -1351,7 +1351,8 @@ class HistoryStore:
         Deletes, in one transaction, at most ``batch_runs`` of the oldest finished
         runs that finished before ``now`` less ``max_age_seconds`` and are not among
         the most recent ``keep_runs`` finished runs (by finish time, then id: the
-        order the model reads them in), nor seeded from a CSV (no pod, no container).
+        order the model reads them in), nor seeded from a CSV (``runs.seeded``, set by
+        ``import_finished``).
         While the room is low (``HistorySpace.low``: the volume's available bytes and
         the file's free pages below ``history_space.low_room_bytes``) the age does not
         protect a run: the oldest beyond the floor go, a batch a pass, until the file
@@ -1433,7 +1434,7 @@ class HistoryStore:
             "finished_timestamp IS NOT NULL",
             "finished_timestamp < :cutoff",
             "state != 'running'",
-            "(pod != '' OR container != '')",
+            "seeded = 0",
         ]
         params: dict[str, object] = {"cutoff": cutoff, "batch": batch}
         if self._retained_after is not None:

@@ -98,8 +98,17 @@ CREATE INDEX runs_run_id ON runs(run_id);
 """
     + _FINISHED_INDEX
 )
+# ``runs.seeded``: 1 for a run imported from a seed CSV (``HistoryStore.import_finished``),
+# which retention never deletes (the next start would import it again). Why a mark:
+# a seed CSV may give a run its pod and container, so "no pod" did not tell a seeded
+# run. Not part of the schema version, for the reason ``runs_finished`` is not (an
+# earlier release reads and writes a file that has it; its inserts take the default);
+# ``add_seeded_mark`` adds it where missing. Not in ``_RUNS_TABLE``: the migrations'
+# copies would create it unmarked, and the mark is set where the column is added.
+_SEEDED_COLUMN = "ALTER TABLE runs ADD COLUMN seeded INTEGER NOT NULL DEFAULT 0;"
 _SCHEMA = (
     _RUNS_TABLE.format(name="runs")
+    + _SEEDED_COLUMN
     + _EPOCH_ENDS_TABLE.format(name="epoch_ends")
     + """
 CREATE TABLE meta (
@@ -214,7 +223,29 @@ def upgrade(conn: sqlite3.Connection, path: str, version: int) -> None:
     memory copy (``HistoryStore.open``), which must end up as a writable file would."""
     if version < SCHEMA_VERSION:
         migrate(conn, path, version)
+    add_seeded_mark(conn, path)
     add_indexes(conn, path)
+
+
+def add_seeded_mark(conn: sqlite3.Connection, path: str) -> None:
+    """Add ``runs.seeded`` where it is missing (a file an earlier release wrote), in a
+    transaction of its own, marking the runs that release seeded by the rule it kept
+    them by (finished, no pod, no container); nothing written where it exists. A
+    read-only file raises SQLite's error (the caller adds it in the memory copy); any
+    other failure is a ``HistoryError``, the file unchanged: the store's queries need
+    the column, so the start fails as a failed migration does."""
+    if any(row[1] == "seeded" for row in conn.execute("PRAGMA table_info(runs)")):
+        return
+    _write_once(
+        conn,
+        path,
+        "adding column runs.seeded",
+        _run_script(
+            _SEEDED_COLUMN
+            + "UPDATE runs SET seeded = 1 WHERE pod = '' AND container = '' "
+            + "AND state != 'running';"
+        ),
+    )
 
 
 def add_indexes(conn: sqlite3.Connection, path: str) -> None:
@@ -228,18 +259,13 @@ def add_indexes(conn: sqlite3.Connection, path: str) -> None:
         "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'runs_finished'"
     ).fetchone():
         return
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        _run_script(_FINISHED_INDEX)(conn)  # IF NOT EXISTS: another process may have won
-        conn.execute("COMMIT")
-    except sqlite3.Error as err:
-        _rollback(conn)
-        if isinstance(err, sqlite3.OperationalError) and read_only(err):
-            raise
-        raise IndexNotBuilt(
-            f"history file {path}: building index runs_finished failed ({why(err)}); "
-            "the file was not modified"
-        ) from None
+    _write_once(
+        conn,
+        path,
+        "building index runs_finished",
+        _run_script(_FINISHED_INDEX),  # IF NOT EXISTS: another process may have won
+        IndexNotBuilt,
+    )
 
 
 def migrate(conn: sqlite3.Connection, path: str, version: int) -> None:
@@ -249,19 +275,35 @@ def migrate(conn: sqlite3.Connection, path: str, version: int) -> None:
         2: _mark_percent_runs,
         3: _run_script(_MIGRATE_3_TO_4),
     }
-    try:
-        conn.execute("BEGIN IMMEDIATE")
+
+    def all_steps(conn: sqlite3.Connection) -> None:
         for step in range(version, SCHEMA_VERSION):
             steps[step](conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    _write_once(conn, path, f"migrating schema {version} to {SCHEMA_VERSION}", all_steps)
+
+
+def _write_once(
+    conn: sqlite3.Connection,
+    path: str,
+    what: str,
+    write: Callable[[sqlite3.Connection], None],
+    error: type[HistoryError] = HistoryError,
+) -> None:
+    """``write`` in one transaction of its own at open: all of it or no change. A
+    read-only file raises SQLite's error (the caller works on a memory copy and writes
+    there); any other failure is ``error`` saying ``what`` failed and why."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        write(conn)
         conn.execute("COMMIT")
     except sqlite3.Error as err:
         _rollback(conn)  # never raises: the caller needs this error, not the rollback's
         if isinstance(err, sqlite3.OperationalError) and read_only(err):
-            raise  # the caller works on a memory copy, migrated there
-        raise HistoryError(
-            f"history file {path}: migrating schema {version} to {SCHEMA_VERSION} failed "
-            f"({why(err)}); the file was not modified"
+            raise
+        raise error(
+            f"history file {path}: {what} failed ({why(err)}); the file was not modified"
         ) from None
 
 

@@ -112,6 +112,54 @@ def test_runs_seeded_from_a_csv_are_kept(tmp_path: Path) -> None:
     store.close()
 
 
+def test_runs_seeded_with_their_pod_are_kept(tmp_path: Path) -> None:
+    """A seed CSV may name each run's namespace, pod and container (docs/evaluate.md);
+    retention told a seeded run by its empty pod, so it deleted those and every start
+    imported them again."""
+    db = tmp_path / "h.sqlite"
+    seeded = [
+        Run(
+            f"seed{i}",
+            2,
+            ((0, T0 + i), (1, T0 + i + 10), (2, T0 + i + 20)),
+            namespace="ml",
+            pod=f"trainer-{i}",
+            container="main",
+        )
+        for i in range(3)
+    ]
+    for start in range(2):  # two starts, each importing the same seed
+        store = HistoryStore.open(db, retention=Retention(max_age_seconds=DAY))
+        assert store.import_finished(seeded) == (3 if start == 0 else 0)
+        finish_runs(store, range(3 * start, 3 * start + 3), T0 + 100.0)
+        assert store.retain(T0 + 10 * DAY) == 3  # the live runs only
+        assert stored_ids(db) == ["seed0", "seed1", "seed2"]
+        store.close()
+
+
+def test_a_file_without_the_seeded_mark_gains_it_for_the_runs_seeded_before(
+    tmp_path: Path,
+) -> None:
+    """A file an earlier release wrote has no ``runs.seeded``: the open adds it, marks
+    the runs that release seeded (no pod, no container), and keeps schema 4."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.import_finished([Run("seed", 2, ((0, T0), (1, T0 + 10), (2, T0 + 20)))])
+    finish_runs(store, range(1), T0 + 100.0)
+    store.close()
+    conn = sqlite3.connect(db, isolation_level=None)  # as the earlier release wrote it
+    conn.execute("ALTER TABLE runs DROP COLUMN seeded")
+    conn.close()
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=DAY))
+    assert store.retain(T0 + 10 * DAY) == 1
+    store.close()
+    assert stored_ids(db) == ["seed"]
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT run_id, seeded FROM runs").fetchall() == [("seed", 1)]
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    conn.close()
+
+
 def test_a_pass_deletes_at_most_a_batch(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     store = HistoryStore.open(db, retention=Retention(max_age_seconds=DAY, batch_runs=7))
