@@ -1345,8 +1345,7 @@ class HistoryStore:
 
     @_recovering
     def retain(self, now: float) -> int:
-        """One pass of ``retention``; the finished runs deleted (0 without retention or
-        on the in-memory copy of a read-only file).
+        """One pass of ``retention``; the finished runs deleted (0 without retention).
 
         Deletes, in one transaction, at most ``batch_runs`` of the oldest finished
         runs that finished before ``now`` less ``max_age_seconds`` and are not among
@@ -1366,14 +1365,21 @@ class HistoryStore:
         reads (the CLI's floor is ``--model.fit-runs``): the finished runs held in
         memory stay as they are and the version does not change. Otherwise the memory
         is dropped and the version bumps, so that the next fit reads what is left.
+
+        The in-memory copy of a read-only file is retained by age and floor alike, not
+        by room (its size is memory, not the volume's). Why: a read-only episode may
+        last weeks, and the copy grew by every run that finished until the forecaster
+        was OOM-killed.
         """
         rule = self.retention
-        if rule is None or not self.persistent:
+        if rule is None:
             return 0
         with self._lock:
-            space = self._space()
-            low = space is not None and space.low
-            self._note_room(low, space, rule)
+            low = False  # the in-memory copy's size is not the volume's room
+            if self.persistent:
+                space = self._space()
+                low = space is not None and space.low
+                self._note_room(low, space, rule)
             cutoff = math.inf if low else now - rule.max_age_seconds
             with self._reading():
                 if self._finished_count() <= rule.keep_runs:

@@ -20,6 +20,7 @@ from gpu_eta.forecaster import history_space
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.history_space import HistorySpace, Retention, low_room_bytes, space_of
 from gpu_eta.forecaster.runs import Run, RunUpdate, run_key
+from tests.support.read_only import read_only_directory, run_unprivileged
 from tests.support.tmpfs import run_on_tmpfs
 
 DAY = 86400.0
@@ -158,6 +159,40 @@ def test_a_file_without_the_seeded_mark_gains_it_for_the_runs_seeded_before(
     assert conn.execute("SELECT run_id, seeded FROM runs").fetchall() == [("seed", 1)]
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
     conn.close()
+
+
+def _empty_history(directory: Path) -> None:
+    HistoryStore.open(directory / "h.sqlite").close()
+
+
+def _finish_for_90_days(path: str) -> tuple[bool, int, list[str]]:
+    """Runs finishing over 90 days on the store at ``path`` with a 30-day retention,
+    one cycle's pass each time: whether the store writes its file, the runs the passes
+    deleted, and the runs it holds after a pass at day 90."""
+    store = HistoryStore.open(path, retention=Retention(max_age_seconds=30 * DAY))
+    try:
+        deleted = 0
+        for day in range(0, 90, 10):  # five runs finishing every ten days
+            finish_runs(store, range(day, day + 5), T0 + day * DAY)
+            deleted += store.retain(T0 + day * DAY + 500.0)
+        deleted += store.retain(T0 + 90 * DAY)
+        return store.persistent, deleted, sorted(r.run_id for r in store.finished())
+    finally:
+        store.close()
+
+
+def test_the_memory_copy_of_a_read_only_history_is_retained_too() -> None:
+    """A read-only file is used through an in-memory copy for as long as the volume
+    stays read-only (weeks, if the alert is left alone): without retention there, the
+    copy grew by every run that finished, until the forecaster was OOM-killed."""
+    with read_only_directory(_empty_history) as directory:
+        persistent, deleted, held = run_unprivileged(
+            _finish_for_90_days, str(directory / "h.sqlite")
+        )
+    assert not persistent
+    recent = [*range(60, 65), *range(70, 75), *range(80, 85)]  # the last 30 days
+    assert held == sorted(f"r{i}" for i in recent)
+    assert deleted == 30
 
 
 def test_a_pass_deletes_at_most_a_batch(tmp_path: Path) -> None:
