@@ -74,6 +74,7 @@ from gpu_eta.forecaster.history_file import (
     prepare,
     probe_write,
     read_only,
+    rolled_back_copy,
     set_aside,
     upgrade,
     why,
@@ -377,14 +378,36 @@ class HistoryStore:
         try:
             store = cls._open(spath)
         except DamagedHistory as err:
-            aside = set_aside(spath)
-            log.error(
-                "%s; moved to %s, starting a new history (re-seeded if --history.seed-csv)",
-                err,
-                aside,
-            )
-            store = cls._open(spath)
+            store = cls._new_history(spath, err)
         store.retention = retention
+        return store
+
+    @classmethod
+    def _new_history(cls, spath: str, err: HistoryError) -> HistoryStore:
+        """A new, empty history in place of the damaged file at ``spath`` (``err`` says
+        how it is damaged), with one ERROR line: the file moved aside and a new one
+        opened at its path; or, where it cannot be moved (a read-only volume), a history
+        in memory, the file left as it is for a human. Why not refuse: a forecaster
+        that refused to start would restart for ever, forecasting nothing."""
+        if spath != ":memory:":
+            try:
+                aside = set_aside(spath)
+            except HistoryError as failed:
+                log.error(
+                    "%s; %s: forecasting from a new, empty history in memory, lost at "
+                    "restart (the file is left as it is)",
+                    err,
+                    failed,
+                )
+            else:
+                log.error(
+                    "%s; moved to %s, starting a new history (re-seeded if --history.seed-csv)",
+                    err,
+                    aside,
+                )
+                return cls._open(spath)
+        store = cls._open(":memory:")
+        store.path, store.persistent = spath, spath == ":memory:"
         return store
 
     @classmethod
@@ -419,20 +442,32 @@ class HistoryStore:
     @classmethod
     def _open_copy(cls, conn: sqlite3.Connection, spath: str, cause: sqlite3.Error) -> HistoryStore:
         """The store on an in-memory copy of a file that cannot be written (closes
-        ``conn``); a failure to copy is a ``HistoryError``, the file untouched."""
+        ``conn``); a failure to copy is a ``HistoryError``, the file untouched. A file
+        with a leftover journal SQLite cannot roll back in place is copied with it and
+        rolled back in a temporary directory first (``rolled_back_copy``)."""
+        checked = True  # whether the file passed prepare's checks before it failed
         try:
-            memory = memory_copy(conn)
-        except sqlite3.Error as err:
+            try:
+                memory = memory_copy(conn)
+            except sqlite3.OperationalError as err:
+                if not (read_only(err) and Path(spath + "-journal").exists()):
+                    raise
+                memory = rolled_back_copy(spath)
+                checked = False
+        except (sqlite3.Error, OSError) as err:
+            reason = why(err) if isinstance(err, sqlite3.Error) else str(err)
             raise HistoryError(
                 f"history file {spath} is not writable ({cause}) and cannot be copied into "
-                f"memory ({why(err)}); it was not changed"
+                f"memory ({reason}); it was not changed"
             ) from None
         finally:
             conn.close()
         try:
-            # the file passed prepare's checks; the copy is upgraded as the file would be
             try:
-                upgrade(memory, spath, memory.execute("PRAGMA user_version").fetchone()[0])
+                if checked:  # the copy is upgraded as the file would be
+                    upgrade(memory, spath, memory.execute("PRAGMA user_version").fetchone()[0])
+                else:
+                    prepare(memory, spath)
             except IndexNotBuilt as err:  # upgrade's last step, as in prepare
                 _without_index(err)
             store = cls(memory, spath)
@@ -1618,26 +1653,12 @@ class HistoryStore:
             self._start_afresh(err)
 
     def _start_afresh(self, err: DamagedHistory) -> None:
-        """The damaged file set aside and a new history opened in its place (the
-        caller's lock), every cache and count of the old one dropped and the version
-        bumped (the model is refitted). The in-memory copy of a read-only file cannot
-        set the file aside: a new, empty history in memory replaces it, the file left
-        for a human."""
-        if self.persistent and self.path != ":memory:":
-            aside = set_aside(self.path)
-            self._conn.close()
-            fresh = type(self)._open(self.path)
-            log.error(
-                "%s; moved to %s, starting a new history (re-seeded at the next start if "
-                "--history.seed-csv)",
-                err,
-                aside,
-            )
-        else:
-            self._conn.close()
-            fresh = type(self)._open(":memory:")
-            fresh.persistent = self.persistent
-            log.error("%s; forecasting from a new, empty history in memory", err)
+        """A new history in place of the damaged one (``_new_history``: the file set
+        aside, or a history in memory where it cannot be), under the caller's lock,
+        every cache and count of the old one dropped and the version bumped (the model
+        is refitted)."""
+        self._conn.close()
+        fresh = type(self)._new_history(self.path, err)
         path, retention, version, lock = self.path, self.retention, self.version, self._lock
         vars(self).update(vars(fresh))
         self.path, self.retention, self.version, self._lock = path, retention, version + 1, lock

@@ -12,7 +12,9 @@ only calls; the store's own queries stay with it.
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -530,3 +532,24 @@ def memory_copy(conn: sqlite3.Connection) -> sqlite3.Connection:
     memory.text_factory = lenient_utf8
     conn.backup(memory)
     return memory
+
+
+def rolled_back_copy(path: str) -> sqlite3.Connection:
+    """The database at ``path`` copied into memory after its leftover rollback journal
+    (``<path>-journal``) is rolled back in a temporary copy of both (``tempfile``'s
+    directory: $TMPDIR, else /tmp), which is then removed; ``path`` is not written.
+
+    Why: a writer killed mid-transaction leaves a hot journal, and SQLite must roll it
+    back before any read; beside a file it cannot write (a volume remounted read-only
+    after the same fault) it cannot, and the backup into memory failed, so every start
+    exited 1. The temporary directory needs room for the file and its journal while
+    this runs."""
+    with tempfile.TemporaryDirectory(prefix="gpu-eta-history-") as scratch:
+        copy = os.path.join(scratch, "history.sqlite")
+        shutil.copyfile(path, copy)
+        shutil.copyfile(path + "-journal", copy + "-journal")
+        conn = connect(copy)
+        try:
+            return memory_copy(conn)  # its first read rolls the journal back
+        finally:
+            conn.close()

@@ -7,7 +7,10 @@ the test is about the service around them.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -102,6 +105,71 @@ def test_read_only_directory_forecasts_from_a_memory_copy() -> None:
         result = run_unprivileged(_open_and_write, str(db))
         assert result == ("ok", 5, False, 6)  # 5 read, writes work in memory
         assert db.read_bytes() == before  # the file itself is untouched
+
+
+# A writer killed inside a transaction, after SQLite spilled changed pages into the file:
+# the file is half written and its rollback journal is hot (SQLite rolls it back at the
+# next read, which needs to write)
+KILLED_WRITER = """
+import os, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA cache_size = 2")
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("UPDATE runs SET features = features || '{}'")
+os.kill(os.getpid(), 9)
+"""
+
+
+def _history_with_a_hot_journal(directory: Path) -> None:
+    store = HistoryStore.open(directory / "h.sqlite")
+    store.import_finished(finished_runs(300))
+    store.close()
+    subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER.replace("{}", " " * 200), str(directory / "h.sqlite")]
+    )
+    assert (directory / "h.sqlite-journal").stat().st_size > 0
+
+
+def test_a_read_only_directory_with_a_leftover_journal_forecasts_from_the_rolled_back_copy() -> (
+    None
+):
+    """A forecaster killed mid-write, then its volume remounted read-only (ext4's
+    errors=remount-ro does both on one I/O fault): SQLite must roll the journal back
+    before any read and cannot beside a read-only file, so every start exited 1."""
+    with read_only_directory(_history_with_a_hot_journal) as directory:
+        db = directory / "h.sqlite"
+        before = (db.read_bytes(), (directory / "h.sqlite-journal").read_bytes())
+        result = run_unprivileged(_open_and_write, str(db))
+        assert result == ("ok", 300, False, 301)  # the runs as last committed
+        assert (db.read_bytes(), (directory / "h.sqlite-journal").read_bytes()) == before
+
+
+def _damaged_file(directory: Path) -> None:
+    (directory / "h.sqlite").write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 32)
+
+
+def _open_and_say(path: str) -> tuple:
+    """``_open_and_write``, and what the open logged at ERROR."""
+    records: list[str] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("gpu_eta.forecaster.history").addHandler(handler)
+    return (*_open_and_write(path), records)
+
+
+def test_a_damaged_file_that_cannot_be_set_aside_starts_an_empty_history_in_memory() -> None:
+    """A damaged file on a read-only volume cannot be moved aside: the start used to exit
+    1 for ever; it goes on with an empty history in memory, the file left for a human."""
+    with read_only_directory(_damaged_file) as directory:
+        db = directory / "h.sqlite"
+        before = db.read_bytes()
+        *result, errors = run_unprivileged(_open_and_say, str(db))
+        assert result == ["ok", 0, False, 1]
+        assert db.read_bytes() == before and sorted(p.name for p in directory.iterdir()) == [
+            "h.sqlite"
+        ]
+    (error,) = errors
+    assert "cannot be moved aside" in error and "new, empty history in memory" in error
 
 
 # -- the probes ------------------------------------------------------------------------
