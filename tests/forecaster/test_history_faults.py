@@ -650,13 +650,11 @@ def test_a_stored_step_that_is_text_does_not_stop_recording_the_runs(
     store = HistoryStore.open(db)
     store.record([steps_update("bad", 3), steps_update("good", 3)])
     store.close()
-    conn = sqlite3.connect(db)
-    conn.execute(
+    shell_edit(
+        db,
         "UPDATE epoch_ends SET epoch = 'abc' WHERE epoch = 20.0 "
-        "AND run = (SELECT id FROM runs WHERE run_id = 'bad')"
+        "AND run = (SELECT id FROM runs WHERE run_id = 'bad')",
     )
-    conn.commit()
-    conn.close()
     store = HistoryStore.open(db)
     try:
         store.record([steps_update("bad", 4), steps_update("good", 4)])  # the file's steps
@@ -684,10 +682,7 @@ def test_a_finished_run_whose_start_is_text_does_not_stop_recording_the_runs(
     store.record([done])
     store.finish([key("done")], 1500.0)
     store.close()
-    conn = sqlite3.connect(db)
-    conn.execute("UPDATE runs SET start_timestamp = 'oops' WHERE run_id = 'done'")
-    conn.commit()
-    conn.close()
+    shell_edit(db, "UPDATE runs SET start_timestamp = 'oops' WHERE run_id = 'done'")
     store = HistoryStore.open(db)
     try:
         assert store.completed_starts([key("done")]) == {}
@@ -894,9 +889,10 @@ def test_a_record_expecting_another_state_writes_nothing(tmp_path: Path) -> None
 # -- text another tool wrote that is not UTF-8 ---------------------------------------------
 
 
-def _write_bytes_as_text(db: Path, *statements: str) -> None:
-    """What an admin's ``sqlite3`` shell does with ``CAST(x'ff' AS TEXT)``: text
-    columns holding bytes that are not UTF-8 (SQLite does not check)."""
+def shell_edit(db: Path, *statements: str) -> None:
+    """``statements`` run on ``db`` as an admin's ``sqlite3`` shell runs them: SQLite
+    does not check what they store (``CAST(x'ff' AS TEXT)``: text columns holding bytes
+    that are not UTF-8; text in a REAL column)."""
     conn = sqlite3.connect(db)
     for statement in statements:
         conn.execute(statement)
@@ -916,7 +912,7 @@ def test_a_row_whose_text_is_not_utf8_is_skipped_and_counted_not_fatal(
     store.import_finished(finished_runs(4))
     store.record([update("live0", [(1, 1100.0)]), update("live1", [(1, 1100.0)])])
     store.close()
-    _write_bytes_as_text(
+    shell_edit(
         db,
         "UPDATE runs SET node = CAST(x'ff' AS TEXT) WHERE run_id = 'live1'",
         "UPDATE runs SET run_id = CAST(x'72ff31' AS TEXT) WHERE run_id = 'r1'",
@@ -954,7 +950,7 @@ def test_a_meta_value_that_is_not_utf8_reads_with_replacement_characters(
     start; its callers read what is left (an unreadable time is no time)."""
     db = tmp_path / "h.sqlite"
     HistoryStore.open(db).close()
-    _write_bytes_as_text(db, "INSERT INTO meta (key, value) VALUES ('k', CAST(x'31ff32' AS TEXT))")
+    shell_edit(db, "INSERT INTO meta (key, value) VALUES ('k', CAST(x'31ff32' AS TEXT))")
     store = HistoryStore.open(db)
     assert store.get_meta("k") == "1\ufffd2"
     store.set_meta("k", store.get_meta("k") or "")  # and can be written back
