@@ -1637,8 +1637,8 @@ class HistoryStore:
         """After SQLite called the file damaged (``err``, see ``_recovering``): its
         indexes rebuilt (REINDEX), unless that was done for this call already
         (``rebuilt``) or fails; else the file set aside and a new history opened in its
-        place, with one ERROR line, as ``open`` does for a file damaged at start. A file
-        that cannot be set aside raises ``HistoryError``, the store as it was."""
+        place, with one ERROR line, as ``open`` does for a file damaged at start (in
+        memory where the file cannot be moved: ``_new_history``)."""
         with self._lock:
             if not rebuilt:
                 log.warning("%s; rebuilding its indexes (REINDEX) and trying again", err)
