@@ -305,7 +305,8 @@ def test_foreign_history_exits_1_and_keeps_the_file(tmp_path: Path) -> None:
 def test_corrupt_history_is_set_aside_and_the_forecaster_goes_on(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     db.write_bytes(b"garbage" * 1000)
-    proc = run_cli("once", "--history.db", str(db))  # no Prometheus: the cycle fails
+    prometheus = f"http://127.0.0.1:{dead_port()}"  # no Prometheus: the cycle fails
+    proc = run_cli("once", "--history.db", str(db), "--prometheus.url", prometheus)
     assert "moved to h.sqlite.corrupt-" in proc.stderr and "Traceback" not in proc.stderr
     (aside,) = tmp_path.glob("h.sqlite.corrupt-*")
     assert aside.read_bytes() == b"garbage" * 1000
