@@ -90,15 +90,22 @@ class DrawnFitView(render._RichView):
 
         titles = [title for title, _, _ in self.tables]
         rows = [len(r) for _, _, r in self.tables]
+
+        def more_lines(title: str, n: int) -> int:
+            # a table's "… N more" line, drawn (a line, not a view): it wraps when narrow
+            more = render._more_line(title, n)
+            return len(console.render_lines(more, options, pad=False)) if n else 0
+
+        more = [more_lines(t, len(r)) for t, _, r in self.tables]
         frames = [
-            height(render._rich_table(t, h, r, width, shown=0)) - (len(r) > 0)
-            for t, h, r in self.tables
+            height(render._rich_table(t, h, r, width, shown=0)) - m
+            for (t, h, r), m in zip(self.tables, more, strict=True)
         ]
         room = options.max_height - height(list(self.lines))
         order = [titles.index(t) for t in render.CUT_ORDER if t in titles]
         budget = room
         for _ in range(5):
-            shown = render.fitting_rows(rows, frames, budget, order)
+            shown = render.fitting_rows(rows, frames, budget, order, more=more)
             parts = [
                 part
                 for (title, headers, r), n in zip(self.tables, shown, strict=True)

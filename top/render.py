@@ -577,12 +577,15 @@ def fitting_rows(
     height: int,
     cut_order: Sequence[int],
     keep: int = KEEP_ROWS,
+    more: Sequence[int] | None = None,
 ) -> list[int | None]:
     """How many rows of each table a view of ``height`` lines shows: ``n`` rows of the
     table, or ``None`` for one line instead of the table (``Training: 40 runs not
     shown``, or ``Pending: no pod waiting for GPUs`` for an empty one). ``rows[i]``:
     table i's rows; ``frames[i]``: the lines it takes besides its rows (title, borders,
-    header, the notes under it). A table shown cut takes one line more, its ``… N more``.
+    header, the notes under it). A table shown cut takes ``more[i]`` lines more (one
+    each without ``more``), its ``… N more``: why a list, that line wraps below ~55
+    columns, and counted as one it made each table a line taller than it is whole.
 
     Tables give up lines in ``cut_order`` (least important first): the empty ones their
     frame first, then each its last rows down to ``keep``, then, in the same order, each
@@ -591,9 +594,13 @@ def fitting_rows(
     first. What still does not fit (a terminal shorter than the one-line tables) is cut
     by the terminal. Pure."""
     shown: list[int | None] = list(rows)
+    more_lines = [1] * len(rows) if more is None else more
 
     def lines() -> int:
-        return sum(1 if n is None else frames[i] + n + (n < rows[i]) for i, n in enumerate(shown))
+        return sum(
+            1 if n is None else frames[i] + n + (more_lines[i] if n < rows[i] else 0)
+            for i, n in enumerate(shown)
+        )
 
     for i in cut_order:  # an empty table's frame says no more than "none"
         if lines() > height and rows[i] == 0:
@@ -686,17 +693,25 @@ class _RichView:
                 counted[i, n, cut] = sum(_lines_of(console, options, p) for p in section(i, n, cut))
             return counted[i, n, cut]
 
+        def more_lines(i: int, cut: bool) -> int:
+            # the "… N more" line of table i shown without a row: its longest (most
+            # digits), so a table shown cut is never counted shorter than it is
+            title, _, r = self.tables[i]
+            more = _more_line(title, len(r))
+            return _lines_of(console, options, _cut(more) if cut else more) if r else 0
+
         titles = [title for title, _, _ in self.tables]
         rows = [len(r) for _, _, r in self.tables]
         order = [titles.index(t) for t in CUT_ORDER if t in titles]
         for cut_head, cut in ((False, False), (False, True), (True, True)):
             head = [_cut(p) for p in self.lines] if cut_head else list(self.lines)
-            # besides the rows: a table of none, less its "… N more" line
-            frames = [lines(i, 0, cut) - (n > 0) for i, n in enumerate(rows)]
+            # besides the rows: a table of none, less its "… N more" line (or lines)
+            more = [more_lines(i, cut) for i in range(len(rows))]
+            frames = [lines(i, 0, cut) - more[i] for i in range(len(rows))]
             room = height - sum(_lines_of(console, options, p) for p in head)
             budget = room
             for _ in range(5):  # rows that wrap take more than a line: fit again, less room
-                shown = fitting_rows(rows, frames, budget, order)
+                shown = fitting_rows(rows, frames, budget, order, more=more)
                 excess = sum(lines(i, n, cut) for i, n in enumerate(shown)) - room
                 if excess <= 0:
                     parts = [p for i, n in enumerate(shown) for p in section(i, n, cut)]
@@ -804,6 +819,14 @@ def _count(n: int, title: str, more: str = "") -> str:
     return f"{n} {more}{one if n == 1 else many}"
 
 
+def _more_line(title: str, n: int) -> Any:
+    """``… 37 more runs (--once or a taller terminal shows them)``: under the table
+    ``title`` shown without its last ``n`` rows."""
+    from rich.text import Text
+
+    return Text(f"… {_count(n, title, 'more ')} ({_TALLER})")
+
+
 def _one_line(title: str, n_rows: int, empty: str) -> Any:
     """A table left out for its height (``fitting_rows``' ``None``): one line saying so,
     or, of a table with no row, what it says then (``empty``, ``empty_text``'s: no
@@ -869,8 +892,7 @@ def _rich_table(
             # name, a GPU model) could style the table or end it with a MarkupError
             table.add_row(*(Text(cells[i]) for i in kept), style=style)
     if n_shown < len(rows):
-        more = len(rows) - n_shown
-        parts.append(Text(f"… {_count(more, title, 'more ')} ({_TALLER})"))
+        parts.append(_more_line(title, len(rows) - n_shown))
     # under the table, not its caption: a caption is as wide as the table, so it was
     # cut with a table too wide
     notes = []

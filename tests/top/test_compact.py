@@ -232,3 +232,19 @@ def test_at_80x24_auto_draws_the_gpus_the_full_layout_left_out() -> None:
     assert not any(line.startswith("│ gpu-node-") for line in full), full
     auto = _drawn(compact.LiveView(demo_sized_view()), 80, 24)
     assert len(_rows_under(auto, "GPUs")) == 6 and auto[-1] == compact.FOOTER, auto
+
+
+@pytest.mark.parametrize("width", [20, 24, 27, 30])
+def test_auto_at_30_columns_or_fewer_draws_the_full_layout_where_it_fits(width: int) -> None:
+    """In a terminal as tall as the full layout printed whole (``--once``), ``auto``
+    draws it, every row shown. At 30 columns or fewer each table's ``… N more`` line
+    wraps; counted as one line, it made the full layout a line per table taller than
+    it is, so ``auto`` drew the compact one though every row fitted."""
+    from gpu_eta.top.render import render_rich
+    from tests.top.test_top import tall_view
+
+    view = tall_view()
+    height = len(_drawn(render_rich(view), width, 400))  # every row, printed
+    full = _drawn(render_rich(view, fit_height=True), width, height)
+    assert full == _drawn(render_rich(view), width, height), full
+    assert _drawn(compact.LiveView(view), width, height) == full

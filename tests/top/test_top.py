@@ -1741,6 +1741,19 @@ def test_fitting_rows_leaves_out_the_least_important_rows_first() -> None:
     assert fit(rows, frames, 3, order) == [None, None, None, None]  # the terminal cuts
 
 
+def test_fitting_rows_counts_a_more_line_that_wraps() -> None:
+    """On a narrow terminal a table's ``… N more`` line wraps: ``more`` says how many
+    lines each table's takes, so a table shown cut is that much taller, and one shown
+    whole is not."""
+    rows, frames, order = [40, 20], [5, 5], [1, 0]  # the runs and the GPUs
+    fit = top_render.fitting_rows
+    whole = 5 + 40 + 5 + 20
+    assert fit(rows, frames, whole, order, more=[2, 2]) == rows
+    # one line short: the GPUs lose rows and say so on two lines
+    assert fit(rows, frames, whole - 1, order, more=[2, 2]) == [40, 17]
+    assert fit(rows, frames, whole - 1, order) == [40, 18]  # on one line
+
+
 @pytest.mark.parametrize(("width", "height"), [(100, 30), (80, 24), (120, 50), (60, 30)])
 def test_a_refreshing_rich_view_fits_the_terminal_and_says_what_it_left_out(
     width: int, height: int
