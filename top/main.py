@@ -300,10 +300,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--layout",
         choices=LAYOUTS,
-        default="auto",
+        # absent unless given: given with --once, --plain or --json it is a usage error
+        default=argparse.SUPPRESS,
         help="the refreshing view on a terminal: full (every table, boxed), compact (the "
         "runs and GPUs, unboxed, the pending pods in a line) or auto (full when all its rows "
-        "fit the terminal's height, else compact); --once, --plain and --json print in full",
+        "fit the terminal's height, else compact); not allowed with --once, --plain and "
+        "--json, which print every row (default: auto)",
     )
     p.add_argument("--plain", action="store_true", help="plain text even on a terminal (no rich)")
     p.add_argument("--utc", action="store_true", help="clock times in UTC instead of local time")
@@ -312,6 +314,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # the flag's name before top shared the forecaster's flags; kept so scripts still work
     p.add_argument("--timeout", dest="timeout_seconds", type=float, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    printing = [flag for flag in ("--once", "--plain", "--json") if getattr(args, flag[2:])]
+    if hasattr(args, "layout") and printing:
+        p.error(
+            f"argument --layout: not allowed with {', '.join(printing)} (it lays out the "
+            "view refreshed in place on a terminal; every row is printed instead)"
+        )
+    args.layout = getattr(args, "layout", "auto")
     if not 0 < args.interval <= MAX_INTERVAL_SECONDS:  # "nan", "inf", 1e10: sleep fails
         p.error(f"--interval must be > 0 and at most {MAX_INTERVAL_SECONDS:g}, got {args.interval}")
     args.namespaces = getattr(args, "namespaces", [])

@@ -737,6 +737,39 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--once"], "--once"),
+        (["--plain"], "--plain"),
+        (["--json"], "--json"),
+        (["--once", "--plain"], "--once, --plain"),
+        (["--json", "--once"], "--once, --json"),
+    ],
+)
+@pytest.mark.parametrize("layout", ["auto", "full", "compact"])
+def test_a_layout_with_once_plain_or_json_is_a_usage_error_naming_them(
+    argv: list[str], named: str, layout: str
+) -> None:
+    """``--layout`` lays out the view refreshed in place on a terminal; ``--once``,
+    ``--plain`` and ``--json`` print every row, plain or as JSON, so it did nothing
+    there, silently. Now a one-line usage error (exit 2, before any query) names the
+    flags it cannot go with; without it they print as before."""
+    err = io.StringIO()
+    with redirect_stderr(err), pytest.raises(SystemExit) as exc:
+        top_main.parse_args(["--layout", layout, *argv])  # --plain alone would refresh on
+    assert exc.value.code == top_main.ExitCode.USAGE
+    assert err.getvalue() == (
+        f"gpu-eta top: argument --layout: not allowed with {named} (it lays out the view "
+        "refreshed in place on a terminal; every row is printed instead)\n"
+    )
+    assert top_main.parse_args(["--layout", layout]).layout == layout
+    assert top_main.parse_args([*argv]).layout == "auto"
+    if "--plain" not in argv:  # main says it too, before any query (port 1: refused)
+        dead = ["--prometheus.url", "http://127.0.0.1:1", "--prometheus.retries", "0"]
+        assert run_top(*dead, "--layout", layout, *argv) == (2, "", err.getvalue())
+
+
+@pytest.mark.parametrize(
     "mode", [["--json"], ["--once", "--plain"], ["--interval", "0.2"]], ids=["json", "once", "live"]
 )
 def test_a_reader_closing_the_pipe_ends_top_quietly(http_server, mode: list[str]) -> None:  # noqa: F811
