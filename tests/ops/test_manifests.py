@@ -912,8 +912,26 @@ def test_egress_on_openshift_reaches_its_dns_and_thanos_querier(tmp_path: Path) 
             (k8s.Endpoint(ip="203.0.113.5"), 443),
             (k8s.Endpoint(ip="203.0.113.5"), 5432),
         ),
+        (
+            "http://Prometheus.Monitoring.svc.cluster.local.:9095",  # DNS ignores case
+            (k8s.Endpoint("monitoring", {"app": "prometheus"}), 9095),
+            (k8s.Endpoint("team-a", {}), 9095),
+        ),
+        (
+            "http://[fe80::1%25eth0]:9090",  # a link-local address with its zone
+            (k8s.Endpoint(ip="fe80::1"), 9090),
+            (k8s.Endpoint(ip="fe80::2"), 9090),
+        ),
     ],
-    ids=["victoriametrics", "mimir-default-port", "same-namespace", "ip", "outside"],
+    ids=[
+        "victoriametrics",
+        "mimir-default-port",
+        "same-namespace",
+        "ip",
+        "outside",
+        "upper-case",
+        "ipv6-zone",
+    ],
 )
 def test_chart_egress_lets_the_forecaster_reach_the_prometheus_its_url_names(
     url: str, reached: tuple[k8s.Endpoint, int], not_reached: tuple[k8s.Endpoint, int]
@@ -935,6 +953,18 @@ def test_chart_egress_lets_the_forecaster_reach_the_prometheus_its_url_names(
     policies.append(DEFAULT_DENY)
     assert k8s.egress_allowed(policies, source, reached[0], 8080)
     assert not k8s.egress_allowed(policies, source, *reached) or reached[1] == 8080
+
+
+@pytest.mark.parametrize("port", ["0", "65536"])
+def test_chart_refuses_a_prometheus_url_whose_port_is_no_port(port: str) -> None:
+    """A ``forecaster.prometheusUrl`` port outside 1-65535 is refused by the chart,
+    naming the value, not rendered into a policy the API server refuses at apply."""
+    values = {
+        "networkPolicy": {"egress": {"enabled": True}},
+        "forecaster": {"prometheusUrl": f"http://prometheus.monitoring.svc:{port}"},
+    }
+    with pytest.raises(k8s.RenderError, match=f"port {port} is not a port"):
+        k8s.helm_template(values)
 
 
 def test_docs_kustomize_prometheus_egress_snippet_adds_only_its_port(tmp_path: Path) -> None:

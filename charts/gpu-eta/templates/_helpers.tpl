@@ -72,9 +72,12 @@ namespace for a bare name, the address for an IP, any address for any other name
 {{- define "gpu-eta.prometheusEgress" -}}
 {{- $url := (include "gpu-eta.prometheusAccess" . | fromJson).url -}}
 {{- $u := urlParse $url -}}
-{{- $host := $u.hostname -}}
+{{- $host := regexReplaceAll "%.*$" ($u.hostname | lower | trimSuffix ".") "" -}}
 {{- $port := regexFind "[0-9]+$" (regexFind ":[0-9]+$" $u.host) -}}
 {{- if not $port }}{{ $port = ternary "443" "80" (eq $u.scheme "https") }}{{ end -}}
+{{- if or (lt (int $port) 1) (gt (int $port) 65535) -}}
+{{- fail (printf "forecaster.prometheusUrl %q: port %s is not a port (1-65535)" $url $port) -}}
+{{- end -}}
 {{- $ports := list (int $port) -}}
 {{- with .Values.networkPolicy.egress.prometheusPorts }}{{ $ports = . }}{{ end -}}
 {{- $to := list -}}
