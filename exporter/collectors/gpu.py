@@ -37,6 +37,7 @@ once the mismatch has lasted ``mismatch_grace_seconds`` and
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 import re
@@ -107,9 +108,28 @@ _MEMORY_V1 = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH"
 # a GPU without MIG; nvmlDeviceGetMemoryInfo's (v1), a GPU without memory of its own
 _NOT_SUPPORTED = ("NVML_ERROR_NOT_SUPPORTED",)
 
+# One process record as the ``_v2`` lists write it (nvmlProcessInfo_v2_t: pid,
+# usedGpuMemory, gpuInstanceId, computeInstanceId) and as R525–R535 drivers write it
+# from ``_v3`` (nvmlProcessInfo_v3_t, usedGpuCcProtectedMemory added), in bytes
+PROCESS_RECORD_V2_BYTES = 24
+PROCESS_RECORD_V3_WIDE_BYTES = 32
+# The symbols that tell those drivers, as nvitop tells them (api/libnvml.py): the wide
+# record came with confidential computing and went when its memory moved to
+# nvmlDeviceGetRunningProcessDetailList (R550)
+_WIDE_V3_PRESENT = "nvmlDeviceGetConfComputeMemSizeInfo"
+_WIDE_V3_ABSENT = "nvmlDeviceGetRunningProcessDetailList"
+# pids no process has: what a list read at the wrong record size shows (the bytes of
+# another record's memory or gpuInstanceId, 0xFFFFFFFF off MIG)
+_NO_PID = (0, 0xFFFFFFFF)
+
 
 class NvmlUnavailable(ExporterError):
     """NVML cannot be loaded or initialised on this node (no driver, no library)."""
+
+
+class GarbledProcessList(ExporterError):
+    """An NVML process list holding a record no process has (pid 0 or 0xFFFFFFFF):
+    read at the wrong record size, so no record of it can be trusted."""
 
 
 def _codes_of(nvml: Any, names: Sequence[str]) -> set[int]:
@@ -182,6 +202,10 @@ class NvmlGpuSource:
         # UUIDs of the MIG GPUs whose aggregate process list NVML refused this NVML
         # session: their instances' lists are read straight away (``_mig_processes``)
         self._aggregate_refused: set[str] = set()
+        # whether pynvml's unversioned (``_v3``) process lists read the driver's records
+        # at their size: told once (``_v3_lists_readable``), the library is loaded once
+        self._v3_readable: bool | None = None
+        self._garbled_logged = False
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -597,6 +621,16 @@ class NvmlGpuSource:
         except nv.NVMLError as err:
             log.debug("device %s: process list unavailable: %s", uuid, err)
             return None
+        except GarbledProcessList as err:
+            # once at WARNING: every list of every device is so until a restart
+            log.log(
+                logging.DEBUG if self._garbled_logged else logging.WARNING,
+                "device %s: process list unknown: %s",
+                uuid,
+                err,
+            )
+            self._garbled_logged = True
+            return None
         if running is None:  # the library has no compute list (logged once)
             return None
         infos, mps_clients = running
@@ -686,18 +720,71 @@ class NvmlGpuSource:
         return () if infos is None else infos
 
     def _process_list(self, handle: Any, name: str) -> Sequence[Any]:
-        """One NVML process list, from ``_v2`` where the driver has no ``_v3``.
+        """One NVML process list, from ``_v2`` where pynvml cannot read the driver's
+        ``_v3`` records; ``GarbledProcessList`` if a record names no process.
 
         pynvml's unversioned calls are ``_v3`` (added in R510), which R470 drivers and
         some R535 builds (535.98) lack: it then raises ``NVMLLibraryMismatchError``,
-        which would escape every ``except NVMLError`` and fail the whole poll. ``_v2``
-        answers the same records: pynvml reads both into ``c_nvmlProcessInfo_v2_t``
-        (pid, usedGpuMemory, gpuInstanceId, computeInstanceId). A driver without
-        ``_v2`` either (430, 440) fails it with FUNCTION_NOT_FOUND, an NVMLError.
+        which would escape every ``except NVMLError`` and fail the whole poll. A
+        driver without ``_v2`` either (430, 440) fails it with FUNCTION_NOT_FOUND, an
+        NVMLError. pynvml reads ``_v3`` records as ``c_nvmlProcessInfo_v2_t`` (24
+        bytes), which R525–R535 drivers write 32 bytes apart: every record after the
+        first misaligned (``_v3_lists_readable``). ``_v2`` writes 24-byte records on
+        every driver, holding every field read here.
         """
         nv = self._nvml
-        infos = self._unless_absent(name, getattr(nv, name), handle)
-        return getattr(nv, name + "_v2")(handle) if infos is None else infos
+        infos = None
+        if self._v3_lists_readable():
+            infos = self._unless_absent(name, getattr(nv, name), handle)
+        if infos is None:
+            infos = getattr(nv, name + "_v2")(handle)
+        if any(int(info.pid) in _NO_PID for info in infos):
+            raise GarbledProcessList(f"{name}: pid 0 or 0xFFFFFFFF among its records")
+        return infos
+
+    def _v3_lists_readable(self) -> bool:
+        """Whether pynvml reads the ``_v3`` process lists at the size the driver
+        writes them; told once from the library's symbols, as nvitop does.
+
+        A driver with ``nvmlDeviceGetConfComputeMemSizeInfo`` and without
+        ``nvmlDeviceGetRunningProcessDetailList`` (R525–R535, 535.54.03 among them:
+        pynvml PR #48, go-nvml #75) writes 32-byte ``nvmlProcessInfo_v3_t`` records;
+        the others write 24 bytes. pynvml's record is 24 bytes (its v3 struct is the
+        v2 one). A pynvml without the lookup cannot tell: its ``_v3`` is taken as
+        read, the pid check in ``_process_list`` guarding it.
+        """
+        if self._v3_readable is None:
+            nv = self._nvml
+            lookup = getattr(nv, "_nvmlGetFunctionPointer", None)
+            if lookup is None:
+                self._v3_readable = True
+                return True
+            driver = (
+                PROCESS_RECORD_V3_WIDE_BYTES
+                if self._has_symbol(lookup, _WIDE_V3_PRESENT)
+                and not self._has_symbol(lookup, _WIDE_V3_ABSENT)
+                else PROCESS_RECORD_V2_BYTES
+            )
+            record = getattr(nv, "c_nvmlProcessInfo_v3_t", None)
+            read = PROCESS_RECORD_V2_BYTES if record is None else ctypes.sizeof(record)
+            self._v3_readable = driver == read
+            if not self._v3_readable:
+                log.info(
+                    "the driver's _v3 process lists write %d-byte records, pynvml reads %d: "
+                    "reading the _v2 lists",
+                    driver,
+                    read,
+                )
+        return self._v3_readable
+
+    def _has_symbol(self, lookup: Callable[[str], Any], name: str) -> bool:
+        """Whether the driver's library has the C function ``name``; an NVML error
+        other than FUNCTION_NOT_FOUND is raised (nothing is told)."""
+        try:
+            lookup(name)
+        except self._nvml.NVMLError_FunctionNotFound:
+            return False
+        return True
 
     def _unless_absent(
         self,

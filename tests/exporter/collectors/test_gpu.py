@@ -6,12 +6,16 @@ structs (``c_nvmlMemory_t``, ``c_nvmlUtilization_t``,
 ``c_nvmlProcessInfo_v2_t``) and raises pynvml's own error classes with the codes
 the library uses, so the backend sees what it would see on a real node. Symbols a
 driver's library lacks (``missing``) fail as pynvml fails them, its unversioned
-wrappers included. One test
-uses the real ``pynvml`` too: without a driver, ``open()`` must say so in one line.
+wrappers included. ``process_record_bytes=32`` is an R525–R535-era driver whose
+``_v3`` process lists write 32-byte records, read by pynvml as 24-byte ones. Tests
+use the real ``pynvml`` too: without a driver, ``open()`` must say so in one line,
+and its own process-list wrappers read what the fake's do.
 """
 
 from __future__ import annotations
 
+import ctypes
+import struct
 import threading
 import types
 from collections import Counter
@@ -70,12 +74,47 @@ PROCESS_LISTS = {
 }
 
 
+# The C layouts of one process record: nvmlProcessInfo_v2_t (pid, usedGpuMemory,
+# gpuInstanceId, computeInstanceId: 24 bytes) and the v3 record R525–R535 drivers
+# write from ``_v3`` (the same and usedGpuCcProtectedMemory: 32 bytes)
+RECORD_V2 = struct.Struct("<IxxxxQII")
+RECORD_V3_WIDE = struct.Struct("<IxxxxQIIQ")
+# what such a driver's library (535.54.03) lacks of the calls nvitop tells it by: it has
+# nvmlDeviceGetConfComputeMemSizeInfo, and not nvmlDeviceGetRunningProcessDetailList
+WIDE_V3_MISSING = ("nvmlDeviceGetRunningProcessDetailList",)
+
+
+def records_as_pynvml_reads_them(raw: bytes, count: int) -> list:
+    """What pynvml's process-list wrappers make of the bytes the driver wrote: an array
+    of ``c_nvmlProcessInfo_v2_t`` (pynvml.py ~4162-4372; its v3 struct is the v2 one),
+    ``count`` records read, NOT_AVAILABLE memory as None."""
+    array = (real.c_nvmlProcessInfo_v2_t * (count * 2 + 5))()
+    ctypes.memmove(array, raw, len(raw))
+    out = []
+    for record in array[:count]:
+        obj = real.nvmlStructToFriendlyObject(record)
+        if obj.usedGpuMemory == real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+            obj.usedGpuMemory = None  # what pynvml itself does
+        out.append(obj)
+    return out
+
+
+def driver_records(procs: list[tuple[int, int | None, int]], layout: struct.Struct) -> bytes:
+    """The bytes a driver writes for ``procs`` (pid, memory or None, GPU instance id)."""
+    none = real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+    fields = [(pid, none if mem is None else mem, giid, 0) for pid, mem, giid in procs]
+    if layout is RECORD_V3_WIDE:
+        return b"".join(layout.pack(*f, 0) for f in fields)
+    return b"".join(layout.pack(*f) for f in fields)
+
+
 def fake_nvml(
     devices: list[Dev],
     *,
     init_error: int | None = None,
     missing: tuple[str, ...] = (),
     mig_monitor: bool = True,
+    process_record_bytes: int = RECORD_V2.size,
 ) -> types.ModuleType:
     """A module object shaped like pynvml over ``devices``.
 
@@ -91,13 +130,31 @@ def fake_nvml(
     ``missing`` names C symbols this driver's libnvidia-ml lacks: calling them
     raises FUNCTION_NOT_FOUND, as pynvml's ``_nvmlGetFunctionPointer`` does
     (pynvml.py ~1136) — and its unversioned wrappers turn that into
-    ``NVMLLibraryMismatchError`` (``throwOnVersionMismatch``, pynvml.py ~3131).
+    ``NVMLLibraryMismatchError`` (``throwOnVersionMismatch``, pynvml.py ~3131). The
+    fake's ``_nvmlGetFunctionPointer`` finds every other symbol.
+
+    ``process_record_bytes``: how long a record the driver's ``_v3`` process lists
+    write. 32 is an R525–R535-era driver (535.54.03: pynvml PR #48, go-nvml #75),
+    whose ``nvmlProcessInfo_v3_t`` has ``usedGpuCcProtectedMemory``: pynvml reads
+    its records 24 bytes apart, every one after the first misaligned. ``_v2`` writes
+    24-byte records on every driver.
     """
     mod = types.ModuleType("pynvml")
     for name in dir(real):
-        if name.startswith(("NVMLError", "NVML_", "NVMLLibraryMismatchError", "nvmlMemory_v")):
+        if name.startswith(
+            ("NVMLError", "NVML_", "NVMLLibraryMismatchError", "nvmlMemory_v", "c_nvmlProcessInfo")
+        ):
             setattr(mod, name, getattr(real, name))
     mod.calls = []  # type: ignore[attr-defined]
+
+    def _nvmlGetFunctionPointer(name: str) -> str:
+        """pynvml's symbol lookup (pynvml.py ~1121): FUNCTION_NOT_FOUND for a symbol
+        the library lacks."""
+        if name in missing:
+            raise real.NVMLError(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return name
+
+    mod._nvmlGetFunctionPointer = _nvmlGetFunctionPointer  # type: ignore[attr-defined]
 
     def check(fn: str, dev: Dev | None = None) -> None:
         mod.calls.append(fn)
@@ -191,7 +248,8 @@ def fake_nvml(
     def running_processes(dev: Dev, family: str, version: str) -> list:
         """pynvml's ``nvmlDevice{Get,GetMPS,GetGraphics}…RunningProcesses_v2``/``_v3``:
         each reads ``c_nvmlProcessInfo_v2_t`` records (pynvml.py ~1449 aliases the v3
-        struct to it; the lists at ~4162-4372). ``Dev.errors[family]`` (the
+        struct to it; the lists at ~4162-4372), from the bytes the driver wrote
+        (``process_record_bytes`` apart from ``_v3``). ``Dev.errors[family]`` (the
         unversioned name) fails every version of that list."""
         check(family + version, dev)
         if family in dev.errors:
@@ -202,19 +260,9 @@ def fake_nvml(
                 raise real.NVMLError(real.NVML_ERROR_NO_PERMISSION)
             for mig in dev.migs.values():
                 procs.extend(getattr(mig, PROCESS_LISTS[family]))
-        out = []
-        for pid, mem, giid in procs:
-            raw = real.c_nvmlProcessInfo_v2_t(
-                pid=pid,
-                usedGpuMemory=real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if mem is None else mem,
-                gpuInstanceId=giid,
-                computeInstanceId=0,
-            )
-            obj = real.nvmlStructToFriendlyObject(raw)
-            if obj.usedGpuMemory == real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
-                obj.usedGpuMemory = None  # what pynvml itself does
-            out.append(obj)
-        return out
+        wide = version == "_v3" and process_record_bytes == RECORD_V3_WIDE.size
+        raw = driver_records(procs, RECORD_V3_WIDE if wide else RECORD_V2)
+        return records_as_pynvml_reads_them(raw, len(procs))
 
     def process_list(family: str, version: str):
         def call(dev: Dev) -> list:
@@ -720,6 +768,117 @@ def test_driver_without_process_list_v3_reads_the_v2_list() -> None:
     assert [(p.pid, p.memory_used_bytes, p.utilization_ratio) for p in poll.processes] == [
         (4242, 3 * GIB, pytest.approx(0.6))
     ]
+
+
+def c_process_lists(
+    procs: list[tuple[int, int | None, int]], *, wide_v3: bool, missing: tuple[str, ...] = ()
+):
+    """A stand-in for ``pynvml._nvmlGetFunctionPointer`` over a driver listing ``procs``:
+    its process-list symbols are C functions as ctypes calls them (handle, count
+    pointer, record buffer or None), ``_v3`` writing 32-byte records if ``wide_v3``;
+    every other symbol is found unless ``missing``."""
+
+    def lookup(name: str):
+        if name in missing:
+            raise real.NVMLError(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+        if "RunningProcesses" not in name:
+            return name
+        wide = wide_v3 and name.endswith("_v3")
+
+        def c_function(handle: object, c_count: object, buf: object) -> int:
+            count = ctypes.cast(c_count, ctypes.POINTER(ctypes.c_uint))
+            count[0] = len(procs)
+            if not buf:
+                return real.NVML_ERROR_INSUFFICIENT_SIZE if procs else real.NVML_SUCCESS
+            raw = driver_records(procs, RECORD_V3_WIDE if wide else RECORD_V2)
+            ctypes.memmove(buf, raw, len(raw))
+            return real.NVML_SUCCESS
+
+        return c_function
+
+    return lookup
+
+
+GIB_PROCS = [(4242, 3 * GIB, 0xFFFFFFFF), (5353, 5 * GIB, 0xFFFFFFFF), (6464, 7 * GIB, 0xFFFFFFFF)]
+
+
+@pytest.mark.parametrize("wide_v3", [True, False], ids=["r535-32-byte-v3", "24-byte-v3"])
+def test_the_fake_reads_the_driver_records_as_pynvml_does(
+    monkeypatch: pytest.MonkeyPatch, wide_v3: bool
+) -> None:
+    """The fake's lists give what pynvml's own wrappers read from the same driver
+    bytes: on a 32-byte ``_v3`` every record after the first misaligned."""
+    monkeypatch.setattr(
+        real, "_nvmlGetFunctionPointer", c_process_lists(GIB_PROCS, wide_v3=wide_v3)
+    )
+    dev = _gpu(0, procs=GIB_PROCS)
+    nv = fake_nvml([dev], process_record_bytes=32 if wide_v3 else 24)
+    for version in ("_v3", "_v2"):
+        name = "nvmlDeviceGetComputeRunningProcesses" + version
+        got = [(p.pid, p.usedGpuMemory) for p in getattr(nv, name)(dev)]
+        assert got == [(p.pid, p.usedGpuMemory) for p in getattr(real, name)(dev)]
+    misread = [(p.pid, p.usedGpuMemory) for p in nv.nvmlDeviceGetComputeRunningProcesses(dev)]
+    assert (misread[1:] == [(0, 5353), (0xFFFFFFFF, 0)]) is wide_v3
+
+
+@pytest.mark.parametrize(
+    ("missing", "wide_v3"),
+    [
+        (WIDE_V3_MISSING, True),  # 535.54.03: 32-byte _v3
+        ((), False),  # R550 and later: nvmlDeviceGetRunningProcessDetailList, 24-byte _v3
+        (("nvmlDeviceGetConfComputeMemSizeInfo", *WIDE_V3_MISSING), False),  # R515
+    ],
+    ids=["r535", "r550", "r515"],
+)
+def test_each_driver_generation_s_process_records_are_read_whole(
+    monkeypatch: pytest.MonkeyPatch, missing: tuple[str, ...], wide_v3: bool
+) -> None:
+    """pynvml reads ``_v3`` records 24 bytes apart, which R525–R535 drivers write 32
+    apart (usedGpuCcProtectedMemory): told as nvitop tells it (the library has
+    ``nvmlDeviceGetConfComputeMemSizeInfo`` and not
+    ``nvmlDeviceGetRunningProcessDetailList``), that driver is read through ``_v2``.
+    pynvml's real wrappers read the C functions' bytes here."""
+    lookup = c_process_lists(GIB_PROCS, wide_v3=wide_v3, missing=missing)
+    monkeypatch.setattr(real, "_nvmlGetFunctionPointer", lookup)
+    dev = _gpu(0, used=15 * GIB, procs=GIB_PROCS)
+    nv = fake_nvml([dev], missing=missing)
+    nv._nvmlGetFunctionPointer = lookup
+    for family in ("Compute", "MPSCompute", "Graphics"):
+        for version in ("", "_v2", "_v3"):
+            name = f"nvmlDeviceGet{family}RunningProcesses{version}"
+            setattr(nv, name, getattr(real, name))
+    poll = NvmlGpuSource(nv).poll()
+    assert poll.process_list_failures == ()
+    assert [(p.pid, p.memory_used_bytes) for p in poll.processes] == [
+        (pid, mem) for pid, mem, _ in GIB_PROCS
+    ]
+
+
+@pytest.mark.parametrize("family", list(PROCESS_LISTS.values()))
+def test_wide_records_are_read_in_every_process_list(family: str) -> None:
+    """The compute, MPS and graphics lists share the record: a 32-byte ``_v3`` driver's
+    are all read through ``_v2``."""
+    dev = _gpu(0, **{family: GIB_PROCS})
+    nv = fake_nvml([dev], missing=WIDE_V3_MISSING, process_record_bytes=32)
+    poll = NvmlGpuSource(nv).poll()
+    assert poll.process_list_failures == ()
+    assert [(p.pid, p.memory_used_bytes) for p in poll.processes] == [
+        (pid, mem) for pid, mem, _ in GIB_PROCS
+    ]
+    assert not [c for c in nv.calls if c.endswith("RunningProcesses_v3")]
+
+
+@pytest.mark.parametrize("n_procs", [2, 3])
+def test_a_misaligned_process_list_is_unknown_not_pids_0_and_4294967295(n_procs: int) -> None:
+    """Records of a layout the source did not tell (a library whose symbols say
+    24-byte ``_v3`` while its records are 32): pynvml reads pid 0 or 0xFFFFFFFF
+    among them, which no process has. The list is unknown, its holders' usage too,
+    not a process 0 charged another's memory and the real ones missing."""
+    dev = _gpu(0, used=15 * GIB, procs=GIB_PROCS[:n_procs])
+    nv = fake_nvml([dev], process_record_bytes=32)
+    poll = NvmlGpuSource(nv).poll()
+    assert poll.processes == ()
+    assert poll.process_list_failures == (dev.uuid,)
 
 
 # what a driver older than R450 lacks of the calls the exporter makes
