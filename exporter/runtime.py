@@ -150,8 +150,12 @@ class Runtime:
             title="gpu-eta exporter",
             description="Per-pod GPU, GPU memory, host memory and training progress metrics.",
         )
-        # the first collection runs before serving, so no scrape sees an empty node
+        # the first collection runs before serving, so no scrape sees an empty node;
+        # each of its calls bounded by the collection timeout, so a call that hangs
+        # (nvmlInit on a GPU in a bad state) delays serving by that timeout only
         self.scheduler.start()
+        for check in self._ctx.start_checks:
+            check()
         try:
             self.server.start()
         except OSError as err:

@@ -9,9 +9,11 @@ machine without one.
 Failure granularity follows the issue: an ``NVMLError`` on one device (lost GPU,
 Xid, not supported) becomes a ``DeviceFailure`` with a short reason and the other
 devices keep flowing; only failing to enumerate devices at all fails the poll
-(``CollectorError``). Missing NVML (no driver) is ``NvmlUnavailable`` at ``open()``,
-which the CLI turns into its one-line message — unless ``wait_for_driver`` is set
-(the DaemonSet does): then the source waits for the driver instead.
+(``CollectorError``). Missing NVML (no driver) is ``NvmlUnavailable`` at
+``load_library()`` (or ``open()``), which the CLI turns into its one-line message —
+unless ``wait_for_driver`` is set (the DaemonSet does): then the source waits for
+the driver instead. The exporter never calls ``nvmlInit`` outside a poll: it can
+block, and a poll runs under the scheduler's timeout (``build``).
 
 The driver's lifecycle (GPU Operator upgrades it, or changes MIG, under a running
 exporter): when an NVML call says the driver is gone (not loaded, library not
@@ -175,6 +177,9 @@ class NvmlGpuSource:
         self._mismatch_polls = 0
         self._restart_reason: str | None = None
         self._initialised = False
+        # whether nvmlInit has been called once; its first failure if that ends the start
+        self._init_tried = False
+        self._startup_error: NvmlUnavailable | None = None
         # by index, the UUID of every device read since the driver last came up and its
         # last readings (a MIG GPU's: one per instance): reported unread while the
         # driver is away or the device fails (``unread_poll``)
@@ -212,19 +217,57 @@ class NvmlGpuSource:
     def open(self) -> None:
         """``nvmlInit``; ``NvmlUnavailable`` with a one-line reason if it cannot —
         or, with ``wait_for_driver`` and no driver loaded, a warning and a wait
-        (each ``poll()`` tries again)."""
+        (each ``poll()`` tries again).
+
+        The exporter does not call it: ``nvmlInit`` can block (the RM lock held by a
+        stuck process), and its first ``poll()`` initialises NVML under the
+        scheduler's timeout instead, the same answer kept for ``startup_error``.
+        """
         with self._lock:
+            self._init_tried = True
             try:
                 self._init()
             except NvmlUnavailable as err:
-                if not self._wait_for_driver:
+                if self._fatal_at_start(err):
                     raise
-                if self._mismatch(err.__cause__):  # polls decide: it may pass
-                    log.warning("%s: waiting for it to pass (or a restart)", err)
-                    return
-                if str(err) != NO_NVML_MESSAGE:
-                    raise
-                log.warning("%s: waiting for the driver (GPU metrics follow once it loads)", err)
+                self._log_wait(err)
+
+    def _log_wait(self, err: NvmlUnavailable) -> None:
+        """The one line saying what a first ``nvmlInit`` failure waits for."""
+        if self._mismatch(err.__cause__):  # polls decide: it may pass
+            log.warning("%s: waiting for it to pass (or a restart)", err)
+        else:
+            log.warning("%s: waiting for the driver (GPU metrics follow once it loads)", err)
+
+    def load_library(self) -> None:
+        """Load ``libnvidia-ml.so.1`` without initialising NVML (a ``dlopen``, which
+        does not wait on the driver as ``nvmlInit`` can): ``NvmlUnavailable`` with
+        the no-driver line where there is none, unless ``wait_for_driver``. So a node
+        without the driver is told so first, before any other start-up error. A
+        pynvml without ``_LoadNvmlLibrary`` loads it at ``nvmlInit`` instead."""
+        load = getattr(self._nvml, "_LoadNvmlLibrary", None)
+        if load is None:
+            return
+        try:
+            load()
+        except self._nvml.NVMLError as err:
+            if self._driver_gone(err) and not self._wait_for_driver:
+                raise NvmlUnavailable(NO_NVML_MESSAGE) from err
+            log.debug("NVML library not loaded: %s", err)
+
+    def _fatal_at_start(self, err: NvmlUnavailable) -> bool:
+        """Whether NVML's first answer ends the start: any failure, except (with
+        ``wait_for_driver``) no driver loaded or a version mismatch, which polls wait
+        out."""
+        if not self._wait_for_driver:
+            return True
+        return not self._mismatch(err.__cause__) and str(err) != NO_NVML_MESSAGE
+
+    def startup_error(self) -> NvmlUnavailable | None:
+        """The failure of the first ``nvmlInit`` (made by ``open()`` or the first
+        ``poll()``) that ends the start, or None: none, or no answer yet (a call
+        still blocked is no reason to stop). Lock-free, as ``restart_reason``."""
+        return self._startup_error
 
     def _init(self) -> None:
         nv = self._nvml
@@ -334,14 +377,22 @@ class NvmlGpuSource:
         nv = self._nvml
         with self._lock:
             if not self._initialised:
+                first, self._init_tried = not self._init_tried, True
                 try:
                     self._init()
                 except NvmlUnavailable as err:
+                    if first and self._fatal_at_start(err):
+                        self._startup_error = err
+                    elif first:
+                        self._log_wait(err)
                     self._count_mismatch(self._mismatch(err.__cause__))
                     if str(err) != NO_NVML_MESSAGE:
                         raise CollectorError(str(err)) from err
                     return self._away(str(err.__cause__ or err))
-                log.warning("NVIDIA driver loaded: NVML initialised, reading GPUs again")
+                if first:
+                    log.info("NVML initialised")
+                else:
+                    log.warning("NVIDIA driver loaded: NVML initialised, reading GPUs again")
                 self._known.clear()
                 self._last_seen.clear()
             try:
@@ -886,18 +937,30 @@ class NvmlGpuSource:
 
 
 def build(ctx: BuildContext) -> Any:
-    """NVML opened once (a node without the driver is a one-line start-up error), or
-    the simulated node's devices."""
+    """The NVML source, or the simulated node's devices.
+
+    NVML is not initialised here: ``nvmlInit`` can block for minutes, and the
+    exporter starts its servers only after the sources are built. The first poll
+    initialises it under the collection timeout; a refusal it answers then ends the
+    start (``start_checks``), a call still blocked does not. No library at all (no
+    driver) is the one-line start-up error at once (``load_library``)."""
     if ctx.simulated is not None:
         return ctx.simulated.gpus
     nvml = NvmlGpuSource(wait_for_driver=ctx.cfg.nvml_wait_for_driver)
     ctx.health_checks.append(nvml.restart_reason)
-    try:
-        nvml.open()
-    except NvmlUnavailable as err:
+
+    def raise_startup(err: NvmlUnavailable | None) -> None:
+        if err is None:
+            return
         if str(err) == NO_NVML_MESSAGE:
             raise StartupError(f"{err}; use --simulate for a simulated node") from err
-        raise
+        raise err
+
+    try:
+        nvml.load_library()
+    except NvmlUnavailable as err:
+        raise_startup(err)
+    ctx.start_checks.append(lambda: raise_startup(nvml.startup_error()))
     ctx.closers.append(nvml.close)
     return nvml
 

@@ -50,6 +50,10 @@ class BuildContext:
     stop_first: list[Callable[[], None]] = field(default_factory=list)
     # liveness: each says why only a restart of the process helps, or None (``/healthz``)
     health_checks: list[Callable[[], str | None]] = field(default_factory=list)
+    # run once the first collection is done, before serving: each raises
+    # ``StartupError`` for an answer a source got then that ends the start (a source
+    # whose first read is still blocked has no answer, and the exporter serves)
+    start_checks: list[Callable[[], None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -404,6 +404,58 @@ def test_real_exporter_answers_metrics_while_nvml_hangs(gpu_collector) -> None:
         release.set()
 
 
+def test_real_exporter_serves_while_nvml_init_hangs(gpu_collector) -> None:
+    """``nvmlInit`` blocking at start (the RM lock held by a stuck process, a GPU in a
+    bad state): /healthz and /metrics answer within seconds, the gpu collector
+    failing; once the call returns the GPUs are read."""
+    import requests
+
+    from gpu_eta.launch.prometheus import free_port
+    from tests.support.inprocess import main_in_thread, scrape_until
+
+    nv = fake_nvml([Dev(U0, b"Tesla T4", index=0, util=40)])
+    release = threading.Event()
+    init = nv.nvmlInit
+
+    def blocking() -> None:
+        release.wait(60)
+        init()
+
+    nv.nvmlInit = blocking
+    gpu_collector.append(nv)
+    port = free_port()
+    try:
+        with main_in_thread(_exporter_args(port, "--collection.timeout", "500ms")) as result:
+            text = scrape_until(port, 'gpu_eta_exporter_collector_success{collector="gpu"', 10)
+            assert 'gpu_eta_exporter_collector_success{collector="gpu",node="gpu-node-1"} 0.0' in (
+                text
+            ), text
+            health = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+            assert health.text == "ok\n"
+            release.set()
+            text = scrape_until(port, 'gpu_eta_gpu_read_success{UUID="' + U0)
+            assert _by_uuid(text, "gpu_eta_gpu_read_success") == {U0: 1.0}
+            assert result == []
+    finally:
+        release.set()
+
+
+def test_real_exporter_refused_by_nvml_at_start_exits_with_one_line(gpu_collector) -> None:
+    """An ``nvmlInit`` that answers at start, refusing (no permission on the device
+    nodes), still ends the start with its one line: the first collection's answer
+    is read before serving, as the no-driver line is (tests/exporter/test_main.py)."""
+    from gpu_eta.launch.prometheus import free_port
+    from tests.support.inprocess import main_in_thread
+
+    gpu_collector.append(fake_nvml([], init_error=real.NVML_ERROR_NO_PERMISSION))
+    port = free_port()
+    with main_in_thread(_exporter_args(port)) as result:
+        deadline = time.monotonic() + 20
+        while not result and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert result == [1]
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
