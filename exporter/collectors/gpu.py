@@ -436,9 +436,11 @@ class NvmlGpuSource:
                     unlisted.append(uuid)
                 else:
                     processes.extend(procs)
+            # every device failing with the mismatch is the library outdated (those
+            # read before are kept as last read: ``devices`` is not empty then)
             self._count_mismatch(
-                not devices
-                and bool(failures)
+                bool(failures)
+                and len(failures) == count
                 and all(f.reason == MISMATCH_REASON for f in failures)
             )
             return GpuPoll(

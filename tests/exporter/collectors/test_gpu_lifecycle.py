@@ -545,6 +545,49 @@ def test_a_mismatch_on_every_device_counts_as_one() -> None:
     assert source.restart_reason() is not None
 
 
+def test_a_mismatch_after_the_gpus_were_read_asks_for_a_restart() -> None:
+    """The driver upgraded after the GPUs were read: every device call answers the
+    mismatch, and each device is kept as last read (its series, its holders' rows).
+    Kept devices are none read: the grace runs, and the restart is asked for after
+    it; one device read again withdraws it."""
+    devs = [Dev(U0, b"Tesla T4", index=0), Dev(U1, b"Tesla T4", index=1)]
+    clock = Clock()
+    source = NvmlGpuSource(fake_nvml(devs), mismatch_grace_seconds=60, monotonic=clock)
+    source.open()
+    assert [d.uuid for d in source.poll().devices] == [U0, U1]
+    for dev in devs:
+        dev.errors["nvmlDeviceGetHandleByIndex"] = real.NVML_ERROR_LIB_RM_VERSION_MISMATCH
+    for _ in range(2):  # 2 polls over 60 s: within the grace
+        clock.now += 30
+        poll = source.poll()
+        assert [d.uuid for d in poll.devices] == [U0, U1]  # kept, unread
+        assert {f.reason for f in poll.failures} == {"version_mismatch"}
+        assert source.restart_reason() is None
+    clock.now += 30
+    source.poll()
+    reason = source.restart_reason()
+    assert reason is not None and reason.startswith("NVML/RM version mismatch for 60s")
+    del devs[1].errors["nvmlDeviceGetHandleByIndex"]  # one device read: no mismatch run
+    source.poll()
+    assert source.restart_reason() is None
+
+
+def test_a_mismatch_on_some_devices_only_asks_for_no_restart() -> None:
+    """One device answering the mismatch beside one read is a device's answer, not
+    the library outdated: no restart, however long it lasts."""
+    bad = Dev(U1, b"Tesla T4", index=1)
+    clock = Clock()
+    source = NvmlGpuSource(
+        fake_nvml([Dev(U0, b"Tesla T4", index=0), bad]), mismatch_grace_seconds=0, monotonic=clock
+    )
+    source.poll()
+    bad.errors["nvmlDeviceGetHandleByIndex"] = real.NVML_ERROR_LIB_RM_VERSION_MISMATCH
+    for _ in range(5):
+        clock.now += 60
+        assert [f.index for f in source.poll().failures] == [1]
+    assert source.restart_reason() is None
+
+
 def test_open_with_a_version_mismatch_waits_with_wait_for_driver() -> None:
     nv = fake_nvml([], init_error=real.NVML_ERROR_LIB_RM_VERSION_MISMATCH)
     with pytest.raises(NvmlUnavailable, match="version mismatch"):
