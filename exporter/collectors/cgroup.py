@@ -10,8 +10,9 @@ cri-containerd-<id>.scope``) and the runtime (``cri-containerd-``, ``crio-``,
 ``docker-`` scope prefixes). ``parse_cgroup`` is the pure parser of all of these;
 ``CgroupResolver`` is the thin I/O edge that reads the files.
 
-The exporter must run with ``hostPID: true`` (or a host ``/proc`` mounted at
-``--path.procfs``) so that NVML's pids and ``/proc`` agree.
+The exporter must run with ``hostPID: true``: NVML lists only the processes of the
+caller's pid namespace, so a host ``/proc`` mounted at ``--path.procfs`` without it
+has no other pod's pid to resolve; with it, NVML's pids and ``/proc`` agree.
 
 Cgroup namespaces: under cgroup v2 the runtime gives each container a private
 cgroup namespace, and the kernel shows another process' cgroup *relative to the
