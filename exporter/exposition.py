@@ -27,7 +27,13 @@ from gpu_eta.exporter.config import exported_pod_labels, pod_label_names
 from gpu_eta.exporter.config import pod_label_name as pod_label_name  # re-exported
 from gpu_eta.exporter.progress import MAX_METRICS
 from gpu_eta.exporter.readings import DeviceReading, PodGpuRow, Progress
-from gpu_eta.exporter.snapshot import LOG_LINE_RESULTS, PROGRESS_RESULTS, Snapshot, SnapshotHolder
+from gpu_eta.exporter.snapshot import (
+    ALLOCATION_SKIP_REASONS,
+    LOG_LINE_RESULTS,
+    PROGRESS_RESULTS,
+    Snapshot,
+    SnapshotHolder,
+)
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +287,16 @@ def _self(snap: Snapshot, version: str) -> Iterator[Metric]:
         unresolved.add({"node": node}, snap.unresolved_allocations)
         yield unresolved.metric
     names = {s.name for s in snap.collectors}
+    if "podresources" in names or snap.allocations_skipped:
+        skipped = _Family(
+            "gpu_eta_exporter_allocations_skipped",
+            "GPU device ids the last kubelet pod-resources List named that were left out, "
+            "by reason (invalid: an empty or oversized name or id; over_limit: past 65536 "
+            "allocations): their holders get no allocation rows" + CACHED,
+        )
+        for reason, count in _with_known(snap.allocations_skipped, ALLOCATION_SKIP_REASONS):
+            skipped.add({"node": node, "reason": reason}, count)
+        yield skipped.metric
     if "progress" in names or snap.progress_reports_total:
         reports = _Family(
             "gpu_eta_exporter_progress_reports",

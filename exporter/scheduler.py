@@ -481,6 +481,7 @@ class Scheduler:
             progress_persisted=getattr(src.progress_store, "persisted", None),
             progress_journal_bytes=getattr(src.progress_store, "journal_bytes", None),
             log_lines_total=_counts(src.logs),
+            allocations_skipped=_counts(src.allocations),
             kube_watch=kube_watch,
             unresolved_allocations=unresolved,
             families=tuple((name, tuple(got.get(name, ()))) for name in sorted(src.families)),
@@ -683,11 +684,14 @@ def _skipped_fields(*sources: ProgressEndpoint | LogPoller | None) -> int | None
     return total
 
 
-def _counts(source: Counting | None) -> Mapping[str, int]:
-    if source is None:
+def _counts(source: object) -> Mapping[str, int]:
+    """A source's counts by result; none from a source that counts nothing (the
+    simulated node's allocations) or whose ``counts()`` fails."""
+    counts = getattr(source, "counts", None)
+    if counts is None:
         return {}
     try:
-        return dict(source.counts())
+        return dict(counts())
     except Exception as err:
         log.debug("counts() failed: %s", err)
         return {}

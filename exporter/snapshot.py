@@ -63,6 +63,11 @@ LOG_LINE_RESULTS = (
     "superseded",
     "malformed",
 )
+# Why the kubelet pod-resources List's GPU device ids are left out
+# (``gpu_eta_exporter_allocations_skipped``): ``invalid``, an empty or oversized
+# namespace, pod, container or resource name or id; ``over_limit``, past the cap of
+# allocations one List may give (``podresources.MAX_ALLOCATIONS``)
+ALLOCATION_SKIP_REASONS = ("invalid", "over_limit")
 _EMPTY_I: Mapping[str, int] = MappingProxyType({})
 
 
@@ -92,6 +97,9 @@ class Snapshot:
     # cache while the API server is away, so collector success alone cannot show the
     # outage. None when the pod source is no watch (the simulator) or is switched off.
     kube_watch: tuple[bool, float | None] | None = None
+    # GPU device ids the last kubelet pod-resources List left out, by reason
+    # (``ALLOCATION_SKIP_REASONS``); empty without that source's counts
+    allocations_skipped: Mapping[str, int] = field(default_factory=lambda: _EMPTY_I)
     # kubelet allocations of this cycle that name no device NVML lists here (or a
     # malformed id): they get no pod series, so they are counted. None when not
     # computed (no gpu or podresources source, or no GPU reading yet).

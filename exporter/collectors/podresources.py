@@ -24,11 +24,12 @@ filters the same way (``nvidia.com/gpu``, ``nvidia.com/mig-*``, its
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import threading
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -38,8 +39,19 @@ from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
 from gpu_eta.exporter.config import DEFAULT_COLLECTION_TIMEOUT_SECONDS, DEFAULT_KUBELET_SOCKET
 from gpu_eta.exporter.readings import Allocation
+from gpu_eta.exporter.snapshot import ALLOCATION_SKIP_REASONS
 
-__all__ = ["DEFAULT_SOCKET", "MAX_RECEIVE_BYTES", "PodResourcesSource", "is_gpu_resource"]
+__all__ = [
+    "DEFAULT_SOCKET",
+    "MAX_RECEIVE_BYTES",
+    "SKIP_REASONS",
+    "Listing",
+    "PodResourcesSource",
+    "allocations_from_response",
+    "is_gpu_resource",
+]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = DEFAULT_KUBELET_SOCKET
 # DCGM exporter's figure: a node with many pods and devices exceeds gRPC's 4 MiB default.
@@ -51,6 +63,17 @@ _MAX_NAME_CHARS = 253
 # renameByDefault (the plugin appends ".shared"); MIG slices are resources by profile.
 GPU_RESOURCE_NAMES = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+# Why a GPU device id of a List is left out (``gpu_eta_exporter_allocations_skipped``)
+SKIP_REASONS = ALLOCATION_SKIP_REASONS
+
+
+class Listing(NamedTuple):
+    """One ``List`` read: the GPU allocations kept, and the GPU device ids left out
+    by reason (every ``SKIP_REASONS`` key), with the first one's owner for the log."""
+
+    allocations: tuple[Allocation, ...]
+    skipped: Mapping[str, int]
+    first_skipped: str = ""
 
 
 def is_gpu_resource(name: str, extra: Collection[str] = ()) -> bool:
@@ -85,6 +108,8 @@ class PodResourcesSource:
         self._channel: grpc.Channel | None = None
         self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
         self._inode: tuple[int, int] | None = None
+        # the GPU device ids the last List left out, by reason (``counts``)
+        self._skipped: Mapping[str, int] = dict.fromkeys(SKIP_REASONS, 0)
 
     def _socket_identity(self) -> tuple[int, int]:
         try:
@@ -143,7 +168,30 @@ class PodResourcesSource:
                 raise CollectorError(
                     f"kubelet pod-resources List on {self.socket_path} failed: {name}: {details}"
                 ) from None
-            return allocations_from_response(response, self.extra_gpu_resources)
+            listing = allocations_from_response(response, self.extra_gpu_resources)
+            self._note_skipped(listing)
+            return listing.allocations
+
+    def _note_skipped(self, listing: Listing) -> None:
+        """Keep the List's left-out counts; log when ids start or stop being left out
+        (not on every poll: the kubelet answers the same List each cycle)."""
+        was = sum(self._skipped.values())
+        self._skipped = dict(listing.skipped)
+        now = sum(listing.skipped.values())
+        if now and not was:
+            log.warning(
+                "kubelet pod-resources List: %d GPU allocations left out (%s), first of %s; "
+                "their pods get no allocation rows",
+                now,
+                ", ".join(f"{reason}: {n}" for reason, n in listing.skipped.items() if n),
+                listing.first_skipped,
+            )
+        elif was and not now:
+            log.info("kubelet pod-resources List: no GPU allocation left out any more")
+
+    def counts(self) -> Mapping[str, int]:
+        """The GPU device ids the last List left out, by reason (``SKIP_REASONS``)."""
+        return self._skipped
 
     def close(self) -> None:
         """Close the channel (the next poll would dial again)."""
@@ -155,45 +203,60 @@ def _valid_name(value: str) -> bool:
     return 0 < len(value) <= _MAX_NAME_CHARS
 
 
+def _owner(pod: Any, container: Any) -> str:
+    """A left-out entry's owner for the log, each name cut to 64 characters."""
+    return "/".join(repr(name[:64]) for name in (pod.namespace, pod.name, container.name))
+
+
 def allocations_from_response(
     response: api_pb2.ListPodResourcesResponse, extra_gpu_resources: Collection[str] = ()
-) -> tuple[Allocation, ...]:
+) -> Listing:
     """Flatten a ``List`` response to one Allocation per (container, device id).
 
     Only GPU resources are kept (``is_gpu_resource``, with ``extra_gpu_resources``
     added): the others' ids are no GPU's, so they neither name a holder nor count as
-    unresolved. Entries with
-    empty or oversized names or ids are skipped; at most ``MAX_ALLOCATIONS`` are
-    returned (the kubelet is trusted, but its answer is still bounded).
+    unresolved. A GPU device id is left out, and counted, when a name it comes under
+    or the id itself is empty or oversized (``invalid``) and past ``MAX_ALLOCATIONS``
+    (``over_limit``: the kubelet is trusted, but its answer is still bounded); one
+    bad entry does not cost the others theirs.
     """
     out: list[Allocation] = []
+    skipped = dict.fromkeys(SKIP_REASONS, 0)
+    first = ""
+
+    def skip(reason: str, n: int, pod: Any, container: Any) -> None:
+        nonlocal first
+        if n:
+            skipped[reason] += n
+            first = first or _owner(pod, container)
+
     for pod in response.pod_resources:
-        if not (_valid_name(pod.name) and _valid_name(pod.namespace)):
-            continue
+        pod_ok = _valid_name(pod.name) and _valid_name(pod.namespace)
         for container in pod.containers:
-            if not _valid_name(container.name):
-                continue
+            ok = pod_ok and _valid_name(container.name)
             for devices in container.devices:
                 resource = devices.resource_name
-                if len(resource) > _MAX_NAME_CHARS or not is_gpu_resource(
-                    resource, extra_gpu_resources
-                ):
+                if not is_gpu_resource(resource, extra_gpu_resources):
+                    continue
+                if not (ok and len(resource) <= _MAX_NAME_CHARS):
+                    skip("invalid", len(devices.device_ids), pod, container)
                     continue
                 for device_id in devices.device_ids:
                     if not device_id or len(device_id) > MAX_DEVICE_ID_CHARS:
-                        continue
-                    out.append(
-                        Allocation(
-                            namespace=pod.namespace,
-                            pod=pod.name,
-                            container=container.name,
-                            resource_name=resource,
-                            device_id=device_id,
+                        skip("invalid", 1, pod, container)
+                    elif len(out) >= MAX_ALLOCATIONS:
+                        skip("over_limit", 1, pod, container)
+                    else:
+                        out.append(
+                            Allocation(
+                                namespace=pod.namespace,
+                                pod=pod.name,
+                                container=container.name,
+                                resource_name=resource,
+                                device_id=device_id,
+                            )
                         )
-                    )
-                    if len(out) >= MAX_ALLOCATIONS:
-                        return tuple(out)
-    return tuple(out)
+    return Listing(tuple(out), skipped, first)
 
 
 def build(ctx: BuildContext) -> Any:

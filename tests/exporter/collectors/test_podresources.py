@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import tempfile
@@ -13,9 +14,16 @@ import pytest
 
 from gpu_eta.common.gpu_resources import KSM_GPU_RESOURCES as GPU_RESOURCES
 from gpu_eta.common.k8s_names import ksm_label
+from gpu_eta.exporter._proto import api_pb2
 from gpu_eta.exporter.attribution import attribute, unresolved_allocations
 from gpu_eta.exporter.collectors import CollectorError
-from gpu_eta.exporter.collectors.podresources import PodResourcesSource, is_gpu_resource
+from gpu_eta.exporter.collectors.podresources import (
+    MAX_ALLOCATIONS,
+    PodResourcesSource,
+    allocations_from_response,
+    is_gpu_resource,
+)
+from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.readings import (
     Allocation,
     ContainerRef,
@@ -24,6 +32,8 @@ from gpu_eta.exporter.readings import (
     PodMeta,
     ProcessSample,
 )
+from gpu_eta.exporter.scheduler import Scheduler, Sources
+from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 from tests.support.podresources_server import PodResourcesServer
 
 UUID0 = "GPU-0a1b2c3d-0000-4000-8000-000000000000"
@@ -326,3 +336,81 @@ def test_oversized_and_empty_entries_are_skipped(server: PodResourcesServer) -> 
         assert source.poll() == (Allocation("ml", "ok", "c", "nvidia.com/gpu", UUID0),)
     finally:
         source.close()
+
+
+BAD_ENTRIES = {
+    ("ml", "x" * 300): {"c": [("nvidia.com/gpu", [UUID0, UUID1])]},  # 2 ids of a bad pod
+    ("ml", "ok"): {
+        "": [("nvidia.com/gpu", [UUID1])],  # a container without a name
+        "c": [("nvidia.com/gpu", ["", "G" * 300, UUID0]), ("example.com/fpga", [""])],
+    },
+}
+
+
+def test_left_out_entries_are_counted_and_logged_once(
+    server: PodResourcesServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each GPU device id the List names that is left out is counted by reason (the
+    other resources' ids are no GPU's: not counted), per List, and logged once, when
+    it starts and when it ends, not every poll."""
+    server.set_allocations(BAD_ENTRIES)
+    source = PodResourcesSource(server.socket_path)
+    caplog.set_level(logging.INFO, logger="gpu_eta.exporter.collectors.podresources")
+    try:
+        for _ in range(3):
+            assert source.poll() == (Allocation("ml", "ok", "c", "nvidia.com/gpu", UUID0),)
+            assert source.counts() == {"invalid": 5, "over_limit": 0}
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1, caplog.text
+        assert "5 GPU allocations" in warnings[0].getMessage()
+        assert "x" * 300 not in caplog.text  # named, not echoed whole
+        server.set_allocations(ALLOCATIONS)
+        assert len(source.poll()) == 4
+        assert source.counts() == {"invalid": 0, "over_limit": 0}
+        assert len([r for r in caplog.records if r.levelno == logging.INFO]) == 1
+    finally:
+        source.close()
+
+
+def test_allocations_over_the_limit_are_counted() -> None:
+    """A List naming more than ``MAX_ALLOCATIONS`` GPU device ids is cut there, and the
+    ids left out are counted (``over_limit``), not dropped unseen."""
+    ids = [f"{UUID0}::{i}" for i in range(MAX_ALLOCATIONS + 7)]
+    response = api_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            api_pb2.PodResources(
+                name="many",
+                namespace="ml",
+                containers=[
+                    api_pb2.ContainerResources(
+                        name="c",
+                        devices=[
+                            api_pb2.ContainerDevices(
+                                resource_name="nvidia.com/gpu.shared", device_ids=ids
+                            )
+                        ],
+                    )
+                ],
+            )
+        ]
+    )
+    listing = allocations_from_response(response)
+    assert len(listing.allocations) == MAX_ALLOCATIONS
+    assert listing.allocations[-1].device_id == ids[MAX_ALLOCATIONS - 1]
+    assert listing.skipped == {"invalid": 0, "over_limit": 7}
+
+
+def test_left_out_entries_reach_metrics(server: PodResourcesServer) -> None:
+    """The counts of the last List are published: the podresources source in the
+    scheduler, its snapshot rendered as /metrics renders it."""
+    server.set_allocations(BAD_ENTRIES)
+    source = PodResourcesSource(server.socket_path)
+    holder = SnapshotHolder(Snapshot(node="n1", timestamp=0))
+    scheduler = Scheduler("n1", Sources(allocations=source), holder, timeout_seconds=5)
+    try:
+        holder.set(scheduler.collect_once())
+    finally:
+        source.close()
+    text = SnapshotExposition(holder).exposition().decode()
+    assert 'gpu_eta_exporter_allocations_skipped{node="n1",reason="invalid"} 5.0' in text
+    assert 'gpu_eta_exporter_allocations_skipped{node="n1",reason="over_limit"} 0.0' in text
