@@ -246,15 +246,9 @@ def allocations_from_response(
                         skip("invalid", 1, pod, container)
                     elif len(out) >= MAX_ALLOCATIONS:
                         skip("over_limit", 1, pod, container)
-                    else:
+                    else:  # Allocation(namespace, pod, container, resource_name, device_id)
                         out.append(
-                            Allocation(
-                                namespace=pod.namespace,
-                                pod=pod.name,
-                                container=container.name,
-                                resource_name=resource,
-                                device_id=device_id,
-                            )
+                            Allocation(pod.namespace, pod.name, container.name, resource, device_id)
                         )
     return Listing(tuple(out), skipped, first)
 
