@@ -1,8 +1,9 @@
 """Progress of unmodified jobs, read from the container logs the kubelet writes.
 
 Follows ``<root>/<namespace>_<pod>_<uid>/<container>/<N>.log`` for the pods the
-pod source knows (nothing else under the root is opened, and no symlink is followed
-but one kind: nothing else outside the root is read). Lines are in CRI format::
+pod source knows, and for ``gone_grace_seconds`` after one leaves its list (its last
+lines: ``_still_read``); nothing else under the root is opened, and no symlink is
+followed but one kind: nothing else outside the root is read. Lines are in CRI format::
 
     2024-01-01T00:00:00.123456789Z stdout F Epoch 3/15
 
@@ -95,6 +96,7 @@ from gpu_eta.exporter.logformats import (
     visible,
 )
 from gpu_eta.exporter.progress import (
+    GONE_GRACE_SECONDS,
     Report,
     ReportError,
     SupersededReport,
@@ -336,6 +338,7 @@ class LogProgressCollector:
         max_segment_bytes: int = 8 << 10,
         max_seconds_per_poll: float = 2.0,
         docker_root: str = DEFAULT_DOCKER_CONTAINERS,
+        gone_grace_seconds: float = GONE_GRACE_SECONDS,
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.monotonic,
     ):
@@ -349,6 +352,7 @@ class LogProgressCollector:
         self.max_line_bytes = max_line_bytes
         self.max_segment_bytes = max_segment_bytes
         self.max_seconds_per_poll = max_seconds_per_poll
+        self.gone_grace_seconds = gone_grace_seconds
         self._clock = clock
         self._timer = timer
         self._turn = 0  # which container reads first in a poll (both passes)
@@ -365,6 +369,10 @@ class LogProgressCollector:
         self._warned_directories: set[str] = set()
         self._warned_runs: set[str] = set()  # containers named in a too_many_runs WARNING
         self._warned_docker = False  # a cri-dockerd link's file could not be opened
+        self._listed: dict[str, PodMeta] = {}  # the last poll's pods, by directory name
+        # pods listed before and not now, by directory name: (pod, ``timer`` when first
+        # found gone); their directories are still read for ``gone_grace_seconds``
+        self._gone: dict[str, tuple[PodMeta, float]] = {}
 
     @property
     def skipped_directories(self) -> int:
@@ -394,10 +402,11 @@ class LogProgressCollector:
 
             raise CollectorError(f"logs: pod list unavailable: {err}") from err
         wanted = {f"{p.namespace}_{p.name}_{p.uid}": p for p in pods}
+        read = {**self._still_read(wanted), **wanted}
         seen: set[tuple[str, str, str]] = set()
         bad: set[str] = set()
         todo: list[tuple[tuple[str, str, str], Path]] = []
-        for dirname, pod in sorted(wanted.items()):
+        for dirname, pod in sorted(read.items()):
             pod_dir = self.root / dirname
             try:
                 if pod_dir.is_symlink():  # kubelet makes directories: a link may lead anywhere
@@ -406,6 +415,7 @@ class LogProgressCollector:
                     e.name for e in os.scandir(pod_dir) if e.is_dir(follow_symlinks=False)
                 )
             except (FileNotFoundError, NotADirectoryError):
+                self._gone.pop(dirname, None)  # the kubelet removed a gone pod's logs
                 continue
             except OSError as err:
                 log.debug("logs: cannot list %s: %s", pod_dir, err)
@@ -424,6 +434,37 @@ class LogProgressCollector:
             self._states.pop(key, None)
             self._last_time.pop(key, None)
             self._warned_runs.discard("/".join(key))  # a pod re-created may be warned again
+
+    def _still_read(self, listed: Mapping[str, PodMeta]) -> dict[str, PodMeta]:
+        """The gone pods whose directories are still read, by directory name: those
+        listed at an earlier poll and not now, for ``gone_grace_seconds`` from the
+        first poll that did not list them (``_gone`` remembers them; ``listed``
+        becomes the pods the next poll compares with).
+
+        Why: a pod is often deleted seconds after its container exits (a Job with
+        ``ttlSecondsAfterFinished: 0``, Argo's ``podGC``) while the kubelet keeps its
+        log files a while longer. Read only while listed, the lines written since the
+        last poll (the last epoch's bar, the end marker) were never read, and the run
+        showed unfinished and was learnt as cancelled. The store serves a gone pod's
+        progress for the same grace, so what is read meanwhile is shown; past it
+        nothing read would be. A pod recreated under the name (another uid) ends its
+        predecessor's reading at once, as the store drops its progress then: the
+        predecessor's late lines would be shown as the new pod's.
+        """
+        now = self._timer()
+        for dirname, pod in self._listed.items():
+            if dirname not in listed:
+                self._gone.setdefault(dirname, (pod, now))
+        self._listed = dict(listed)
+        names = {(p.namespace, p.name) for p in listed.values()}
+        for dirname, (pod, since) in list(self._gone.items()):
+            if (
+                dirname in listed
+                or (pod.namespace, pod.name) in names
+                or now - since >= self.gone_grace_seconds
+            ):
+                del self._gone[dirname]
+        return {dirname: pod for dirname, (pod, _since) in self._gone.items()}
 
     def _read_fairly(self, todo: Sequence[tuple[tuple[str, str, str], Path]]) -> None:
         """Read the containers' new bytes within ``max_bytes_per_poll`` and
@@ -945,7 +986,11 @@ def build(ctx: BuildContext) -> Any:
     """Follows ``--path.pod-logs`` for the pods of this node (the same on a simulated
     node: the demo writes real log files)."""
     return LogProgressCollector(
-        Path(ctx.cfg.pod_logs), ctx.store, ctx.pods_now, docker_root=ctx.cfg.docker_containers
+        Path(ctx.cfg.pod_logs),
+        ctx.store,
+        ctx.pods_now,
+        docker_root=ctx.cfg.docker_containers,
+        gone_grace_seconds=ctx.cfg.progress_gone_grace_seconds,
     )
 
 

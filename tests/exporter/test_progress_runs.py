@@ -376,7 +376,11 @@ def test_a_pod_gone_and_recreated_is_warned_again(tmp_path, monkeypatch, caplog)
     (directory / "0.log").write_text("".join(fresh))
     pods = [pod]
     collector = LogProgressCollector(
-        tmp_path, ProgressStore(), lambda: pods, clock=lambda: T0.timestamp() + 3600
+        tmp_path,
+        ProgressStore(),
+        lambda: pods,
+        gone_grace_seconds=0,  # a gone pod's log is not read
+        clock=lambda: T0.timestamp() + 3600,
     )
 
     def warnings() -> int:
