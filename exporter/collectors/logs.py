@@ -77,7 +77,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISREG
@@ -373,6 +373,7 @@ class LogProgressCollector:
         # pods listed before and not now, by directory name: (pod, ``timer`` when first
         # found gone); their directories are still read for ``gone_grace_seconds``
         self._gone: dict[str, tuple[PodMeta, float]] = {}
+        self._uids: dict[tuple[str, str], str] = {}  # (namespace, pod) → uid last read
 
     @property
     def skipped_directories(self) -> int:
@@ -403,6 +404,7 @@ class LogProgressCollector:
             raise CollectorError(f"logs: pod list unavailable: {err}") from err
         wanted = {f"{p.namespace}_{p.name}_{p.uid}": p for p in pods}
         read = {**self._still_read(wanted), **wanted}
+        self._forget_predecessors(read.values())
         seen: set[tuple[str, str, str]] = set()
         bad: set[str] = set()
         todo: list[tuple[tuple[str, str, str], Path]] = []
@@ -434,6 +436,27 @@ class LogProgressCollector:
             self._states.pop(key, None)
             self._last_time.pop(key, None)
             self._warned_runs.discard("/".join(key))  # a pod re-created may be warned again
+
+    def _forget_predecessors(self, pods: Iterable[PodMeta]) -> None:
+        """Drop what is held for a pod's name (followers, parser state, last line
+        time) when the pod behind it is another (its uid changed), and remember each
+        read pod's uid.
+
+        Why: the state is kept by (namespace, pod, container), and a pod recreated
+        under its name (a StatefulSet's, ``kubectl delete`` and ``apply``) was read in
+        its predecessor's: its bare bar was read as a step of the predecessor's epoch,
+        a Keras bar without a header as the predecessor's next epoch.
+        """
+        uids: dict[tuple[str, str], str] = {}
+        for pod in pods:
+            pair = (pod.namespace, pod.name)
+            uids[pair] = pod.uid
+            if self._uids.get(pair, pod.uid) != pod.uid:
+                for held in (self._followers, self._states, self._last_time):
+                    for key in [k for k in held if k[:2] == pair]:
+                        del held[key]
+                        self._warned_runs.discard("/".join(key))  # may be warned again
+        self._uids = uids
 
     def _still_read(self, listed: Mapping[str, PodMeta]) -> dict[str, PodMeta]:
         """The gone pods whose directories are still read, by directory name: those

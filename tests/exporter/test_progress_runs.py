@@ -376,11 +376,7 @@ def test_a_pod_gone_and_recreated_is_warned_again(tmp_path, monkeypatch, caplog)
     (directory / "0.log").write_text("".join(fresh))
     pods = [pod]
     collector = LogProgressCollector(
-        tmp_path,
-        ProgressStore(),
-        lambda: pods,
-        gone_grace_seconds=0,  # a gone pod's log is not read
-        clock=lambda: T0.timestamp() + 3600,
+        tmp_path, ProgressStore(), lambda: pods, clock=lambda: T0.timestamp() + 3600
     )
 
     def warnings() -> int:
@@ -392,8 +388,10 @@ def test_a_pod_gone_and_recreated_is_warned_again(tmp_path, monkeypatch, caplog)
     collector.poll()
     assert warnings() == 1
     pods.clear()
-    collector.poll()  # gone: its log is no longer followed
-    pods.append(pod)
+    collector.poll()  # gone: its log is read for the grace still
+    pods.append(PodMeta("ml", "train-3", "uid-4", ip="127.0.0.7"))  # re-created
+    directory = tmp_path / "ml_train-3_uid-4" / "trainer"
+    directory.mkdir(parents=True)
     (directory / "0.log").write_text(
         "".join(cri(100 + i, marker({"run_id": f"u{i}", "step": 1})) for i in range(20))
     )

@@ -48,7 +48,9 @@ class Node:
         )
 
     def poll(self) -> None:
+        """A collection: the logs read, then the store's ``retain`` (the scheduler's)."""
         self.col.poll()
+        self.col.store.retain({(p.namespace, p.name): p.uid for p in self.pods}, CLOCK)
 
 
 LIGHTNING_EPOCH_0 = b"Epoch 0: 100%|##########| 8/8 [00:01<00:00, 8.0it/s, train_loss=0.6]\n"
@@ -130,5 +132,43 @@ def test_a_pod_recreated_under_the_name_ends_its_predecessors_reading(tmp_path):
     with open(old / "0.log", "ab") as fh:  # the predecessor's, never the new pod's
         fh.write(at(2, LIGHTNING_EPOCH_1))
     node.poll()
-    (p,) = node.col.store.snapshot()
-    assert p.epoch == 1
+    assert node.col.counts()["matched"] == 1 and not node.col.store.snapshot()
+
+
+def test_a_pod_recreated_under_the_name_starts_from_a_fresh_state(tmp_path):
+    """A StatefulSet pod recreated under the same name: its bare bar is its own run,
+    not a step of its predecessor's epoch 2 of 3."""
+    pod_dir(tmp_path, POD).joinpath("0.log").write_bytes(
+        at(0, b"Epoch 1/3: 100%|##########| 10/10 [00:01<00:00, 9.0it/s]\n")
+        + at(1, b"Epoch 2/3:  50%|#####     | 5/10 [00:01<00:01, 9.0it/s]\n")
+    )
+    node = Node(tmp_path, [POD])
+    node.poll()
+    node.pods[:] = [NEW]  # recreated, and its job printed, between two collections
+    pod_dir(tmp_path, NEW).joinpath("0.log").write_bytes(
+        at(100, b" 30%|###       | 300/1000 [00:30<01:10, 10.0it/s]\n")
+    )
+    node.poll()  # what it read is filed with the predecessor's row, which retain drops
+    with open(pod_dir(tmp_path, NEW) / "0.log", "ab") as fh:
+        fh.write(at(130, b" 60%|######    | 600/1000 [01:00<00:40, 10.0it/s]\n"))
+    node.poll()
+    p = node.col.store.get(NEW.namespace, NEW.name, "trainer", "log")
+    assert (p.epoch, p.epochs, p.step, p.steps) == (None, None, 600, 1000)
+
+
+def test_a_keras_pod_recreated_under_the_name_is_not_read_in_its_predecessors_epoch(tmp_path):
+    pod_dir(tmp_path, POD).joinpath("0.log").write_bytes(
+        at(0, "Epoch 3/10\n8/8 ━━━━━━━━━━━━━━━━━━━━ 1s 59ms/step - loss: 0.9\n".encode())
+    )
+    node = Node(tmp_path, [POD])
+    node.poll()
+    node.pods[:] = [NEW]
+    pod_dir(tmp_path, NEW).joinpath("0.log").write_bytes(
+        at(150, "8/8 ━━━━━━━━━━━━━━━━━━━━ 1s 59ms/step - loss: 0.7\n".encode())
+    )
+    node.poll()
+    with open(pod_dir(tmp_path, NEW) / "0.log", "ab") as fh:  # its one epoch, redrawn
+        fh.write(at(151, "8/8 ━━━━━━━━━━━━━━━━━━━━ 1s 59ms/step - loss: 0.6\n".encode()))
+    node.poll()
+    p = node.col.store.get(NEW.namespace, NEW.name, "trainer", "log")
+    assert (p.epoch, p.epochs, p.step) == (1, None, 8)
