@@ -40,7 +40,8 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
 - PyTorch Lightning (tqdm bar) ``Epoch 2: 100%|███| 8/8 [..., train_loss=0.63]`` (0-based
   epoch index) and (rich bar) ``Epoch 2/2 ━━━ 8/8 0:00:00 • 0:00:00 86.72it/s`` (0-based
   index / max_epochs − 1); bars described for another phase (``Validation…``,
-  ``Sanity Checking…``, ``Evaluating``, ``Loading weights``: ``_skipped``) are ignored; a
+  ``Sanity Checking…``, ``Evaluating``, ``Loading weights``, ``datasets``' ``Map``:
+  ``_skipped``; or in ``datasets``' units: ``_DATASETS_RATE``) are ignored; a
   screen at 0 of an epoch whose bar already reached its end over the same count (the
   bar reset before the next epoch's description is set) is not read (``fold``)
 - Hugging Face Trainer: its log dicts ``{'loss': 0.63, 'epoch': 1.5}`` (numbers or
@@ -115,10 +116,36 @@ _HF_STEPS = re.compile(r"\s*Total optimization steps = ([\d,]{1,15})\s*\Z")
 # descriptions (lower-cased, at their start) of the bars a job draws beside its training:
 # evaluation, validation, testing, prediction, loading and downloading ("Validation
 # DataLoader 0", Lightning's "Sanity Checking", "Evaluating", transformers' "Loading
-# weights"). Read, each started a run of its few steps (an evaluation after each epoch,
-# from_pretrained before the training), whatever the runtime writes of its screens
-_SKIP_BARS = ("val", "sanity checking", "test", "predict", "eval", "infer", "loading", "download")
-_SKIP_DESC_CHARS = 16  # the longest of _SKIP_BARS fits
+# weights"), and Hugging Face ``datasets``' preparation ("Generating train split",
+# "Map", "Running tokenizer on dataset", "Fetching 3 files", ...). Read, each started a
+# run of its few steps (an evaluation after each epoch, from_pretrained or a dataset's
+# preparation before the training), whatever the runtime writes of its screens
+_SKIP_BARS = (
+    "val",
+    "sanity checking",
+    "test",
+    "predict",
+    "eval",
+    "infer",
+    "loading",
+    "download",
+    "map",
+    "filter",
+    "generating",
+    "running tokenizer",
+    "resolving data files",
+    "fetching",
+    "extracting",
+    "saving the dataset",
+    "casting",
+)
+_SKIP_DESC_CHARS = max(map(len, _SKIP_BARS))
+# the rate of a bar counting in ``datasets``' units, " examples" (its space included)
+# and "ba" (older releases' batches), as tqdm draws it first in the bar's brackets:
+# "[00:01<00:00, 7390.30 examples/s", "? examples/s" (no rate yet), "1.20s/ examples"
+_DATASETS_RATE = re.compile(
+    r"[^,\]]{0,40}, (?:[\d.?]+[kMGTPEZY]?(?: examples|ba)/s|[\d.]+s/(?: examples|ba))[,\]]"
+)
 
 
 def _skipped(desc: str) -> bool:
@@ -397,6 +424,10 @@ def _parse_tqdm(text: str) -> LogMatch | None:
     raw_desc, raw_n, raw_total, postfix = found
     desc = (raw_desc or "").strip()
     if desc and _skipped(desc):
+        return None
+    if _DATASETS_RATE.match(postfix) is not None:
+        # a ``datasets`` preparation bar, however described ("Tokenizing"): its
+        # units are its own (a training loop's ``unit="examples"`` has no space)
         return None
     n, total = int(raw_n), int(raw_total)
     if total == 0 or n > total:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import re
 import time
 from collections.abc import Callable
@@ -773,6 +774,51 @@ def test_a_bar_named_for_another_phase_than_training_is_not_read(desc: str):
     assert parse_line(f"{desc}:  75%|███████▌  | 3/4 [00:00<00:00, 45.0it/s]") is None
     assert parse_line(f"{desc}: 3it [00:00, 45.0it/s]") is None
     assert parse_line("Training:  75%|███████▌  | 3/4 [00:00<00:00, 45.0it/s]") is not None
+
+
+def _tqdm_screens(total: int, desc: str | None = None, unit: str = "it") -> list[str]:
+    """Every screen real tqdm draws for a loop of ``total`` (no ``mininterval``)."""
+    buf = io.StringIO()
+    for _ in tqdm(range(total), desc=desc, unit=unit, file=buf, mininterval=0):
+        pass
+    return [s.strip() for s in buf.getvalue().split("\r") if s.strip()]
+
+
+# Hugging Face ``datasets`` (3.x) bars: descriptions and units it draws before a
+# training; ``ba`` is its older ``batched`` unit
+_DATASETS_BARS = [
+    ("Generating train split", " examples"),
+    ("Map", " examples"),
+    ("Map (num_proc=4)", " examples"),
+    ("Filter", " examples"),
+    ("Running tokenizer on dataset", " examples"),
+    ("Resolving data files", "it"),
+    ("Fetching 3 files", "it"),
+    ("Extracting data files", "it"),
+    ("Downloading data", "it"),
+    ("Saving the dataset (1/1 shards)", " examples"),
+    ("Casting the dataset", " examples"),
+    ("Tokenizing", " examples"),
+    (None, "ba"),
+]
+
+
+@pytest.mark.parametrize(("desc", "unit"), _DATASETS_BARS)
+def test_a_datasets_preparation_bar_is_not_read(desc: str | None, unit: str) -> None:
+    """``datasets`` draws a bar for each preparation step (by its description, or by
+    its units ``examples/s`` and ``ba/s``): read, each started a run of its examples
+    before the training's own."""
+    screens = _tqdm_screens(300, desc, unit)
+    assert screens and all(parse_line(screen) is None for screen in screens)
+
+
+@pytest.mark.parametrize("desc", [None, "Training", "Epoch 2/3", "Epoch 2"])
+def test_a_training_bar_counting_examples_of_its_own_unit_is_read(desc: str | None) -> None:
+    """Only ``datasets``' own unit (``" examples"``, with its space) and ``ba`` are
+    preparation: a training loop's ``unit="examples"`` or ``"batch"`` is read."""
+    for unit in ("examples", "batch", "samples"):
+        (last,) = _tqdm_screens(300, desc, unit)[-1:]
+        assert parse_line(last) is not None, (desc, unit, last)
 
 
 def test_an_epoch_bar_stopped_short_is_not_taken_for_one_bar_over_the_run():
