@@ -290,6 +290,9 @@ class _Follower:
     unreadable: bool = False  # the last read failed (OSError): nothing waits for this file
     # a cri-dockerd link's Docker file (container id, file name): json-file lines
     docker: tuple[str, str] | None = None
+    # the poll (``LogProgressCollector._polls``) that first did not find it, while not
+    # found since: it is forgotten by the next poll that does not find it
+    missing_since: int | None = None
 
     def hand_over(self, successor: _Follower) -> None:
         """Pass the records this file leaves unfinished (``carry``, ``dropping``) to the
@@ -356,6 +359,7 @@ class LogProgressCollector:
         self._clock = clock
         self._timer = timer
         self._turn = 0  # which container reads first in a poll (both passes)
+        self._polls = 0  # polls begun (``_Follower.missing_since``)
         self._deadline = math.inf  # the poll's: reading stops past it (``_feed``)
         self._followers: dict[tuple[str, str, str], dict[tuple[int, int], _Follower]] = {}
         self._states: dict[tuple[str, str, str], LogState] = {}
@@ -396,6 +400,7 @@ class LogProgressCollector:
 
     def poll(self) -> None:
         """Read what is new in the known pods' log files (bounded) and apply it."""
+        self._polls += 1
         try:
             pods = self._pods()
         except Exception as err:
@@ -565,16 +570,27 @@ class LogProgressCollector:
         """A cri-dockerd link's files, each (id, name, rotated, status): Docker's
         json-file log and, when there, the file Docker last rotated it to
         (``<id>-json.log.1``: what it held past the last read is read too, as after a
-        kubelet rotation). Nothing for a link that is no cri-dockerd link; raises when
-        its file cannot be opened (``docker_root`` not mounted: said once)."""
+        kubelet rotation), each when there. Nothing for a link that is no cri-dockerd
+        link; raises when its file cannot be opened for another reason than not being
+        there (``docker_root`` not mounted, a permission: said once)."""
         if not self.docker_root:
             return []
         cid = docker_link_id(os.readlink(link), self.docker_root)
         if cid is None:
             return []
         current = f"{cid}-json.log"
+        files = []
         try:
-            files = [(cid, current, False, self._docker_stat(cid, current))]
+            files.append((cid, current, False, self._docker_stat(cid, current)))
+        except FileNotFoundError as err:
+            # Docker's rotation renames the file to ``.1`` before it creates the new
+            # one: a poll in between finds only ``.1``, which is the file followed
+            # (found by its inode, its read position kept); or Docker removed the
+            # container (a gone pod's link). Only a root that is not there (not
+            # mounted) is worth a WARNING
+            if not os.path.isdir(self.docker_root):
+                self._docker_unreachable(link, err)
+                raise
         except OSError as err:
             self._docker_unreachable(link, err)
             raise
@@ -629,7 +645,15 @@ class LogProgressCollector:
             )
         followers = self._followers.setdefault(key, {})
         for inode in [i for i in followers if i not in found]:
-            del followers[inode]  # deleted (or gzipped) after rotation
+            # deleted (or gzipped) after rotation, once two polls in a row did not find
+            # it. Why not at once: a file may be missing for an instant (Docker renames
+            # it to ``.1``, then creates the new one) and, forgotten, was read again
+            # from its start when found again
+            missing = followers[inode].missing_since
+            if missing is None:
+                followers[inode].missing_since = self._polls
+            elif missing < self._polls:
+                del followers[inode]
         for inode, (path, _size, _rotated, _n, docker) in found.items():
             if inode not in followers:
                 # a file this process has not seen, rotated ones too: after a restart
@@ -640,6 +664,7 @@ class LogProgressCollector:
             else:
                 followers[inode].path = path
                 followers[inode].docker = docker  # Docker renamed it: <id>-json.log.1
+                followers[inode].missing_since = None
         # in the order they were written: by number (the container's restart count,
         # so an earlier container's files first), each number's rotated files
         # (``<N>.log.<date>`` sorts by date) before its current one. Why not every
@@ -647,7 +672,7 @@ class LogProgressCollector:
         # then applied the restarted container's rotated lines before the earlier
         # container's, whose lines, older than those, were skipped
         order = sorted(
-            followers.values(),
+            (f for f in followers.values() if f.inode in found),
             key=lambda f: (found[f.inode][3], not found[f.inode][2], f.path.name),
         )
         done: dict[int, _Follower] = {}  # per number: its last rotated file read to its end

@@ -1291,6 +1291,53 @@ def test_a_cri_dockerd_link_without_dockers_root_mounted_is_said_once(tmp_path, 
     assert not col.store.snapshot()
 
 
+def _markers(first: int, last: int, start: dt.datetime = T0) -> bytes:
+    """Marker lines of steps ``first`` to ``last`` - 1, as Docker's json-file log."""
+    out = b"".join(
+        b'GPU_ETA_PROGRESS {"step": %d, "steps": 100000}\n' % i for i in range(first, last)
+    )
+    data = docker_json(out)
+    return data.replace(b"2026-11-21T06:", start.strftime("%Y-%m-%dT%H:").encode())
+
+
+def test_a_poll_between_dockers_rename_and_its_new_file_keeps_the_read_position(tmp_path, caplog):
+    """Docker rotates by renaming ``<id>-json.log`` to ``.1``, then creating the new
+    file: a poll between the two finds the rotated file by its inode and keeps its
+    read position (no re-read of the whole file), and says nothing of a missing mount."""
+    root, docker = docker_layout(tmp_path, _markers(0, 2000))
+    col = LogProgressCollector(root, ProgressStore(), lambda: [POD], docker_root=str(docker))
+    col.poll()
+    log = docker / CID / f"{CID}-json.log"
+    with caplog.at_level(logging.DEBUG, logger="gpu_eta.exporter.collectors.logs"):
+        os.rename(log, log.with_name(log.name + ".1"))
+        col.poll()  # in the window: no current file
+        log.write_bytes(_markers(2000, 2001, T0 + dt.timedelta(hours=1)))
+        col.poll()
+    assert col.counts()["matched"] == 2001  # each line read once
+    assert col.store.snapshot()[0].step == 2000
+    assert not [r for r in caplog.records if "cannot be opened" in r.getMessage()]
+
+
+def test_a_file_missing_for_one_poll_keeps_its_read_position(root):
+    """A file not found by one poll (renamed away and back, a rotation's window) is
+    followed on from where it was: only a second poll without it forgets it."""
+    d = logdir(root)
+    (d / "0.log").write_bytes(cri(b"Epoch 1/3\n"))
+    col = collector(root)
+    col.poll()
+    os.rename(d / "0.log", root / "elsewhere")
+    col.poll()
+    os.rename(root / "elsewhere", d / "0.log")
+    with open(d / "0.log", "ab") as fh:
+        fh.write(cri(b"Epoch 2/3\n", start=T0 + dt.timedelta(seconds=10)))
+    col.poll()
+    assert col.counts()["matched"] == 2  # not the first line again
+    os.rename(d / "0.log", root / "elsewhere")
+    col.poll()
+    col.poll()
+    assert not col._followers[("ml", "train-1", "trainer")]
+
+
 def _two_streams() -> list[bytes]:
     """Real Keras 3 (stdout) and tqdm (stderr) output with chatter around, as records
     split at 300 bytes (``P`` records) and merged by time, as the runtime writes them."""
