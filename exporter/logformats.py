@@ -661,11 +661,8 @@ def _keras_header(state: LogState, match: LogMatch) -> tuple[LogState, Report]:
         return new_state, report
     if state.held_total is not None:
         new_state = replace(new_state, steps_per_epoch=state.held_total)
-        report = replace(
-            report,
-            step=(epoch - 1) * state.held_total,
-            steps=match.epochs * state.held_total,
-        )
+        step, steps = _run_steps(epoch - 1, match.epochs, state.held_total, 0)
+        report = replace(report, step=step, steps=steps)
     return new_state, report
 
 
@@ -757,12 +754,12 @@ def fold(
             if epochs is not None and current > epochs:
                 return state, None
         assert match.bar is not None and match.bar_total is not None
-        step = (current - 1) * match.bar_total + match.bar
+        step, steps = _run_steps(current - 1, epochs, match.bar_total, match.bar)
         return state, Report(
             epoch=current if match.complete else current - 1,
             epochs=epochs,
             step=step,
-            steps=epochs * match.bar_total if epochs else None,
+            steps=steps,
             metrics=match.metrics,
         )
     # tqdm and Lightning bars
@@ -795,6 +792,24 @@ def fold(
     )
 
 
+def _run_steps(
+    done: int, epochs: int | None, per_epoch: int, bar: int
+) -> tuple[int | None, int | None]:
+    """The run's (step, steps) from per-epoch bars: ``done`` epochs of ``per_epoch``
+    steps, then ``bar``; ``epochs`` × ``per_epoch`` planned (None without epochs).
+    Both None when either passes ``MAX_PROGRESS``.
+
+    Why leave them out rather than send them: the wire format refuses a report with
+    a count over its bound, and the whole report, epoch included, was lost (a bar
+    of 1.5e13 tokens an epoch over 100 epochs). The epoch still tells the progress.
+    """
+    step = done * per_epoch + bar
+    steps = epochs * per_epoch if epochs else None
+    if step > MAX_PROGRESS or (steps is not None and steps > MAX_PROGRESS):
+        return None, None
+    return step, steps
+
+
 def _fold_epoch_bar(state: LogState, match: LogMatch) -> tuple[LogState, Report | None]:
     """A tqdm or Lightning bar naming its epoch (``Epoch k/N``, Lightning's ``Epoch k``):
     steps of that epoch."""
@@ -823,10 +838,11 @@ def _fold_epoch_bar(state: LogState, match: LogMatch) -> tuple[LogState, Report 
         bar_total=match.bar_total,
         epoch_ended=match.complete,
     )
+    step, steps = _run_steps(epoch - 1, match.epochs, match.bar_total, match.bar)
     return new_state, Report(
         epoch=match.epoch_done,
         epochs=match.epochs,
-        step=(epoch - 1) * match.bar_total + match.bar,
-        steps=match.epochs * match.bar_total if match.epochs else None,
+        step=step,
+        steps=steps,
         metrics=match.metrics,
     )

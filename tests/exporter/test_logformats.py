@@ -27,7 +27,7 @@ from gpu_eta.exporter.logformats import (
     parse_setup,
     visible,
 )
-from gpu_eta.exporter.progress import Report, advance
+from gpu_eta.exporter.progress import Report, advance, check_report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 NOW = 1_800_000_000.0
@@ -335,6 +335,32 @@ def test_a_run_counting_tokens_is_read_from_its_lines():
     assert marker is not None and marker.report == Report(step=1.2e13, steps=1.5e13)
     over = parse_line("{'loss': 2.1, 'num_input_tokens_seen': 1010000000000000}")
     assert over is not None and "num_input_tokens_seen" not in over.metrics
+
+
+@pytest.mark.parametrize(
+    ("prefix", "epoch", "epochs"), [("Epoch 3/100", 2, 100), ("Epoch 99", 99, None)]
+)
+def test_an_epoch_bar_whose_run_steps_pass_the_bound_still_gives_its_epoch(
+    prefix: str, epoch: int, epochs: int | None
+):
+    """Epoch 3 of 100 over a bar of 1.5e13 tokens: the run's steps (1.5e15) pass the
+    wire format's bound, which refused the whole report; its epoch is still read,
+    without step and steps (Lightning's 100th epoch: its step passes it)."""
+    line = tqdm.format_meter(12_000_000_000_000, 15_000_000_000_000, 10.0, prefix=prefix)
+    match = parse_line(line)
+    assert match is not None
+    _, report = fold(LogState(), None, match)
+    assert report is not None
+    check_report(report, now=NOW)
+    assert (report.epoch, report.epochs, report.step, report.steps) == (epoch, epochs, None, None)
+
+
+def test_a_keras_run_whose_steps_pass_the_bound_still_gives_its_epochs():
+    history = _fold_lines(["Epoch 3/100", "15000000000000/15000000000000 ━━━━ 1s 59ms/step"])
+    assert [(p.epoch, p.epochs, p.step, p.steps) for p in history] == [
+        (2, 100, None, None),
+        (3, 100, None, None),
+    ]
 
 
 def test_marker_run_start_is_held_to_the_lines_time():
