@@ -135,6 +135,26 @@ def test_huge_number_inside_a_state_row_skips_only_that_row(tmp_path):
     assert len(parse_state(json.dumps(data).encode()).rows) == 10
 
 
+def test_an_integer_beyond_pythons_digit_limit_skips_only_its_row(tmp_path, caplog):
+    """Python's json refuses an integer of over 4,300 digits (``ValueError``, the
+    whole document); the loader reads it as a number no row check accepts, so only
+    its row is skipped, as for any damaged row."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path)
+    for i in range(5):
+        store.merge("ns", f"p{i}", "main", "http", Report(epoch=1, epochs=3), NOW)
+    store.close()
+    data = json.loads(path.read_text())
+    data["progress"].append(dict(data["progress"][0], pod="bad", epoch=-7))
+    path.write_text(json.dumps(data).replace('"epoch": -7', '"epoch": 1' + "0" * 5000))
+    Path(f"{path}.journal").unlink(missing_ok=True)  # the rows come from the file alone
+    with caplog.at_level(logging.ERROR):
+        again = ProgressStore(path)
+    assert sorted(p.pod for p in again.snapshot()) == [f"p{i}" for i in range(5)]
+    assert "1 damaged row(s) skipped, 5 loaded" in caplog.text
+    again.close()
+
+
 # -- 4 and 9: what HTTP refuses is refused from logs and from disk too --------------------
 
 
