@@ -28,7 +28,8 @@ accept because it is over ``MAX_CONNECTIONS`` or ``MAX_CONNECTIONS_PER_ADDRESS``
 hostNetwork pods share the node's IP, so their address proves nothing. They are
 refused unless the exporter runs with ``allow_host_network`` AND the pod carries
 the annotation ``gpu-eta.io/progress-host-network: "true"`` AND exactly one such
-annotated hostNetwork pod is on the node (otherwise the address is ambiguous).
+annotated hostNetwork pod that has not finished is on the node (otherwise the
+address is ambiguous).
 
 Addresses: an empty listen host (``:9843``, the default) listens on every address
 of both families when the node has IPv6 (one dual-stack socket), on IPv4 only when
@@ -311,7 +312,12 @@ class ProgressListener:
             if pod is None:
                 return None, f"{address} is not a pod on this node"
             return None, "hostNetwork pods may not report (exporter option off)"
-        on_address = [p for p in self._pods() if p.host_network and p.ip == address]
+        # Finished pods (Succeeded/Failed, kept listed by a Job without
+        # ``ttlSecondsAfterFinished``) run nothing that could report: counted, one
+        # finished annotated pod refused every later one on the node "need exactly one".
+        on_address = [
+            p for p in self._pods() if p.host_network and p.ip == address and not pod_finished(p)
+        ]
         if pod is None and not on_address:
             return None, f"{address} is not a pod on this node"
         candidates = [

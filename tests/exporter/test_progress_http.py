@@ -311,6 +311,28 @@ def test_host_network_pods_need_opt_in_annotation_and_uniqueness():
     assert pod is None and "need exactly one" in reason
 
 
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_a_finished_annotated_host_network_pod_is_no_candidate(phase):
+    """A finished pod stays listed (a Job without ``ttlSecondsAfterFinished``) but runs
+    nothing: the one running annotated pod is the sender, not "two candidates"."""
+    annotations = {HOST_NETWORK_ANNOTATION: "true"}
+    done = PodMeta(
+        "hpc", "bench-1", "u1", ip=NODE_IP, host_network=True, annotations=annotations, phase=phase
+    )
+    running = PodMeta(
+        "hpc", "bench-2", "u2", ip=NODE_IP, host_network=True, annotations=annotations
+    )
+    pods = Pods(done, running)
+    lst = ProgressListener(
+        "127.0.0.1", 0, ProgressStore(), pods.by_ip, pods, allow_host_network=True
+    )
+    pod, reason = lst.sender(NODE_IP)
+    assert pod is not None and pod.name == "bench-2", reason
+    pods.pods.remove(running)  # only the finished one: refused, as no pod at all
+    pod, reason = lst.sender(NODE_IP)
+    assert pod is None and "not a pod on this node" in reason
+
+
 def test_wrong_path_and_missing_length(listener):
     conn = http.client.HTTPConnection(
         "127.0.0.1", listener.port, timeout=10, source_address=("127.0.0.2", 0)
