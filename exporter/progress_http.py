@@ -83,6 +83,17 @@ HEADER_TIMEOUT_SECONDS = 5.0
 REQUEST_TIMEOUT_SECONDS = 10.0
 # A kept-alive connection with no request in progress is closed after this.
 IDLE_TIMEOUT_SECONDS = 10.0
+# One connection's share of the event loop: at most READ_BYTES read at once, at most
+# MAX_REQUESTS_PER_TURN of its requests answered before every other connection has
+# had its turn, and at most MAX_UNSENT_BYTES of answers its peer has not read held in
+# memory (then nothing more is read from it until the peer reads). Why: a pod
+# pipelining requests without reading the answers grew the exporter without bound
+# (43 → 250 MB for 120 MB of ``GET /healthz``, the chart's limit 384Mi), and one read
+# of 256 KiB (~10,000 small requests) answered in one go held every other pod's
+# report back for seconds (bench/progress_flood.py).
+READ_BYTES = 16 * 1024
+MAX_REQUESTS_PER_TURN = 8
+MAX_UNSENT_BYTES = 64 * 1024
 # A connection refused at accept gets its 403, then its request is read and dropped
 # for at most this long (closing at once would reset it before the client reads the
 # 403); at most MAX_REFUSED_LINGERING such connections at once, the rest are reset.
@@ -502,7 +513,7 @@ def content_length(values: list[str]) -> int | None:
     return int(raw)
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(asyncio.BufferedProtocol):
     """One client connection: a minimal HTTP/1.1 reader for ``POST /progress``.
 
     Only what the endpoint needs: a request line, headers (≤ ``MAX_HEADER_BYTES``),
@@ -515,6 +526,14 @@ class _Connection(asyncio.Protocol):
     of its first byte (408 otherwise); an idle kept-alive connection is closed after
     ``IDLE_TIMEOUT_SECONDS``. While an accepted report waits for the journal, the
     connection reads nothing more (answers stay in request order).
+
+    Fair share (``READ_BYTES``, ``MAX_REQUESTS_PER_TURN``, ``MAX_UNSENT_BYTES``): reads
+    are small, a turn answers a few requests and then gives the loop to the other
+    connections (reading paused, the next turn queued with ``call_soon``), and while
+    the peer leaves its answers unread (``pause_writing``) nothing more is read or
+    answered. A peer that reads nothing until a deadline passes (the request's, or
+    the idle one) is cut (``abort``) and counted ``timeout``: closing would wait for
+    ever to send what it does not read.
     """
 
     def __init__(self, listener: ProgressListener, server: _Server):
@@ -532,6 +551,8 @@ class _Connection(asyncio.Protocol):
         self.waiting = False  # an answer waits for the journal's fsync
         self.refused = False  # answered 403 at accept: what it sends is dropped
         self.paused = False  # reading paused while an answer waits (pipelining bound)
+        self.write_paused = False  # the peer has MAX_UNSENT_BYTES of answers unread
+        self.yielded = False  # this turn is over: the next one is queued (call_soon)
         self.eof = False  # the client is done sending (closed or half-closed its side)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -555,6 +576,7 @@ class _Connection(asyncio.Protocol):
             return
         self.counted = True
         self.server.connections.add(self)
+        self.transport.set_write_buffer_limits(high=MAX_UNSENT_BYTES)  # type: ignore[union-attr]
         pod, reason = self.listener.sender(self.ip)
         if pod is not None:  # who its refusals are logged as (``_refuse``)
             self.sender = _who(pod)
@@ -614,15 +636,84 @@ class _Connection(asyncio.Protocol):
         self.timer = loop.call_at(self.request_started + limit, self._late)
 
     def _idle(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
+        if self.transport is None:
+            return
+        if self.write_paused:
+            self._cut_unread(IDLE_TIMEOUT_SECONDS)
+            return
+        self.transport.close()
 
     def _late(self) -> None:
         if self.transport is None or self.transport.is_closing() or self.waiting:
             return
         what = "request" if self.headers_done else "headers"
         limit = REQUEST_TIMEOUT_SECONDS if self.headers_done else HEADER_TIMEOUT_SECONDS
+        if self.write_paused:
+            # the request was not late: it was never read, the peer reads no answers
+            self._cut_unread(limit)
+            return
         self._refuse(408, "timeout", f"timeout: {what} not complete within {limit:g}s")
+
+    def _cut_unread(self, limit: float) -> None:
+        """The peer has read none of its answers within ``limit``: count it and cut
+        the connection (a close would wait for ever to send them)."""
+        self.listener._refused(
+            self.sender or self.ip,
+            "timeout",
+            408,
+            f"timeout: answers not read within {limit:g}s (connection cut)",
+            pod=bool(self.sender),
+        )
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- flow control: the fair share (class docstring) --------------------------------
+
+    def _reading(self) -> None:
+        """Read while nothing holds reading back: a full buffer behind an answer that
+        waits for the journal (``paused``), unread answers (``write_paused``), a turn
+        given up to the other connections (``yielded``). Both calls are no-ops when
+        nothing changes."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self.paused or self.write_paused or self.yielded:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        """The transport holds over ``MAX_UNSENT_BYTES`` the peer has not read."""
+        self.write_paused = True
+        self._reading()
+
+    def resume_writing(self) -> None:
+        """The peer has read its answers down to a quarter of the bound: go on, in a
+        turn of its own (not inside the transport's write callback)."""
+        self.write_paused = False
+        self._queue_turn()
+
+    def _queue_turn(self) -> None:
+        """Give the loop to the other connections; this one goes on in ``_next_turn``."""
+        if self.yielded or self.transport is None or self.transport.is_closing():
+            return
+        self.yielded = True
+        self._reading()
+        asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self.yielded = False
+        self._drain()
+        self._reading()
+        self._close_if_done()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the transport reads into: the server's one buffer of ``READ_BYTES``
+        (one loop thread; ``buffer_updated`` copies out before the next read)."""
+        return self.server.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._received(self.server.read_buffer[:nbytes])
 
     def _reply(
         self,
@@ -653,14 +744,14 @@ class _Connection(asyncio.Protocol):
         self._reply(status, text, close=True)
         return False
 
-    def data_received(self, data: bytes) -> None:
+    def _received(self, data: memoryview) -> None:
         if self.refused or self.transport is None or self.transport.is_closing():
             return
         if self.waiting:  # pipelined behind an answer that waits for the journal
             self.buffer += data
             if len(self.buffer) > MAX_HEADER_BYTES + MAX_BODY_BYTES and not self.paused:
                 self.paused = True  # bounded: stop reading until the answer is out
-                self.transport.pause_reading()
+                self._reading()
             return
         if self.request_started is None and data:
             self.request_started = asyncio.get_running_loop().time()
@@ -671,14 +762,21 @@ class _Connection(asyncio.Protocol):
         self._drain()
 
     def _drain(self) -> None:
-        while (
-            self.transport is not None
-            and not self.transport.is_closing()
-            and not self.waiting
-            and self.buffer
-        ):
+        """Answer the complete requests buffered, ``MAX_REQUESTS_PER_TURN`` at most
+        (then the next turn is queued), none while the peer leaves answers unread."""
+        for _ in range(MAX_REQUESTS_PER_TURN):
+            if (
+                self.transport is None
+                or self.transport.is_closing()
+                or self.waiting
+                or self.write_paused
+                or not self.buffer
+            ):
+                return
             if not self._one_request():
                 return
+        if self.buffer and not self.waiting and not self.write_paused:
+            self._queue_turn()
 
     def _next_request(self) -> None:
         """The previous request is answered: time what is buffered as the next one."""
@@ -795,13 +893,23 @@ class _Connection(asyncio.Protocol):
             return
         if close:
             return
-        if self.paused:
-            self.paused = False
-            transport.resume_reading()
+        self.paused = False
         self._next_request()
         self._drain()
-        if self.eof and not self.waiting and not transport.is_closing():
-            transport.close()  # half-closed by the client: every answer owed is written
+        self._reading()
+        self._close_if_done()
+
+    def _close_if_done(self) -> None:
+        """Half-closed by the client: close once every answer owed is written (none
+        waits for the journal, for a turn or for the peer to read)."""
+        transport = self.transport
+        if (
+            self.eof
+            and not (self.waiting or self.yielded or self.write_paused)
+            and transport is not None
+            and not transport.is_closing()
+        ):
+            transport.close()
 
 
 class _Ack:
@@ -839,6 +947,8 @@ class _Server:
         self._acks: list[tuple[_Ack, bool]] = []
         self._ack_scheduled = False
         self.connections: set[_Connection] = set()
+        # every connection reads into this one (the loop's thread only): ``get_buffer``
+        self.read_buffer = memoryview(bytearray(READ_BYTES))
         self._server: asyncio.base_events.Server | None = None
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name="gpu-eta-progress-http", daemon=True)

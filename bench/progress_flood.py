@@ -1,0 +1,205 @@
+"""Benchmark: what one pod flooding the progress port costs the other pods and the exporter.
+
+One ``ProgressListener`` in a process of its own (as in the exporter: the clients
+here share no GIL with it), pods on loopback addresses. Two cases:
+
+- ``latency``: pod A pipelines requests on 8 connections (the per-address cap), as
+  fast as it can, reading its answers: rate-limited ``POST /progress`` (``post``,
+  answered 429 past its burst) or ``GET /healthz`` (``health``). Meanwhile pod B
+  sends one report at a time, each on a new connection (as ``curl`` does), and its
+  answer times are printed (the report client gives up after 2 s), with the
+  listener's CPU seconds per second and the flood's answers per second.
+- ``memory``: pod A pipelines ``--memory-mb`` of ``GET /healthz`` on one connection
+  and reads nothing (its receive buffer 4 KiB); printed: the listener process's
+  resident memory before, its peak (VmHWM), how many answers it wrote and whether
+  the connection was cut.
+
+    python bench/progress_flood.py [--cases latency,memory] [--samples 20]
+        [--memory-mb 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+FLOOD_IP = "127.0.0.2"
+OTHER_IP = "127.0.0.3"
+HEALTH = b"GET /healthz HTTP/1.1\r\n\r\n"
+BODY = b'{"epoch": 1}'
+POST = b"POST /progress HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+
+
+def serve(conn: Connection) -> None:
+    """The listener's process: serve until told to stop, then send its counts."""
+    from gpu_eta.exporter.progress_http import ProgressListener
+    from gpu_eta.exporter.progress_store import ProgressStore
+    from gpu_eta.exporter.readings import PodMeta
+
+    pods = [
+        PodMeta("team-a", "flood", "uid-a", ip=FLOOD_IP, container_ids={"main": "c1"}),
+        PodMeta("team-b", "trainer", "uid-b", ip=OTHER_IP, container_ids={"main": "c2"}),
+    ]
+    by_ip = {p.ip: p for p in pods}
+    listener = ProgressListener("127.0.0.1", 0, ProgressStore(), by_ip.get, lambda: pods)
+    listener.start()
+    conn.send(listener.port)
+    conn.recv()
+    conn.send(dict(listener.counts()))
+    listener.stop()
+
+
+def read_and_drop(s: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while s.recv(1 << 20):
+            pass
+
+
+def flood(port: int, kind: str, n_connections: int, seconds: float) -> None:
+    """Pod A: pipelined requests on ``n_connections``, answers read and dropped."""
+    chunk = (HEALTH if kind == "health" else POST) * 2000
+    end = time.monotonic() + seconds
+
+    def one() -> None:
+        while time.monotonic() < end:
+            try:
+                s = socket.create_connection(("127.0.0.1", port), source_address=(FLOOD_IP, 0))
+            except OSError:
+                continue
+
+            threading.Thread(target=read_and_drop, args=(s,), daemon=True).start()
+            try:
+                while time.monotonic() < end:
+                    s.sendall(chunk)
+            except OSError:
+                pass  # closed by the listener: a new connection, as a flood would
+            finally:
+                s.close()
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(n_connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def report_ms(port: int) -> float:
+    """Pod B: one report on a new connection; its answer time in ms."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(OTHER_IP, 0))
+    t = time.perf_counter()
+    c.request("POST", "/progress", body=b'{"epoch": 1, "epochs": 3}')
+    r = c.getresponse()
+    r.read()
+    c.close()
+    assert r.status in (200, 429), r.status
+    return (time.perf_counter() - t) * 1000
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def status_mb(pid: int, field: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def start_listener() -> tuple[mp.Process, Connection, int]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=serve, args=(child,), daemon=True)
+    proc.start()
+    return proc, parent, parent.recv()
+
+
+def stop_listener(proc: mp.Process, pipe: Connection) -> dict:
+    pipe.send("stop")
+    counts = pipe.recv()
+    proc.join(timeout=10)
+    return counts
+
+
+def latency_case(kind: str, samples: int) -> None:
+    proc, pipe, port = start_listener()
+    quiet = [report_ms(port) for _ in range(samples)]
+    seconds = 3.0 + samples * 0.5
+    ctx = mp.get_context("spawn")
+    flooder = ctx.Process(target=flood, args=(port, kind, 8, seconds), daemon=True)
+    flooder.start()
+    time.sleep(1.5)
+    cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+    loaded = []
+    while len(loaded) < samples and flooder.is_alive():
+        loaded.append(report_ms(port))
+        time.sleep(0.05)
+    cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0)
+    flooder.join()
+    counts = stop_listener(proc, pipe)
+    answered = counts["health"] if kind == "health" else counts["rate_limited"]
+    print(
+        f"flood {kind:6s}: other pod's report quiet p50 {statistics.median(quiet):.1f} ms;"
+        f" under the flood p50 {statistics.median(loaded):.1f} ms,"
+        f" max {max(loaded):.1f} ms ({len(loaded)} reports);"
+        f" listener CPU {cpu:.2f} s/s; flood answered {answered / seconds:,.0f}/s",
+        flush=True,
+    )
+
+
+def memory_case(memory_mb: int) -> None:
+    proc, pipe, port = start_listener()
+    before = status_mb(proc.pid, "VmRSS")
+    s = socket.create_connection(("127.0.0.1", port), source_address=(FLOOD_IP, 0))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    chunk = HEALTH * (65536 // len(HEALTH))
+    sent, cut, t0 = 0, False, time.monotonic()
+    try:
+        while sent < memory_mb * 2**20 and time.monotonic() - t0 < 120:
+            s.sendall(chunk)
+            sent += len(chunk)
+    except OSError:
+        cut = True
+    time.sleep(1)
+    peak = status_mb(proc.pid, "VmHWM")
+    s.close()
+    counts = stop_listener(proc, pipe)
+    print(
+        f"memory: {sent / 2**20:.0f} MB of GET /healthz pipelined, none read, in"
+        f" {time.monotonic() - t0:.1f} s: listener RSS {before:.0f} MB before, peak"
+        f" {peak:.0f} MB; {counts['health']:,} answered; connection cut: {cut}"
+        f" (timeouts counted: {counts['timeout']})",
+        flush=True,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="latency,memory")
+    parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--memory-mb", type=int, default=120)
+    args = parser.parse_args()
+    cases = args.cases.split(",")
+    if "latency" in cases:
+        for kind in ("post", "health"):
+            latency_case(kind, args.samples)
+    if "memory" in cases:
+        memory_case(args.memory_mb)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

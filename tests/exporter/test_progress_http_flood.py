@@ -1,0 +1,146 @@
+"""gpu_eta.exporter.progress_http: one pod pipelining requests cannot grow the exporter's
+memory nor hold back other pods' reports.
+
+Real sockets on loopback source addresses, the real listener in its thread. The
+latency a flood costs another pod is measured in ``bench/progress_flood.py``; here
+only behaviour: what is answered to a client that does not read, and in which order
+two clients are served.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gpu_eta.exporter import progress_http
+from gpu_eta.exporter.progress_http import ProgressListener
+from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.exporter.readings import PodMeta
+
+POD_A = PodMeta("team-a", "trainer-a", "uid-a", ip="127.0.0.2", container_ids={"main": "c1"})
+POD_B = PodMeta("team-b", "trainer-b", "uid-b", ip="127.0.0.3", container_ids={"main": "c3"})
+HEALTH = b"GET /healthz HTTP/1.1\r\n\r\n"
+BODY = b'{"epoch": 1, "epochs": 3}'
+POST = b"POST /progress HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+
+
+@pytest.fixture
+def listener() -> Iterator[ProgressListener]:
+    pods = [POD_A, POD_B]
+    lst = ProgressListener(
+        "127.0.0.1",
+        0,
+        ProgressStore(),
+        lambda ip: next((p for p in pods if p.ip == ip), None),
+        lambda: pods,
+    )
+    lst.start()
+    try:
+        yield lst
+    finally:
+        lst.stop()
+
+
+def test_a_client_that_never_reads_is_answered_a_bounded_amount(listener, monkeypatch):
+    """Answers the peer does not read are not buffered without end: reading stops
+    while the transport holds ``MAX_UNSENT_BYTES`` of them. Before, 120 MB of
+    pipelined ``GET /healthz`` grew the exporter from 43 to 250 MB (every answer held
+    in user space). What the kernel buffers besides (up to ``tcp_wmem``'s maximum)
+    is not the exporter's memory; the transport's own buffer is, and is watched here
+    while the flood runs."""
+    monkeypatch.setattr(progress_http, "REQUEST_TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setattr(progress_http, "HEADER_TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setattr(progress_http, "IDLE_TIMEOUT_SECONDS", 2.0)
+    n_requests = 200_000  # 5 MB of requests, 16 MB of answers if all were answered
+    flood = socket.create_connection(
+        ("127.0.0.1", listener.port), timeout=60, source_address=("127.0.0.2", 0)
+    )
+    flood.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sender = threading.Thread(target=flood.sendall, args=(HEALTH * n_requests,), daemon=True)
+    largest, last, since = 0, -1, time.monotonic()
+    try:
+        sender.start()  # blocks once the listener stops reading: in a thread
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and time.monotonic() - since < 0.5:
+            for conn in list(listener._server.connections):
+                if conn.ip == "127.0.0.2" and conn.transport is not None:
+                    largest = max(largest, conn.transport.get_write_buffer_size())
+            answered = listener.counts()["health"]
+            if answered != last:
+                last, since = answered, time.monotonic()
+            time.sleep(0.005)
+        assert last < n_requests  # the flood was held back, not answered whole
+        assert 0 < largest <= progress_http.MAX_UNSENT_BYTES + 1024, largest
+        # and the connection does not hold its slot for ever: the deadline passes
+        # with nothing read, and it is cut
+        deadline = time.monotonic() + 10
+        while listener.counts()["timeout"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert listener.counts()["timeout"] == 1
+        while listener._server.connections and time.monotonic() < deadline:
+            time.sleep(0.05)  # its slot freed once the loop has run connection_lost
+        assert not listener._server.connections
+    finally:
+        flood.close()
+        sender.join(timeout=10)
+
+
+def test_another_pods_report_is_answered_before_a_floods_backlog(listener):
+    """A connection is answered a few requests at a time, then the others get their
+    turn: a pod's one report is not queued behind thousands another pod pipelined
+    (before: a read of up to 256 KiB, ~10,000 small requests, answered in one go)."""
+    n_requests = 5000
+    flood = socket.create_connection(
+        ("127.0.0.1", listener.port), timeout=30, source_address=("127.0.0.2", 0)
+    )
+    other = socket.create_connection(
+        ("127.0.0.1", listener.port), timeout=30, source_address=("127.0.0.3", 0)
+    )
+    received = bytearray()
+
+    def read_all() -> None:  # the flood reads its answers: no send buffer fills
+        while received.count(b"ok\n") < n_requests:
+            chunk = flood.recv(1 << 20)
+            if not chunk:
+                return
+            received.extend(chunk)
+
+    reader = threading.Thread(target=read_all, daemon=True)
+    try:
+        other.sendall(POST[:-1])  # all but its last byte: its turn comes after the flood's
+        time.sleep(0.2)
+        reader.start()
+        flood.sendall(HEALTH * n_requests)
+        other.sendall(POST[-1:])
+        answer = other.recv(4096)
+        health_before = listener.counts()["health"]
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+        assert health_before < n_requests // 2, health_before
+        reader.join(timeout=30)
+        assert listener.counts()["health"] == n_requests  # the flood is still served
+    finally:
+        flood.close()
+        other.close()
+
+
+def read_until_closed(s: socket.socket) -> bytes:
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return data
+
+
+def test_pipelined_requests_are_all_answered_before_a_half_close_closes(listener):
+    """Answered over several turns, every request sent before ``shutdown(SHUT_WR)``
+    still gets its answer."""
+    with socket.create_connection(
+        ("127.0.0.1", listener.port), timeout=10, source_address=("127.0.0.3", 0)
+    ) as s:
+        s.sendall(POST + HEALTH * 40)
+        s.shutdown(socket.SHUT_WR)
+        answers = read_until_closed(s)
+    assert answers.count(b"HTTP/1.1 200 ") == 41
