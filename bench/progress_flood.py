@@ -9,10 +9,12 @@ here share no GIL with it), pods on loopback addresses. Two cases:
   sends one report at a time, each on a new connection (as ``curl`` does), and its
   answer times are printed (the report client gives up after 2 s), with the
   listener's CPU seconds per second and the flood's answers per second.
-- ``memory``: pod A pipelines ``--memory-mb`` of ``GET /healthz`` on one connection
-  and reads nothing (its receive buffer 4 KiB); printed: the listener process's
-  resident memory before, its peak (VmHWM), how many answers it wrote and whether
-  the connection was cut.
+- ``memory``: pod A pipelines ``--memory-mb`` of requests on one connection and reads
+  nothing (its receive buffer 4 KiB): ``GET /healthz``, then reports to a listener
+  whose rate limit is lifted (``rate_per_second`` 10⁶: every report is stored, so
+  the connection is not closed for storing nothing and only the bound on unread
+  answers holds it). Printed: the listener process's resident memory before, its
+  peak (VmHWM), how many answers it wrote and whether the connection was cut.
 
     python bench/progress_flood.py [--cases latency,memory] [--samples 20]
         [--memory-mb 120]
@@ -42,7 +44,7 @@ BODY = b'{"epoch": 1}'
 POST = b"POST /progress HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
 
 
-def serve(conn: Connection) -> None:
+def serve(conn: Connection, rate_per_second: float) -> None:
     """The listener's process: serve until told to stop, then send its counts."""
     from gpu_eta.exporter.progress_http import ProgressListener
     from gpu_eta.exporter.progress_store import ProgressStore
@@ -53,7 +55,15 @@ def serve(conn: Connection) -> None:
         PodMeta("team-b", "trainer", "uid-b", ip=OTHER_IP, container_ids={"main": "c2"}),
     ]
     by_ip = {p.ip: p for p in pods}
-    listener = ProgressListener("127.0.0.1", 0, ProgressStore(), by_ip.get, lambda: pods)
+    listener = ProgressListener(
+        "127.0.0.1",
+        0,
+        ProgressStore(),
+        by_ip.get,
+        lambda: pods,
+        rate_per_second=rate_per_second,
+        burst=max(20, int(rate_per_second)),
+    )
     listener.start()
     conn.send(listener.port)
     conn.recv()
@@ -119,10 +129,10 @@ def status_mb(pid: int, field: str) -> float:
     return 0.0
 
 
-def start_listener() -> tuple[mp.Process, Connection, int]:
+def start_listener(rate_per_second: float = 10.0) -> tuple[mp.Process, Connection, int]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=serve, args=(child,), daemon=True)
+    proc = ctx.Process(target=serve, args=(child, rate_per_second), daemon=True)
     proc.start()
     return proc, parent, parent.recv()
 
@@ -160,15 +170,16 @@ def latency_case(kind: str, samples: int) -> None:
     )
 
 
-def memory_case(memory_mb: int) -> None:
-    proc, pipe, port = start_listener()
+def memory_case(kind: str, memory_mb: int) -> None:
+    proc, pipe, port = start_listener(10.0 if kind == "health" else 1e6)
     before = status_mb(proc.pid, "VmRSS")
     s = socket.create_connection(("127.0.0.1", port), source_address=(FLOOD_IP, 0))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    chunk = HEALTH * (65536 // len(HEALTH))
+    one = HEALTH if kind == "health" else POST
+    chunk = one * (65536 // len(one))
     sent, cut, t0 = 0, False, time.monotonic()
     try:
-        while sent < memory_mb * 2**20 and time.monotonic() - t0 < 120:
+        while sent < memory_mb * 2**20 and time.monotonic() - t0 < 300:
             s.sendall(chunk)
             sent += len(chunk)
     except OSError:
@@ -178,9 +189,10 @@ def memory_case(memory_mb: int) -> None:
     s.close()
     counts = stop_listener(proc, pipe)
     print(
-        f"memory: {sent / 2**20:.0f} MB of GET /healthz pipelined, none read, in"
+        f"memory {kind:6s}: {sent / 2**20:.0f} MB pipelined, none read, in"
         f" {time.monotonic() - t0:.1f} s: listener RSS {before:.0f} MB before, peak"
-        f" {peak:.0f} MB; {counts['health']:,} answered; connection cut: {cut}"
+        f" {peak:.0f} MB; {counts['health'] + counts['accepted']:,} answered;"
+        f" connection cut: {cut}"
         f" (timeouts counted: {counts['timeout']})",
         flush=True,
     )
@@ -197,7 +209,8 @@ def main() -> int:
         for kind in ("post", "health"):
             latency_case(kind, args.samples)
     if "memory" in cases:
-        memory_case(args.memory_mb)
+        for kind in ("health", "post"):
+            memory_case(kind, args.memory_mb)
     return 0
 
 

@@ -94,6 +94,11 @@ IDLE_TIMEOUT_SECONDS = 10.0
 READ_BYTES = 16 * 1024
 MAX_REQUESTS_PER_TURN = 8
 MAX_UNSENT_BYTES = 64 * 1024
+# A connection whose answers store nothing this many times in a row (``GET /healthz``,
+# any refusal: a 429 among them) is closed after the last, which says so. A client
+# honouring ``Retry-After`` never gets near; one that keeps sending on regardless pays
+# a new connection (and its handshake) every so many answers instead of holding one.
+MAX_UNSTORED_IN_A_ROW = 100
 # A connection refused at accept gets its 403, then its request is read and dropped
 # for at most this long (closing at once would reset it before the client reads the
 # 403); at most MAX_REFUSED_LINGERING such connections at once, the rest are reset.
@@ -553,6 +558,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.paused = False  # reading paused while an answer waits (pipelining bound)
         self.write_paused = False  # the peer has MAX_UNSENT_BYTES of answers unread
         self.yielded = False  # this turn is over: the next one is queued (call_soon)
+        self.unstored = 0  # answers in a row that stored no report
         self.eof = False  # the client is done sending (closed or half-closed its side)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -825,6 +831,7 @@ class _Connection(asyncio.BufferedProtocol):
                 return self._refuse(400, "malformed", "malformed: GET /healthz takes no body")
             del buf[: end + 4]
             self.listener._count("health")
+            close = self._stored_nothing(close)
             self._reply(200, "ok", close)
             self._next_request()
             return not close
@@ -866,6 +873,10 @@ class _Connection(asyncio.BufferedProtocol):
             self._reply(status, text, close=True)  # body not read: the stream is unusable
             return False
         del buf[: start + length]
+        if status == 200:
+            self.unstored = 0
+        else:
+            close = self._stored_nothing(close)
         if status == 200 and ack is not None:
             # answered once the journal has the report on disk (``_Ack``)
             self.waiting = True
@@ -875,6 +886,12 @@ class _Connection(asyncio.BufferedProtocol):
         self._reply(status, text, close, retry_after=wait)
         self._next_request()
         return not close
+
+    def _stored_nothing(self, close: bool) -> bool:
+        """An answer that stores no report: whether to close after it (``close``, or
+        ``MAX_UNSTORED_IN_A_ROW`` such answers in a row)."""
+        self.unstored += 1
+        return close or self.unstored >= MAX_UNSTORED_IN_A_ROW
 
     def acked(self, ok: bool, text: str, close: bool) -> None:
         """The journal answered for the report this connection waits on (loop thread)."""

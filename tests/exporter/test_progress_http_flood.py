@@ -55,6 +55,7 @@ def test_a_client_that_never_reads_is_answered_a_bounded_amount(listener, monkey
     monkeypatch.setattr(progress_http, "REQUEST_TIMEOUT_SECONDS", 2.0)
     monkeypatch.setattr(progress_http, "HEADER_TIMEOUT_SECONDS", 2.0)
     monkeypatch.setattr(progress_http, "IDLE_TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setattr(progress_http, "MAX_UNSTORED_IN_A_ROW", 10**9)  # not closed for that
     n_requests = 200_000  # 5 MB of requests, 16 MB of answers if all were answered
     flood = socket.create_connection(
         ("127.0.0.1", listener.port), timeout=60, source_address=("127.0.0.2", 0)
@@ -89,11 +90,12 @@ def test_a_client_that_never_reads_is_answered_a_bounded_amount(listener, monkey
         sender.join(timeout=10)
 
 
-def test_another_pods_report_is_answered_before_a_floods_backlog(listener):
+def test_another_pods_report_is_answered_before_a_floods_backlog(listener, monkeypatch):
     """A connection is answered a few requests at a time, then the others get their
     turn: a pod's one report is not queued behind thousands another pod pipelined
     (before: a read of up to 256 KiB, ~10,000 small requests, answered in one go)."""
     n_requests = 5000
+    monkeypatch.setattr(progress_http, "MAX_UNSTORED_IN_A_ROW", 10**9)  # not closed for that
     flood = socket.create_connection(
         ("127.0.0.1", listener.port), timeout=30, source_address=("127.0.0.2", 0)
     )
@@ -144,3 +146,35 @@ def test_pipelined_requests_are_all_answered_before_a_half_close_closes(listener
         s.shutdown(socket.SHUT_WR)
         answers = read_until_closed(s)
     assert answers.count(b"HTTP/1.1 200 ") == 41
+
+
+@pytest.mark.parametrize("kind", ["health", "rate_limited"])
+def test_a_connection_storing_nothing_for_many_answers_is_closed(kind):
+    """``MAX_UNSTORED_IN_A_ROW`` answers in a row that store no report (``/healthz``,
+    refusals such as 429) and the connection is closed, its last answer saying so: a
+    client honouring ``Retry-After`` never gets there, a flood pays a new connection."""
+    pods = [POD_A]
+    lst = ProgressListener(
+        "127.0.0.1",
+        0,
+        ProgressStore(),
+        lambda ip: next((p for p in pods if p.ip == ip), None),
+        lambda: pods,
+        rate_per_second=0.001,
+        burst=3,
+    )
+    lst.start()
+    limit = progress_http.MAX_UNSTORED_IN_A_ROW
+    try:
+        with socket.create_connection(
+            ("127.0.0.1", lst.port), timeout=10, source_address=("127.0.0.2", 0)
+        ) as s:
+            s.sendall((HEALTH if kind == "health" else POST) * (limit + 50))
+            answers = read_until_closed(s).split(b"HTTP/1.1 ")[1:]
+        stored = 0 if kind == "health" else 3
+        assert len(answers) == stored + limit
+        assert b"Connection: close" in answers[-1]
+        assert not any(b"Connection: close" in a for a in answers[:-1])
+        assert lst.counts()[kind] == limit
+    finally:
+        lst.stop()
