@@ -37,8 +37,9 @@ it has not; ``[::]:9843`` is dual-stack too. An IPv4 sender seen on an IPv6 sock
 (``::ffff:10.1.2.3``) is looked up as ``10.1.2.3``, the form the pod cache holds.
 
 The HTTP side is a minimal HTTP/1.1 reader on asyncio (one thread for all
-connections, keep-alive, bounded headers/bodies/connections); the decision for a
-request is ``ProgressListener.handle``, plain code without sockets.
+connections, keep-alive, bounded headers/bodies/connections, each connection a fair
+share of the loop: ``_Connection``); the decision for a request is
+``ProgressListener.handle``, plain code without sockets.
 """
 
 from __future__ import annotations
