@@ -25,14 +25,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
-import multiprocessing as mp
+import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,8 +44,9 @@ BODY = b'{"epoch": 1}'
 POST = b"POST /progress HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
 
 
-def serve(conn: Connection, rate_per_second: float) -> None:
-    """The listener's process: serve until told to stop, then send its counts."""
+def serve(rate_per_second: float) -> None:
+    """The listener's process: print its port, serve until stdin closes, then print
+    its counts (one JSON line)."""
     from gpu_eta.exporter.progress_http import ProgressListener
     from gpu_eta.exporter.progress_store import ProgressStore
     from gpu_eta.exporter.readings import PodMeta
@@ -65,9 +66,9 @@ def serve(conn: Connection, rate_per_second: float) -> None:
         burst=max(20, int(rate_per_second)),
     )
     listener.start()
-    conn.send(listener.port)
-    conn.recv()
-    conn.send(dict(listener.counts()))
+    print(listener.port, flush=True)
+    sys.stdin.read()
+    print(json.dumps(dict(listener.counts())), flush=True)
     listener.stop()
 
 
@@ -129,37 +130,42 @@ def status_mb(pid: int, field: str) -> float:
     return 0.0
 
 
-def start_listener(rate_per_second: float = 10.0) -> tuple[mp.Process, Connection, int]:
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=serve, args=(child, rate_per_second), daemon=True)
-    proc.start()
-    return proc, parent, parent.recv()
+def child(*args: str) -> subprocess.Popen:
+    """This script in a process of its own (``--serve``, ``--flood``)."""
+    return subprocess.Popen(
+        [sys.executable, __file__, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
-def stop_listener(proc: mp.Process, pipe: Connection) -> dict:
-    pipe.send("stop")
-    counts = pipe.recv()
-    proc.join(timeout=10)
-    return counts
+def start_listener(rate_per_second: float = 10.0) -> tuple[subprocess.Popen, int]:
+    proc = child("--serve", str(rate_per_second))
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
+
+
+def stop_listener(proc: subprocess.Popen) -> dict:
+    """Its counts by result; the process ends."""
+    out, _ = proc.communicate(timeout=30)
+    return json.loads(out.splitlines()[-1])
 
 
 def latency_case(kind: str, samples: int) -> None:
-    proc, pipe, port = start_listener()
+    proc, port = start_listener()
     quiet = [report_ms(port) for _ in range(samples)]
     seconds = 3.0 + samples * 0.5
-    ctx = mp.get_context("spawn")
-    flooder = ctx.Process(target=flood, args=(port, kind, 8, seconds), daemon=True)
-    flooder.start()
+    flooder = child("--flood", str(port), kind, "8", str(seconds))
     time.sleep(1.5)
     cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
     loaded = []
-    while len(loaded) < samples and flooder.is_alive():
+    while len(loaded) < samples and flooder.poll() is None:
         loaded.append(report_ms(port))
         time.sleep(0.05)
     cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0)
-    flooder.join()
-    counts = stop_listener(proc, pipe)
+    flooder.wait(timeout=seconds + 30)
+    counts = stop_listener(proc)
     answered = counts["health"] if kind == "health" else counts["rate_limited"]
     print(
         f"flood {kind:6s}: other pod's report quiet p50 {statistics.median(quiet):.1f} ms;"
@@ -171,7 +177,7 @@ def latency_case(kind: str, samples: int) -> None:
 
 
 def memory_case(kind: str, memory_mb: int) -> None:
-    proc, pipe, port = start_listener(10.0 if kind == "health" else 1e6)
+    proc, port = start_listener(10.0 if kind == "health" else 1e6)
     before = status_mb(proc.pid, "VmRSS")
     s = socket.create_connection(("127.0.0.1", port), source_address=(FLOOD_IP, 0))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -187,7 +193,7 @@ def memory_case(kind: str, memory_mb: int) -> None:
     time.sleep(1)
     peak = status_mb(proc.pid, "VmHWM")
     s.close()
-    counts = stop_listener(proc, pipe)
+    counts = stop_listener(proc)
     print(
         f"memory {kind:6s}: {sent / 2**20:.0f} MB pipelined, none read, in"
         f" {time.monotonic() - t0:.1f} s: listener RSS {before:.0f} MB before, peak"
@@ -203,7 +209,16 @@ def main() -> int:
     parser.add_argument("--cases", default="latency,memory")
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--memory-mb", type=int, default=120)
+    parser.add_argument("--serve", type=float, help=argparse.SUPPRESS)  # rate: a child
+    parser.add_argument("--flood", nargs=4, help=argparse.SUPPRESS)  # port kind n seconds
     args = parser.parse_args()
+    if args.serve is not None:
+        serve(args.serve)
+        return 0
+    if args.flood is not None:
+        port, kind, n, seconds = args.flood
+        flood(int(port), kind, int(n), float(seconds))
+        return 0
     cases = args.cases.split(",")
     if "latency" in cases:
         for kind in ("post", "health"):
