@@ -135,16 +135,21 @@ def test_huge_number_inside_a_state_row_skips_only_that_row(tmp_path):
     assert len(parse_state(json.dumps(data).encode()).rows) == 10
 
 
+def saved_state(path: Path, n_pods: int) -> dict:
+    """The state file a store writes for ``n_pods`` pods (``p0``…), as JSON."""
+    store = ProgressStore(path)
+    for i in range(n_pods):
+        store.merge("ns", f"p{i}", "main", "http", Report(epoch=1, epochs=3), NOW)
+    store.close()
+    return json.loads(path.read_text())
+
+
 def test_an_integer_beyond_pythons_digit_limit_skips_only_its_row(tmp_path, caplog):
     """Python's json refuses an integer of over 4,300 digits (``ValueError``, the
     whole document); the loader reads it as a number no row check accepts, so only
     its row is skipped, as for any damaged row."""
     path = tmp_path / "progress.json"
-    store = ProgressStore(path)
-    for i in range(5):
-        store.merge("ns", f"p{i}", "main", "http", Report(epoch=1, epochs=3), NOW)
-    store.close()
-    data = json.loads(path.read_text())
+    data = saved_state(path, 5)
     data["progress"].append(dict(data["progress"][0], pod="bad", epoch=-7))
     path.write_text(json.dumps(data).replace('"epoch": -7', '"epoch": 1' + "0" * 5000))
     Path(f"{path}.journal").unlink(missing_ok=True)  # the rows come from the file alone
@@ -190,11 +195,7 @@ def test_check_report_is_the_one_rule_for_every_source():
 
 def test_one_bad_state_row_does_not_discard_ten_good_ones(tmp_path, caplog):
     path = tmp_path / "progress.json"
-    store = ProgressStore(path)
-    for i in range(10):
-        store.merge("ns", f"p{i}", "main", "http", Report(epoch=1, epochs=3), NOW)
-    store.close()
-    data = json.loads(path.read_text())
+    data = saved_state(path, 10)
     row = data["progress"][0]
     data["progress"] += [
         dict(row, pod="bad-container", container="NOT a label"),
