@@ -5,7 +5,7 @@ replay (forecaster/queue_replay.py) can be scored the way issue 12 asks: median
 absolute error as a share of the real wait, and P10–P90 coverage, against the naive
 answer "when the earliest running job on a suitable node ends".
 
-What runs: for each seed, the demo's cluster simulator (demo/cluster.py) first runs
+What runs: for each seed, the demo's cluster simulator (simulation/cluster.py) first runs
 a history stretch; gpu-eta's model (``EtaModel``) is fitted on its finished runs and
 the replay draws started pods' durations from them, as the forecaster does. Then a
 live stretch runs; every ``--every`` seconds the bench takes what kube-state-metrics

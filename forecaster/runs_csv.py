@@ -515,7 +515,7 @@ class _UntilDamage:
 
     Why a cut is read up to: a gzip file cut short (a copy interrupted, a disk filled)
     still holds every line before the cut; the runs they finish are as good as in a
-    whole file. Why corruption is not (``_gzip_damage``): gzip's checksum is checked
+    whole file. Why corruption is not (``_CORRUPT``): gzip's checksum is checked
     only at the end of the data, so a CRC failure says some byte is wrong but not
     which; a changed digit reads as a valid row (epoch 1 as 0, a time an hour off), and
     a deflate stream that fails mid-way has already given bytes nothing vouches for.
