@@ -60,6 +60,7 @@ from gpu_eta.forecaster.runs_from_series import (
     Allocation,
     CycleView,
     PlanlessRun,
+    PodKey,
     assemble,
     ending_runs,
     pod_values,
@@ -161,6 +162,9 @@ class Cycle:
         # the runs the last cycle forecast from a scrape gap: held and running (logged
         # when the set changes; ``n_held``)
         self._held: frozenset[RunKey] = frozenset()
+        # whether the stall check's last query failed: one WARNING when it starts to
+        # fail, not one per cycle while a stuck run keeps asking (_read_util_recent)
+        self._util_recent_failing = False
         # the time of the latest cycle whose Prometheus read failed, until a cycle
         # records again (uncovered_since, unseen_seconds)
         self._failed_at: float | None = None
@@ -419,8 +423,7 @@ class Cycle:
             progress_overdue(stub, view, now, s) for _, stub in planless
         ):
             # the stall check's GPU use, asked only when some run may be stalled
-            query = queries.render(queries.UTIL_RECENT, window, s.idle_window_seconds)
-            view.set_util_recent(pod_values(self.client.instant(query, at=now)))
+            view.set_util_recent(self._read_util_recent(window, now, errors))
         jobs: list[JobForecast] = []
         for stored in running:
             run = stored.run
@@ -471,6 +474,35 @@ class Cycle:
             clock_offset_seconds=offset,
             prometheus_clock_offset_seconds=self._measured_offset(),
         )
+
+    def _read_util_recent(
+        self, window: float, now: float, errors: Counter[str]
+    ) -> dict[PodKey, float]:
+        """The stall check's recent GPU use per container; empty when its query fails.
+
+        Why not fail the cycle: the query is sent after this cycle's read was stored
+        (``store.record``, ``store.finish``), and only while some run made no progress,
+        so a failure would drop every forecast of a cycle whose history already moved
+        on, and a stuck run on a flaky server would fail every cycle. Empty, no run is
+        stalled this cycle (unknown GPU use is never idle, ``is_stalled``). Counted
+        ``stall_check_failed``; one WARNING when it starts failing, DEBUG after.
+        """
+        query = queries.render(queries.UTIL_RECENT, window, self.settings.idle_window_seconds)
+        try:
+            values = pod_values(self.client.instant(query, at=now))
+        except PromAPIError as err:
+            errors["stall_check_failed"] += 1
+            level = logging.DEBUG if self._util_recent_failing else logging.WARNING
+            log.log(
+                level,
+                "stall check skipped, its GPU-use query failed (no run is marked stalled "
+                "this cycle): %s",
+                err,
+            )
+            self._util_recent_failing = True
+            return {}
+        self._util_recent_failing = False
+        return values
 
     def _note_held(self, held: frozenset[RunKey]) -> None:
         """Keep ``held``, the runs forecast from a scrape gap (``n_held``); one INFO line
@@ -576,11 +608,11 @@ class Cycle:
     ) -> PendingSet | None:
         """Predicted starts of the GPU queue (docs/pending.md); None when turned off.
 
-        Its query fails the cycle like the others when Prometheus is away; refused by
-        Prometheus on this cluster's data (``PromQueryError``: a kube-state-metrics
-        setup the query does not expect), or a failure of the replay itself, only
-        loses this cycle's queue predictions (counted ``pending_failed``, logged): the
-        jobs' forecasts do not depend on it.
+        Its queries are sent after the cycle's read was stored: their failure, whether
+        Prometheus is away or refuses them on this cluster's data (``PromQueryError``: a
+        kube-state-metrics setup the query does not expect), or a failure of the replay
+        itself, only loses this cycle's queue predictions (counted ``pending_failed``,
+        logged): the jobs' forecasts do not depend on it.
         """
         ps = self.settings.pending
         if not ps.enabled:
@@ -597,6 +629,10 @@ class Cycle:
         except PromQueryError as err:  # refused on this cluster's data: not Prometheus away
             errors["pending_failed"] += 1
             log.warning("pending-pod queries refused by the server on its data: %s", err)
+            return None
+        except PromAPIError as err:  # away, timing out, overloaded: after the read was stored
+            errors["pending_failed"] += 1
+            log.warning("pending-pod queries failed (the jobs are forecast): %s", err)
             return None
         except kube_state.QueryTooLong as err:  # not sent: no server takes it
             errors["pending_failed"] += 1
