@@ -419,6 +419,16 @@ class PromClient:
             raise _Retryable(f"cannot connect ({_socket_reason(err)})") from None
         except requests.RequestException as err:
             raise PromAPIError(f"{self.safe_url}: request failed: {_first_line(err)}") from None
+        except (OSError, ValueError) as err:
+            # Not wrapped by requests: a --prometheus.ca-file removed after start
+            # (OSError from its path check), a proxy variable of an unknown scheme
+            # (ValueError from urllib3), a credential the header cannot encode
+            # (UnicodeEncodeError). One clear error, not a traceback at the CLIs.
+            if isinstance(err, TimeoutError) and deadline_passed(deadline.at):
+                raise _Retryable(
+                    self._too_slow("response headers", _HEADER_TIMEOUTS, "the request started")
+                ) from None
+            raise PromAPIError(f"{self.safe_url}: request failed: {_first_line(err)}") from None
         finally:
             REQUEST_DEADLINE.reset(token)  # the response holds the deadline itself, for the body
         received = time.monotonic()

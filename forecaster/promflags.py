@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_eta.forecaster.config import ConfigError
-from gpu_eta.forecaster.request_headers import headers_problem, parse_header
+from gpu_eta.forecaster.request_headers import headers_problem, parse_header, sendable
 from gpu_eta.forecaster.secret_file import SecretFile, UnsendableSecret
 
 
@@ -128,6 +128,7 @@ def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--prometheus.bearer-token-file {args.bearer_token_file}: empty")
     basic = None
     if args.basic_auth_user:
+        _check_user(args.basic_auth_user)
         password = _read_secret(
             args.basic_auth_password_file, "--prometheus.basic-auth-password-file"
         )
@@ -150,6 +151,20 @@ def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
         "insecure_skip_verify": args.insecure_skip_verify,
         "max_response_bytes": args.max_response_bytes,
     }
+
+
+def _check_user(user: str) -> None:
+    """ConfigError unless ``user`` can be the user part of basic auth: printable ASCII
+    (``sendable``: it goes in the Authorization header, which the HTTP client encodes
+    as Latin-1, so a non-ASCII one was a UnicodeEncodeError at the first query, a
+    traceback) and no ':' (RFC 7617: the server splits user from password at the first
+    one, so it would read another user and password). Checked at start so it is a usage
+    error naming the flag (exit 2). The message shows the user: it is no secret, and a
+    look-alike character (a typographic apostrophe) is found by seeing it."""
+    if ":" in user or not sendable(user):
+        raise ConfigError(
+            f"--prometheus.basic-auth-user {user!r}: must be printable ASCII without ':'"
+        )
 
 
 def _headers(texts: list[str]) -> dict[str, str]:

@@ -551,3 +551,28 @@ def test_a_long_error_keeps_its_cause() -> None:
         "duplicate time series on the right"
     )
     assert len(text) < 400
+
+
+def test_a_ca_file_removed_after_start_is_a_clear_error(tls_server, tmp_path: Path) -> None:
+    """requests checks the CA bundle's path at every request and raises a bare OSError:
+    a file removed after start (a Secret unmounted) escaped as a traceback."""
+    url, cert = tls_server
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(cert.read_bytes())
+    c = client(url, ca_file=str(ca))
+    assert len(c.instant("up")) == 2
+    ca.unlink()
+    with pytest.raises(PromAPIError, match=r"request failed: .*ca\.pem"):
+        c.instant("up")
+    assert c.stats.error == 1
+
+
+def test_a_proxy_variable_requests_cannot_use_is_a_clear_error(
+    http_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unknown proxy scheme (``socks6://``) makes urllib3 raise a bare ValueError."""
+    url, _ = http_server(lambda r: reply(r, 200, json.dumps(VECTOR).encode()))
+    monkeypatch.setenv("HTTP_PROXY", "socks6://p:1")
+    monkeypatch.setenv("NO_PROXY", "")
+    with pytest.raises(PromAPIError, match=r"request failed: .*socks6"):
+        client(url).instant("up")

@@ -170,6 +170,25 @@ def test_a_secret_that_cannot_be_sent_is_a_config_error_that_never_shows_it(
     assert content.strip() not in str(err.value) and "s3cr3t" not in str(err.value)
 
 
+@pytest.mark.parametrize("user", ["\u0430\u043d\u043d\u0430", "ops\u2019team", "a:b", "me\n"])
+def test_a_basic_auth_user_that_cannot_be_sent_is_a_config_error(tmp_path: Path, user: str) -> None:
+    """The user goes in the Authorization header as Latin-1 before the ':' of the
+    password: a non-ASCII one was a UnicodeEncodeError at the first query (a traceback
+    from ``top --once``), and one holding ':' would be read by the server as a
+    different user and password."""
+    password = tmp_path / "password"
+    password.write_text("hunter2\n")
+    with pytest.raises(ConfigError, match=r"^--prometheus.basic-auth-user ") as err:
+        connect(
+            "http://127.0.0.1:9",
+            "--prometheus.basic-auth-user",
+            user,
+            "--prometheus.basic-auth-password-file",
+            str(password),
+        )
+    assert "hunter2" not in str(err.value)
+
+
 def test_a_token_rotated_into_an_unsendable_one_keeps_the_last_good_one(
     http_server,  # noqa: F811 (the fixture)
     tmp_path: Path,
