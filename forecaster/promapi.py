@@ -53,6 +53,7 @@ from gpu_eta.forecaster.promparse import (
     _short,
     decode_answer,
     decode_text,
+    error_said,
     parse_matrix,
     parse_vector,
 )
@@ -64,6 +65,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
+# Of a retried status's body, at most this much is read (what it says goes in the
+# error; a proxy's HTML page need not be read whole)
+ERROR_BODY_BYTES = 4096
 # A query whose URL-encoded parameters are longer goes as a POST form (the API takes
 # both): a long URL can exceed a proxy's limit (nginx's default is 8 KiB per request
 # line).
@@ -336,6 +340,9 @@ class PromClient:
                 self.sleep(max(self._backoff(attempt), retry_after or 0.0))
             try:
                 body, status = self._fetch(path, params)
+            except _NotRetried as err:
+                self.stats.error += 1
+                raise PromAPIError(f"{self.safe_url}: query {_short(query)}: {err}") from None
             except _Retryable as err:
                 last, retry_after = str(err), err.retry_after
                 if (
@@ -437,7 +444,18 @@ class PromClient:
             if status in _RETRY_STATUS:
                 wait = parse_retry_after(resp.headers.get("Retry-After"), time.time())
                 hint = "" if wait is None else f" (Retry-After {round(wait, 1):g}s)"
-                raise _Retryable(f"HTTP {status}{hint}", retry_after=wait)
+                # one more timeout for the start of its body (the response's reader
+                # sees the deadline moved)
+                deadline.at = time.monotonic() + self.timeout_seconds
+                etype, said = error_said(self._error_body(resp, deadline.at))
+                if etype == "timeout":  # Prometheus stopped evaluating it: it would again
+                    raise _NotRetried(
+                        f"HTTP {status}: timeout: {said}: not retried (the server's "
+                        "--query.timeout, or --prometheus.timeout if shorter, stopped it; "
+                        "it would again)"
+                    )
+                detail = f": {etype}: {said}" if etype else (f": {said}" if said else "")
+                raise _Retryable(f"HTTP {status}{hint}{detail}", retry_after=wait)
             if 300 <= status < 400:
                 where = redirect_message(status, resp.headers.get("Location"), resp.url, path)
                 raise PromAPIError(f"{self.safe_url}: {where}")
@@ -483,7 +501,21 @@ class PromClient:
             f"{since} ({times} × --prometheus.timeout)"
         )
 
-    def _read_body(self, resp: requests.Response, deadline: float) -> str:
+    def _error_body(self, resp: requests.Response, deadline: float) -> str:
+        """The start of an error status's body (at most ``ERROR_BODY_BYTES``) by
+        ``deadline``; "" when it cannot be read: the status alone is the error then."""
+        try:
+            return self._read_body(resp, deadline, limit=ERROR_BODY_BYTES, cut=True)
+        except (PromAPIError, _Retryable):
+            return ""
+
+    def _read_body(
+        self,
+        resp: requests.Response,
+        deadline: float,
+        limit: int | None = None,
+        cut: bool = False,
+    ) -> str:
         """The body's text, decompressed, within ``max_response_bytes`` and the deadline.
 
         Each ``read1`` is one network read, given at most what is left of the
@@ -496,6 +528,9 @@ class PromClient:
         It is decoded (``decode_text``) here, where its bytes can be let go before
         ``decode_response`` builds the answer's JSON: not the bytes, the text and
         the JSON all at once.
+
+        ``limit``: instead of ``max_response_bytes``; ``cut``: a body past it is cut
+        there (the start of an error's body) instead of refused.
         """
         encoding = resp.headers.get("Content-Encoding", "").strip().lower()
         inflate = None
@@ -507,17 +542,18 @@ class PromClient:
             )
         raw = resp.raw
         read1 = getattr(raw, "read1", None)  # urllib3 2; older: read(), per piece
-        limit = self.max_response_bytes
+        limit = self.max_response_bytes if limit is None else limit
         chunks: list[bytes] = []
         size = wire = 0
         while True:
+            want = max(1, min(_READ_BYTES, limit + 1 - wire)) if cut else _READ_BYTES
             if deadline_passed(deadline):
                 raise _Retryable(self._too_slow("response body", _BODY_TIMEOUTS, "its headers"))
             try:
                 if read1 is not None:
-                    data = read1(_READ_BYTES, decode_content=False)
+                    data = read1(want, decode_content=False)
                 else:
-                    data = raw.read(_READ_BYTES, decode_content=False)
+                    data = raw.read(want, decode_content=False)
             except (urllib3.exceptions.HTTPError, HTTPException, OSError, ValueError) as err:
                 if deadline_passed(deadline):
                     raise _Retryable(
@@ -533,14 +569,24 @@ class PromClient:
                 except zlib.error as err:
                     raise _Retryable(f"damaged gzip body ({err})") from None
             size += len(data)
+            if (size > limit or wire > limit) and cut:
+                chunks.append(data[: max(0, limit - (size - len(data)))])
+                break
             if size > limit or wire > limit:
                 raise PromAPIError(f"{self.safe_url}: response exceeds the {limit}-byte limit")
             chunks.append(data)
-        if inflate is not None and wire and not inflate.complete:  # an empty body is no stream
+        was_cut = cut and (size > limit or wire > limit)
+        # an empty body is no stream; a cut one is not whole
+        if inflate is not None and wire and not inflate.complete and not was_cut:
             raise _Retryable("truncated gzip body")
         body = b"".join(chunks)
         chunks.clear()
         return decode_text(body)
+
+
+class _NotRetried(Exception):
+    """Internal: a failure another attempt would repeat (the server's own query
+    timeout); the caller names the query."""
 
 
 class _Retryable(Exception):

@@ -109,6 +109,26 @@ def decode_text(body: bytes) -> str:
     return lenient_utf8(body, bom=True)
 
 
+def error_said(text: str, limit: int = 300) -> tuple[str, str]:
+    """What an error status's body says: ``(errorType, error)`` of a Prometheus API
+    error (``{"status":"error",...}``), else ``("", its text)``; each cleaned to one
+    printable line, the text to at most ``limit`` characters. Pure.
+
+    Why: the body of a retried status (429/502/503/504) was never read, so Prometheus'
+    own 503 ``timeout`` (a query its ``--query.timeout`` stopped) read as a bare "HTTP
+    503" and was sent twice more at full cost, and a proxy's "no healthy upstream" was
+    lost. The caller reads only a bounded start of the body, so the JSON may be cut:
+    then it is shown as text."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and doc.get("status") == "error":
+        etype = clean_warning(str(doc.get("errorType", "error"))[:64], 64)
+        return etype, clean_warning(_head_and_tail(str(doc.get("error", ""))), limit)
+    return "", clean_warning(text[: limit * 4], limit)
+
+
 def decode_response(body: bytes | str, status: int) -> dict:
     """``decode_answer``'s ``data`` alone (the answer's warnings dropped)."""
     return decode_answer(body, status)[0]

@@ -318,7 +318,7 @@ def test_retry_after_longer_than_the_timeout_is_not_retried(http_server) -> None
     c = PromClient(url, timeout_seconds=5, retries=2, sleep=delays.append)
     with pytest.raises(
         PromAPIError,
-        match=r"HTTP 429 \(Retry-After 120s\): not retried, that is longer than the 5s",
+        match=r"HTTP 429 \(Retry-After 120s\): busy: not retried, that is longer than the 5s",
     ):
         c.instant("up")
     assert len(seen) == 1 and delays == [] and c.stats.error == 1
@@ -351,6 +351,43 @@ def test_parse_http_date() -> None:
     assert parse_http_date("Sunday, 06-Nov-94 08:49:37 GMT") == 784111777.0
     for unusable in (None, "", "soon", "9" * 80, "Sun, 99 Nov 1994 08:49:37 GMT"):
         assert parse_http_date(unusable) is None, unusable
+
+
+# -- a retried status's body --------------------------------------------------------
+
+
+def test_a_retried_status_says_what_its_body_said(http_server) -> None:  # noqa: F811
+    """A 502/503 body (a proxy's text, Prometheus' JSON) is read, at most 4 KiB of it,
+    and shown: "HTTP 503" alone left the cause to guesswork."""
+    big = b"upstream connect error: connection refused " + b"x" * 50_000
+    bodies = iter([(b"no healthy upstream\n", "text/plain"), (big, "text/plain")])
+    url, _ = http_server(lambda r: reply(r, 503, *next(bodies)))
+    c = client(url, retries=1)
+    with pytest.raises(PromAPIError) as err:
+        c.instant("up")
+    text = str(err.value)
+    assert "failed after 2 attempts: HTTP 503: upstream connect error" in text
+    assert len(text) < 600  # the body cut, never 50 KB in a log line
+
+    said = json.dumps({"status": "error", "errorType": "unavailable", "error": "TSDB not ready"})
+    url, seen = http_server(lambda r: reply(r, 503, said.encode()))
+    with pytest.raises(PromAPIError, match="HTTP 503: unavailable: TSDB not ready"):
+        client(url, retries=1).instant("up")
+    assert len(seen) == 2  # still retried: the server may be back
+
+
+@pytest.mark.integration
+def test_a_query_prometheus_times_out_is_not_retried_and_says_so(prometheus_factory) -> None:
+    """Prometheus stopping a query at its --query.timeout answers 503 errorType
+    ``timeout``: the same query would cost as much again and time out again, so it is
+    not retried, and the error is Prometheus' own."""
+    prom = prometheus_factory([], extra_args=["--query.timeout=100ms"])
+    slept: list[float] = []
+    c = PromClient(prom.url, timeout_seconds=10, retries=2, sleep=slept.append)
+    with pytest.raises(PromAPIError) as err:
+        c.instant("count(count_over_time(vector(1)[30d:1s]))")
+    assert "HTTP 503: timeout: query timed out" in str(err.value)
+    assert (c.stats.error, c.stats.success, slept) == (1, 0, [])
 
 
 # -- the answer's Date: Prometheus' clock ------------------------------------------
@@ -477,3 +514,15 @@ def test_redirect_message_resolves_relative_locations_and_bounds_them() -> None:
     assert "without a Location" in promapi.redirect_message(301, None, at, "/api/v1/query")
     assert "unreadable" in promapi.redirect_message(301, "http://[::1", at, "/api/v1/query")
     assert len(promapi.redirect_message(301, "/" + "a" * 10_000, at, "/api/v1/query")) < 500
+
+
+def test_error_said_reads_prometheus_errors_and_any_other_text() -> None:
+    said = '{"status":"error","errorType":"timeout","error":"query timed out in expression evaluation"}'
+    assert promparse.error_said(said) == ("timeout", "query timed out in expression evaluation")
+    cut = said[:40]  # only the body's start is read: a cut JSON is text
+    assert promparse.error_said(cut) == ("", cut)
+    assert promparse.error_said("<html>\n<b>502</b>\x1b[2J Bad Gateway", 20) == (
+        "",
+        "<html> <b>502</b> B…",
+    )
+    assert promparse.error_said("") == ("", "")
