@@ -51,6 +51,18 @@ def without_credentials(url: str) -> str:
     return re.sub(r"(?<=//)[^/?#]*@", "***@", url, count=1)
 
 
+# from a URL's "//" to the last "@" before its path, query or the end of the word
+_URL_CREDENTIALS = re.compile(r"//[^/?#\s'\"<>]*@")
+
+
+def masked_credentials(text: str) -> str:
+    """``text`` (a library's error message) with the ``user:password@`` of every URL in
+    it replaced by ``***@``. Why: requests and urllib3 quote a proxy URL from the
+    environment whole in their errors, and those errors end up in logs, probe bodies
+    and ``top``'s screen. A password holding ``@`` is masked to its last one."""
+    return _URL_CREDENTIALS.sub("//***@", text)
+
+
 def first_of(names: Sequence[str], shown: int = 5) -> str:
     """``a, b, c`` or, past ``shown`` names, the first ``shown`` and ``and 7 more``: a
     log line names a few of a list that can be long (nodes, namespaces, columns)."""

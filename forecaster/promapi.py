@@ -673,4 +673,7 @@ def _socket_reason(err: BaseException) -> str:
 
 
 def _first_line(err: BaseException) -> str:
-    return str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+    """The first line of a library's error, at most 200 characters (credentials in a
+    URL it quotes are masked by ``PromAPIError``, which every such text ends in)."""
+    text = str(err)
+    return text.splitlines()[0][:200] if text.strip() else type(err).__name__

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from gpu_eta.common.text import lenient_utf8, readable, utf8_encodable
+from gpu_eta.common.text import lenient_utf8, masked_credentials, readable, utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.series import Sample, Series
 
@@ -32,7 +32,17 @@ _MAX_WARNING = 300  # characters of each
 
 
 class PromAPIError(ForecasterError):
-    """Prometheus could not be queried or answered something unusable."""
+    """Prometheus could not be queried or answered something unusable.
+
+    Its text is masked as it is made (``masked_credentials``: any URL's
+    ``user:password@`` becomes ``***@``): it quotes library errors, and requests and
+    urllib3 quote a proxy URL from the environment whole, while the text goes to logs,
+    the /readyz and /healthz bodies and ``top``'s screen."""
+
+    def __init__(self, *args: object) -> None:
+        if len(args) == 1 and isinstance(args[0], str):
+            args = (masked_credentials(args[0]),)
+        super().__init__(*args)
 
 
 class PromQueryError(PromAPIError):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_eta.common.text import masked_credentials
 from gpu_eta.forecaster import promapi, promparse
 from gpu_eta.forecaster.promapi import PromAPIError, PromClient
 from gpu_eta.forecaster.promparse import VM_PARTIAL, decode_response, parse_matrix, parse_vector
@@ -353,6 +354,39 @@ def test_credentials_never_appear_in_errors() -> None:
     with pytest.raises(PromAPIError) as info:
         c.instant("up")
     assert "pw" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "proxy",
+    [
+        "http://gpu-eta:S3cretProxyPass@proxy.corp:99999",  # requests: "Failed to parse: <url>"
+        "http://gpu-eta:S3cretProxyPass@127.0.0.1:1",  # cannot connect to the proxy
+        "socks6://gpu-eta:S3cretProxyPass@p:1",  # urllib3's ValueError quotes the URL
+        "http://gpu-eta:S3cret@Proxy@Pass@proxy.corp:99999",  # '@' in the password
+    ],
+)
+def test_a_proxys_credentials_never_appear_in_errors(
+    proxy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy URL from the environment is quoted by requests and urllib3 in their
+    errors, with its user and password: the client's errors are logged by ``serve``,
+    shown in /readyz and /healthz and printed by ``top``."""
+    monkeypatch.setenv("HTTP_PROXY", proxy)
+    monkeypatch.setenv("NO_PROXY", "")
+    with pytest.raises(PromAPIError) as info:
+        client("http://prometheus.monitoring.svc:9090", timeout_seconds=1).instant("up")
+    text = str(info.value)
+    assert "S3cret" not in text and "Pass" not in text and "gpu-eta" not in text, text
+    assert "//***@" in text or "proxy" not in text.lower(), text
+
+
+def test_masked_credentials() -> None:
+    """Every URL's user:password in a text, a password holding '@' too; not a mail
+    address or a path. Pure."""
+    text = "Failed to parse: http://u:p@ss@proxy:99999/x and 'https://a@b' (mail a@b.c)"
+    assert masked_credentials(text) == (
+        "Failed to parse: http://***@proxy:99999/x and 'https://***@b' (mail a@b.c)"
+    )
 
 
 def test_tls_against_plain_http_is_a_clear_error(http_server) -> None:
