@@ -392,6 +392,10 @@ PENDING: Mapping[str, str] = kube_state.QUERIES
 # query: a round split for long names adds its extra queries on top (module docstring).
 # Tests hold cycles to it and docs/forecaster.md states it as the per-cycle bound.
 QUERIES_PER_CYCLE = len(INSTANT) + len(RANGE) + 1 + 1 + 1
+# With the queue's rounds split for long resource names: at most len(PENDING) - 1 more
+# for the first round and 2 for the second (module docstring). What the liveness
+# probe's "wedged" limit allows a cycle's queries (server.wedged_limit_seconds).
+MOST_QUERIES_PER_CYCLE = QUERIES_PER_CYCLE + len(PENDING) - 1 + 2
 
 # Answers that do not change while a run lives: its plan, start and batch size (per
 # run, matched by ``{runs}``) and the pod labels that name its job (per pod, ``{pods}``).

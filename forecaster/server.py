@@ -24,11 +24,36 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from gpu_eta.common.metrics_http import Health, MetricsServer, always_healthy
+from gpu_eta.forecaster import queries
 from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.publish import Exposition, ServiceState
 
 log = logging.getLogger(__name__)
+
+
+def wedged_limit_seconds(
+    interval_seconds: float,
+    timeout_seconds: float,
+    retries: int,
+    backoff_seconds: float,
+    n_queries: int = queries.MOST_QUERIES_PER_CYCLE,
+) -> float:
+    """How long one cycle may run before liveness calls it wedged: every query taking
+    as long as the client allows, plus max(600 s, 10 × the interval) for the rest (a
+    fit). Pure.
+
+    Why derived: a query's attempt may last 5 × ``timeout_seconds`` and still succeed
+    (headers within 2 ×, body within 3 ×: ``promapi``), each retry waits its backoff or
+    a ``Retry-After`` of at most the timeout (a longer one is not waited for), and a
+    cycle sends up to ``n_queries`` in turn. A fixed 600 s was passed by a slow server
+    within every deadline (20 queries of 5 × 10 s at the default timeout: 1,000 s, no
+    retry), and the pod was restarted mid-cycle for ever; a hung connection is already
+    ended by those deadlines, so the limit is for what they do not bound (a stuck fit).
+    """
+    waits = sum(max(backoff_seconds * 2**k, timeout_seconds) for k in range(max(0, retries)))
+    per_query = (max(0, retries) + 1) * 5 * timeout_seconds + waits
+    return max(600.0, 10 * interval_seconds) + n_queries * per_query
 
 
 class Service:
@@ -49,13 +74,20 @@ class Service:
         self.interval_seconds = interval_seconds
         self.clock = clock
         self.monotonic = monotonic
-        # generous: a cycle's queries each have their own timeout and retries, a first
-        # fit on 50,000 runs takes tens of seconds; Prometheus being away for an hour
-        # is not cured by restarting the forecaster, so failing must last long
+        # generous: every query of a cycle may take as long as the client allows (the
+        # default derives from the cycle's client: wedged_limit_seconds), a first fit
+        # on 50,000 runs takes tens of seconds; Prometheus being away for an hour is
+        # not cured by restarting the forecaster, so failing must last long
+        client = getattr(cycle, "client", None)
         self.wedged_after_seconds = (
             wedged_after_seconds
             if wedged_after_seconds is not None
-            else max(600.0, 10 * interval_seconds)
+            else wedged_limit_seconds(
+                interval_seconds,
+                getattr(client, "timeout_seconds", 10.0),
+                getattr(client, "retries", 2),
+                getattr(client, "backoff_seconds", 0.5),
+            )
         )
         self.failing_after_seconds = (
             failing_after_seconds
