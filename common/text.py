@@ -51,6 +51,23 @@ def without_credentials(url: str) -> str:
     return re.sub(r"(?<=//)[^/?#]*@", "***@", url, count=1)
 
 
+def query_or_fragment(url: str) -> str | None:
+    """Why ``url``, a base URL that API paths are appended to, cannot be one: it holds
+    a ``?`` or ``#`` (a query string or fragment), so every request would go to
+    ``<url>?…/api/v1/query``, the path inside the query string; None when it holds
+    neither. The message shows the URL up to the ``?``/``#``, without credentials, and
+    nothing after it (a token in a query string). Pure."""
+    cut = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=-1)
+    if cut < 0:
+        return None
+    # a password holding a raw '?' or '#' puts its '@' after the cut: show no authority
+    head = without_credentials(url[:cut]) if "@" not in url[cut:] else url.split("//")[0] + "//***"
+    return (
+        f"{head!r}… has a query string or fragment ('?' or '#'): give the base URL only, "
+        "http(s)://host[:port][/prefix] (the API paths are appended to it)"
+    )
+
+
 # from a URL's "//" to the last "@" before its path, query or the end of the word
 _URL_CREDENTIALS = re.compile(r"//[^/?#\s'\"<>]*@")
 

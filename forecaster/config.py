@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from gpu_eta.common.durations import duration_seconds
 from gpu_eta.common.listen import parse_listen_address as common_listen_address
-from gpu_eta.common.text import without_credentials
+from gpu_eta.common.text import query_or_fragment, without_credentials
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.history_space import Retention
@@ -117,6 +117,9 @@ class Config:
             raise ConfigError(
                 f"--prometheus.url must be http(s)://host:port, got {without_credentials(self.prometheus_url)!r}"
             )
+        problem = query_or_fragment(self.prometheus_url)
+        if problem:
+            raise ConfigError(f"--prometheus.url {problem}")
         if self.pushgateway_url is not None:
             try:
                 pg = urlsplit(

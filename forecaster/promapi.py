@@ -35,7 +35,7 @@ import urllib3.exceptions
 from urllib3.exceptions import InsecureRequestWarning
 
 from gpu_eta.common.retry_after import parse_http_date, parse_retry_after
-from gpu_eta.common.text import without_credentials
+from gpu_eta.common.text import query_or_fragment, without_credentials
 
 # PromAPIError is defined with the parsers (they raise it) and imported here too:
 # ``from gpu_eta.forecaster.promapi import PromAPIError`` is the client's error.
@@ -141,6 +141,9 @@ class PromClient:
                 "Prometheus URL must be http(s)://host[:port][/prefix], "
                 f"got {without_credentials(self.url)!r}"
             )
+        problem = query_or_fragment(self.url)
+        if problem:
+            raise PromAPIError(f"Prometheus URL {problem}")
         try:  # an empty or over-long label: urllib3 would refuse it at every query
             (parts.hostname or "").encode("idna")
         except UnicodeError:

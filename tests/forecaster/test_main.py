@@ -65,6 +65,7 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["serve", "--prometheus.url", "http://127.0.0.1:99999"], "--prometheus.url must be"),
         (["once", "--prometheus.url", "http://prom:abc"], "--prometheus.url must be"),
         (["serve", "--prometheus.url", "http://[::1"], "--prometheus.url must be"),
+        (["once", "--prometheus.url", "http://prom:9090/?x=1"], "query string or fragment"),
         (["once", "--pushgateway.url", "http://[::1"], "--pushgateway.url is not a URL"),
         (["serve", "--web.listen-address", "nope"], "--web.listen-address must be"),
         (["serve", "--cycle.interval", "0"], "--cycle.interval must be a finite number > 0"),

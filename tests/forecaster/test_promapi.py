@@ -480,6 +480,28 @@ def test_bad_url_is_refused(url: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "url",
+    [
+        "http://prom:9090/?partial_response=false",
+        "http://prom:9090/prefix?access_token=s3cr3t",
+        "http://prom:9090/#x",
+        "http://prom:9090?",
+        "https://u:pw@prom:9090/p#",
+    ],
+)
+def test_a_url_with_a_query_string_or_fragment_is_refused(url: str) -> None:
+    """The API path is appended to the URL: one with '?…' or '#…' sent every query to
+    '<url>?…/api/v1/query' (the path inside the query string), answered with the base
+    path's page or 404, never a reason that says why. The message does not show what
+    follows the '?' (it may be a token) nor a password."""
+    with pytest.raises(PromAPIError, match="query string or fragment") as err:
+        PromClient(url)
+    text = str(err.value)
+    assert "s3cr3t" not in text and "pw" not in text and "partial_response" not in text
+    assert "http" in text and "prom:9090" in text
+
+
+@pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"timeout_seconds": float("inf")}, "timeout"),

@@ -721,6 +721,7 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         ["--prometheus.url", "http://127.0.0.1:99999"],  # a port urlsplit cannot read
         ["--prometheus.url", "http://prom:abc"],
         ["--prometheus.url", "http://[::1"],  # an IPv6 host urlsplit cannot read
+        ["--prometheus.url", "http://prom:9090/?partial_response=false"],
         ["--prometheus.retries", "-1"],
         ["--prometheus.bearer-token-file", str(tmp_path / "missing")],
         ["--prometheus.header", "X-Scope-OrgID="],
