@@ -445,7 +445,12 @@ class PromClient:
         with resp:
             status = resp.status_code
             if status in _RETRY_STATUS:
-                wait = parse_retry_after(resp.headers.get("Retry-After"), time.time())
+                # an HTTP-date is the server's clock: read against the answer's own Date
+                # when it has one (a server 60 s ahead asking for "now + 2 s" is 2 s,
+                # not 62 s), else against this host's
+                said_now = parse_http_date(resp.headers.get("Date"))
+                now = time.time() if said_now is None else said_now
+                wait = parse_retry_after(resp.headers.get("Retry-After"), now)
                 hint = "" if wait is None else f" (Retry-After {round(wait, 1):g}s)"
                 # one more timeout for the start of its body (the response's reader
                 # sees the deadline moved)

@@ -324,6 +324,37 @@ def test_retry_after_longer_than_the_timeout_is_not_retried(http_server) -> None
     assert len(seen) == 1 and delays == [] and c.stats.error == 1
 
 
+@pytest.mark.parametrize("skew", [60.0, -3600.0])
+def test_a_retry_after_date_is_read_against_the_answers_own_date(http_server, skew: float) -> None:  # noqa: F811
+    """A server whose clock is ``skew`` seconds off this host's asks for a retry at its
+    now + 2 s as an HTTP-date: read against this host's clock that was 62 s (not
+    retried at all) or a past date (the backoff instead of the wait asked). Read
+    against the answer's ``Date``, it is the 2 s asked."""
+    calls: list[int] = []
+
+    def handle(req: BaseHTTPRequestHandler) -> None:
+        calls.append(1)
+        if len(calls) > 1:
+            reply(req, 200, BODY)
+            return
+        server_now = time.time() + skew
+        req.send_response_only(503)  # no Date of this host's clock (send_response adds one)
+        req.send_header(
+            "Date", format_datetime(datetime.fromtimestamp(server_now, timezone.utc), usegmt=True)
+        )
+        at = datetime.fromtimestamp(server_now + 2, timezone.utc)
+        req.send_header("Retry-After", format_datetime(at, usegmt=True))
+        req.send_header("Content-Length", "4")
+        req.end_headers()
+        req.wfile.write(b"busy")
+
+    url, _ = http_server(handle)
+    delays: list[float] = []
+    c = PromClient(url, timeout_seconds=5, retries=2, backoff_seconds=0.1, sleep=delays.append)
+    assert len(c.instant("up")) == 2
+    assert len(delays) == 1 and 1.0 <= delays[0] <= 3.0, delays
+
+
 @pytest.mark.parametrize("header", ["soon", "Wed, 21 Oct 2015 07:28:00 GMT", "-5", "9" * 80])
 def test_an_unusable_or_past_retry_after_keeps_the_backoff(http_server, header: str) -> None:  # noqa: F811
     url, _ = http_server(_busy_then_ok(503, header, busy=2))
