@@ -1686,14 +1686,16 @@ def test_ending_runs_means_too_long_to_set_match_are_read_for_every_pod(
     assert b.run.features["gpu_utilization_ratio"] == pytest.approx(0.3)  # its 0.9 not counted
 
 
-def test_a_queue_query_prometheus_refuses_loses_only_the_queue(
-    store: HistoryStore, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("refused", [True, False], ids=["refused", "away"])
+def test_a_queue_query_that_fails_loses_only_the_queue(
+    store: HistoryStore, caplog: pytest.LogCaptureFixture, refused: bool
 ) -> None:
     """Prometheus refusing the GPU queue's fold on its data (errorType ``execution``,
-    as a join over duplicated kube-state-metrics series once did) costs only the
-    queue's predictions, counted and logged as a refusal; the jobs are forecast as
-    ever (Prometheus away: test_a_failed_queue_query_loses_only_the_queue)."""
-    from gpu_eta.forecaster.promparse import PromAPIError, PromQueryError, decode_response
+    as a join over duplicated kube-state-metrics series once did), or failing it
+    (away, timing out, overloaded), costs only the queue's predictions, counted and
+    logged as what it was; the jobs are forecast as ever. Why the second too: the
+    queue's queries are sent after the cycle's read was stored."""
+    from gpu_eta.forecaster.promparse import PromQueryError, decode_response
 
     refusal = (
         b'{"status":"error","errorType":"execution","error":"found duplicate series for '
@@ -1706,7 +1708,11 @@ def test_a_queue_query_prometheus_refuses_loses_only_the_queue(
     assert not isinstance(away.value, PromQueryError)
 
     class Refusing(CannedClient):
-        error: PromAPIError = PromQueryError("HTTP 422: execution: duplicate series")
+        error: PromAPIError = (
+            PromQueryError("HTTP 422: execution: duplicate series")
+            if refused
+            else PromAPIError("http://prom:9090: query failed after 3 attempts: HTTP 503")
+        )
 
         def instant(self, query: str, at: float | None = None, **kw) -> list[Sample]:
             if "kube_pod_status_phase" in query:
@@ -1719,7 +1725,10 @@ def test_a_queue_query_prometheus_refuses_loses_only_the_queue(
         fs = make_cycle(client, store).run()
     assert fs.pending is None and len(fs.jobs) == 1
     assert fs.job_errors.get("pending_failed") == 1
-    assert any("pending-pod queries refused" in r.getMessage() for r in caplog.records)
+    said = "pending-pod queries refused" if refused else "pending-pod queries failed"
+    assert any(
+        said in r.getMessage() and str(client.error) in r.getMessage() for r in caplog.records
+    )
 
 
 def _planless(
@@ -2006,28 +2015,3 @@ def test_a_failed_stall_check_query_loses_only_the_stall_check(
     assert again.job_errors.get("stall_check_failed") == 1
     warned = [r for r in caplog.records if "stall check" in r.getMessage()]
     assert len(warned) == 1 and "HTTP 503" in warned[0].getMessage()
-
-
-def test_a_failed_queue_query_loses_only_the_queue(
-    store: HistoryStore, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The GPU queue's queries are sent after the read was stored: Prometheus failing
-    them (away, timing out, overloaded: not a refusal) costs this cycle's queue
-    predictions only, counted and logged; the jobs are forecast as ever."""
-
-    class Away(CannedClient):
-        def instant(self, query: str, at: float | None = None, **kw) -> list[Sample]:
-            if "kube_pod_status_phase" in query:
-                self._count(query)
-                raise PromAPIError("http://prom:9090: query failed after 3 attempts: HTTP 503")
-            return super().instant(query, at, **kw)
-
-    client = Away(job("run", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300))
-    with caplog.at_level("WARNING"):
-        fs = make_cycle(client, store).run()
-    assert fs.pending is None and len(fs.jobs) == 1
-    assert fs.job_errors.get("pending_failed") == 1
-    assert any(
-        "pending-pod queries failed" in r.getMessage() and "HTTP 503" in r.getMessage()
-        for r in caplog.records
-    )
