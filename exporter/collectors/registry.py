@@ -93,18 +93,29 @@ def load() -> Mapping[str, Collector]:
     """Every collector of this package, by name, in their ``order``: each module is
     imported once and must register the collector it is named after. A module that
     cannot be imported (a package of the ``exporter`` extra missing) becomes a
-    collector whose start is a one-line error naming the flag that turns it off."""
+    collector whose start is a one-line error naming the flag that turns it off. An
+    import of gpu_eta's own code that fails (a typo, a module renamed) is raised: it is
+    a bug in this build, which that line would present as a packaging choice."""
     for name in names():
         module = f"{__package__}.{name}"
         try:
             importlib.import_module(module)
         except ImportError as err:
+            if _ours(err.name):
+                raise
             if name not in _REGISTERED:
                 register(_unavailable(name, module, err))
             continue
         if name not in _REGISTERED:
             raise RuntimeError(f"{module} registers no collector named {name!r}")
     return registered()
+
+
+def _ours(module: str | None) -> bool:
+    """Whether ``module`` (an ``ImportError``'s ``name``) is part of gpu_eta itself,
+    which every build ships whole. None (an error raised by a package's own code) is
+    not: a package that refuses to load is as missing as one not installed."""
+    return module is not None and (module == "gpu_eta" or module.startswith("gpu_eta."))
 
 
 def _unavailable(name: str, module: str, err: ImportError) -> Collector:
