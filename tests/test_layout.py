@@ -5,7 +5,9 @@
 - no import cycles between our modules;
 - no module ``__getattr__`` (no name forwarding between modules);
 - nothing imports the folder names (``exporter``, ``forecaster``, ``demo``…) as
-  top-level packages: the installed names are ``gpu_eta.<folder>``.
+  top-level packages: the installed names are ``gpu_eta.<folder>``;
+- every folder of ``.py`` files under a distribution's package folders is in its
+  pyproject's hand-written ``packages`` list, so it reaches the wheel and the images.
 
 Static (the ``ast`` of each file), so it sees imports hidden in functions too and needs
 no extra installed. Third-party packages are not followed: ``prometheus_client``'s own
@@ -317,3 +319,46 @@ def test_nothing_imports_the_folder_names() -> None:
                 names = [node.module]
             bad += [f"{rel}: {n}" for n in names if n.split(".")[0] in OLD_TOP_LEVEL]
     assert bad == []
+
+
+def unlisted_packages(root: Path) -> list[str]:
+    """Import packages under ``root`` that its ``pyproject.toml`` leaves out of its
+    hand-written ``packages`` list: every folder holding ``.py`` files below a
+    ``package-dir`` folder (or below a listed top-level package without one).
+
+    Why: setuptools builds exactly that list; a sub-package left out is missing from
+    the wheel and the images while an editable install and the suite, which read the
+    checkout, stay green."""
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    mapping = setuptools.get("package-dir") or {name: name for name in listed if "." not in name}
+    missing = set()
+    for package, folder in mapping.items():
+        for path in (root / folder).rglob("*.py"):
+            rel = path.parent.relative_to(root / folder)
+            name = ".".join([package, *rel.parts])
+            if name not in listed:
+                missing.add(name)
+    return sorted(missing)
+
+
+@pytest.mark.parametrize("project", [".", "report"])
+def test_every_package_is_in_the_wheel(project: str) -> None:
+    missing = unlisted_packages(ROOT / project)
+    assert missing == [], (
+        f"{Path(project, 'pyproject.toml')} [tool.setuptools] packages leaves out {missing}: "
+        "they would be missing from the wheel and the images"
+    )
+
+
+def test_an_unlisted_sub_package_is_found(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.setuptools]\npackage-dir = { "gpu_eta.forecaster" = "forecaster" }\n'
+        'packages = ["gpu_eta.forecaster", "gpu_eta.forecaster.estimators"]\n'
+    )
+    for folder in ("forecaster", "forecaster/estimators", "forecaster/estimators/extra"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "forecaster" / "data").mkdir()  # no .py: not a package
+    (tmp_path / "forecaster" / "data" / "x.yaml").write_text("")
+    assert unlisted_packages(tmp_path) == ["gpu_eta.forecaster.estimators.extra"]
