@@ -2,8 +2,8 @@
 
 Fails when a part of the project emits or queries a metric the contract does not
 list, when the contract lists a metric nothing emits, when an emitted ``gpu_eta_*``
-series carries another label set than its contract row, when a selector matches a
-label the metric does not have, or when an enumerated label (``quantile``,
+series carries another label set or ``# TYPE`` than its contract row, when a selector
+matches a label the metric does not have, or when an enumerated label (``quantile``,
 ``result``, ``state``…) is emitted or selected with a value the contract does not
 list. Emitters run
 for real: the exporter on its built-in simulated node over HTTP (with a progress
@@ -59,9 +59,10 @@ NOT_METRICS = {}
 
 @dataclass(frozen=True)
 class Row:
-    """One metric of the contract: required and optional labels."""
+    """One metric of the contract: its type, required and optional labels."""
 
     name: str
+    type: str  # the ``type`` column's first word: gauge, counter, summary, histogram
     required: frozenset[str]
     optional: frozenset[str]
     label_prefixes: tuple[str, ...] = ()  # e.g. ``label_`` for allow-listed pod labels
@@ -137,6 +138,13 @@ def _enumerated(meaning: str, labels: set[str]) -> tuple[tuple[str, frozenset[st
     return ((enum[0], frozenset(words)),) if words else ()
 
 
+def _type_cell(text: str, name: str) -> str:
+    """``gauge (1)``, ``summary*`` (a footnote) → ``gauge``, ``summary``."""
+    found = re.match(r"(gauge|counter|summary|histogram|untyped)\b", text)
+    assert found, f"docs/metrics.md: cannot read the type {text!r} of {name}"
+    return found.group(1)
+
+
 def parse_contract(text: str) -> dict[str, Row]:
     """Every metric row of docs/metrics.md, with its labels.
 
@@ -184,7 +192,12 @@ def parse_contract(text: str) -> dict[str, Row]:
         values = _enumerated(cells[header.index("meaning")], labels)
         values += tuple((k, v) for k, v in everywhere.items() if k in labels)
         rows[name] = previous = Row(
-            name, frozenset(required), frozenset(optional), tuple(prefixes), values
+            name,
+            _type_cell(cells[header.index("type")], name),
+            frozenset(required),
+            frozenset(optional),
+            tuple(prefixes),
+            values,
         )
     return rows
 
@@ -538,29 +551,41 @@ def _forecaster_text() -> str:
 
 
 @pytest.fixture(scope="module")
-def emitted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Series]:
-    """emitter → sample name → label sets."""
+def expositions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """emitter → the text it serves."""
     tmp = tmp_path_factory.mktemp("contract")
-    out: dict[str, Series] = {}
+    out: dict[str, str] = {}
     errors: list[BaseException] = []
 
     def kube() -> None:  # concurrently: the watch's connect time overlaps the exporter's
         try:
-            out["exporter pod watch"] = _series(_kube_watch_text())
+            out["exporter pod watch"] = _kube_watch_text()
         except BaseException as err:
             errors.append(err)
 
     thread = threading.Thread(target=kube)
     thread.start()
     try:
-        out["exporter --simulate"] = _series(_simulated_exporter_text(tmp))
-        out["forecaster"] = _series(_forecaster_text())
+        out["exporter --simulate"] = _simulated_exporter_text(tmp)
+        out["forecaster"] = _forecaster_text()
     finally:
         thread.join(120)
     if errors:
         raise errors[0]
     assert "exporter pod watch" in out, "the pod-watch exporter did not finish"
     return out
+
+
+@pytest.fixture(scope="module")
+def emitted(expositions: dict[str, str]) -> dict[str, Series]:
+    """emitter → sample name → label sets."""
+    return {who: _series(text) for who, text in expositions.items()}
+
+
+def declared_types(text: str) -> dict[str, str]:
+    """The ``# TYPE`` lines of an exposition: family name as written (a counter's
+    with ``_total``, as the contract lists it) → type."""
+    return dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
 
 
 def _backfill_series() -> Series:
@@ -602,6 +627,9 @@ def test_the_contract_parses() -> None:
         "source",
     }
     assert CONTRACT["gpu_eta_model_history_jobs"].required == frozenset()
+    assert info.type == "gauge"  # "gauge (1)"
+    assert CONTRACT["gpu_eta_exporter_collector_errors_total"].type == "counter"
+    assert CONTRACT["gpu_eta_job_predicted_remaining_seconds"].type == "summary"  # "summary*"
     assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"} <= DCGM_ALLOWED
     assert info.check({"node", "gpu", "UUID", "model", "GPU_I_ID"}) is None
     assert info.check({"node", "gpu", "UUID"}) is not None
@@ -670,6 +698,23 @@ def test_contract_metric_is_emitted_with_its_labels(emitted, name: str) -> None:
         if (problem := row.check(labels)) is not None
     }
     assert not wrong, f"{name} label sets differ from the contract: {sorted(wrong)}"
+
+
+def test_emitted_types_are_the_documented_ones(expositions: dict[str, str]) -> None:
+    """A gauge documented as a counter (or the reverse) misleads every query written
+    from the docs (rate() over a gauge): each contract row's type is its TYPE line."""
+    compared: set[str] = set()
+    wrong = []
+    for who, text in expositions.items():
+        for name, typ in declared_types(text).items():
+            row = CONTRACT.get(name)
+            if row is None:
+                continue  # process_*; unknown gpu_eta_* names fail the test above
+            compared.add(name)
+            if row.type != typ:
+                wrong.append(f"{name}: docs/metrics.md says {row.type}, {who} emits {typ}")
+    assert not wrong, wrong
+    assert compared == set(CONTRACT), f"never emitted: {sorted(set(CONTRACT) - compared)}"
 
 
 def test_demo_backfill_series_follow_the_contract() -> None:
