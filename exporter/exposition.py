@@ -14,10 +14,12 @@ because the values come from the background collection, whose age is
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
@@ -26,7 +28,7 @@ from prometheus_client.utils import floatToGoString
 from gpu_eta.exporter.config import exported_pod_labels, pod_label_names
 from gpu_eta.exporter.config import pod_label_name as pod_label_name  # re-exported
 from gpu_eta.exporter.progress import MAX_METRICS
-from gpu_eta.exporter.readings import DeviceReading, PodGpuRow, Progress
+from gpu_eta.exporter.readings import CollectorStatus, DeviceReading, PodGpuRow, Progress
 from gpu_eta.exporter.snapshot import (
     ALLOCATION_SKIP_REASONS,
     LOG_LINE_RESULTS,
@@ -391,6 +393,102 @@ def render(
     return [*render_static(snap, pod_labels=pod_labels, version=version), _age(snap, age_seconds)]
 
 
+# -- families of collectors of kind "families" --------------------------------------
+
+
+class FamiliesError(ValueError):
+    """A collector's own metric families that would break the scrape (named in the
+    message: the first problem found)."""
+
+
+# The metric and label names Prometheus' text format parser (2.x) accepts.
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+# The types the text format 0.0.4 knows; ``encode_text`` writes ``Metric.type`` as is,
+# and prometheus_client's info, stateset, gaugehistogram and unknown are not among them.
+TEXT_FORMAT_TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
+# Names the exporter's ``/metrics`` appends after the exposition: prometheus_client's
+# ``ProcessCollector`` (``gpu_eta.exporter.runtime``).
+RESERVED_PREFIXES = ("process_",)
+
+
+def family_names(metric: Metric) -> frozenset[str]:
+    """The names ``metric`` takes in the exposition: the one its HELP and TYPE lines
+    carry (a counter's with ``_total``) and, for a counter, its name without: both
+    are that family's, for Prometheus and for prometheus_client alike."""
+    if metric.type == "counter":
+        return frozenset({metric.name, metric.name + "_total"})
+    return frozenset({metric.name})
+
+
+def checked_families(families: object, taken: Collection[str] = ()) -> tuple[Metric, ...]:
+    """A collector's ``poll()`` output as metric families the scrape can carry, or
+    ``FamiliesError`` naming what would break it. Pure.
+
+    Why: the exposition is one text; a family that does not encode (a label value
+    given as an int) failed every scrape with HTTP 500, and a family under a name
+    already written (``taken``: the built-in families, another collector's, or its
+    own twice) gave a second HELP line, for which Prometheus rejects the whole scrape.
+    Checked: an iterable of ``prometheus_client`` ``Metric``, types of the text format,
+    names Prometheus parses, samples named after their family, none under ``taken``,
+    ``RESERVED_PREFIXES`` or twice, and each family encodes.
+    """
+    if families is None or isinstance(families, (str, bytes, Metric)):
+        raise FamiliesError(f"poll() returned {type(families).__name__}, not metric families")
+    if not isinstance(families, Iterable):
+        raise FamiliesError(f"poll() returned {type(families).__name__}, not metric families")
+    seen = set(taken)
+    out: list[Metric] = []
+    for metric in families:
+        if not isinstance(metric, Metric):
+            raise FamiliesError(f"{type(metric).__name__} is not a metric family")
+        name = metric.name
+        if not _METRIC_NAME.fullmatch(name) or name.startswith(RESERVED_PREFIXES):
+            raise FamiliesError(f"family name {name!r} is not one this exporter can export")
+        if metric.type not in TEXT_FORMAT_TYPES:
+            raise FamiliesError(f"family {name}: type {metric.type} is not in the text format")
+        clash = family_names(metric) & seen
+        if clash:
+            raise FamiliesError(f"family {min(clash)} is exported already")
+        for sample in metric.samples:
+            if not (_METRIC_NAME.fullmatch(sample.name) and sample.name.startswith(name)):
+                raise FamiliesError(f"family {name}: sample name {sample.name!r}")
+            bad = [k for k in sample.labels if not _LABEL_NAME.fullmatch(str(k))]
+            if bad or any(str(k).startswith("__") for k in sample.labels):
+                raise FamiliesError(f"family {name}: label name {sorted(map(str, sample.labels))}")
+        try:
+            encode_text([metric])
+        except Exception as err:
+            raise FamiliesError(
+                f"family {name} does not encode: {type(err).__name__}: {err}"
+            ) from err
+        seen |= family_names(metric)
+        out.append(metric)
+    return tuple(out)
+
+
+@functools.cache
+def builtin_family_names() -> frozenset[str]:
+    """Every name the exposition's own families take (``family_names``), the optional
+    ones too: read from ``render`` on a snapshot with every optional section present,
+    so it follows the renderers without a list to keep."""
+    statuses = tuple(
+        CollectorStatus(name, True, 0.0, None, 0, "")
+        for name in ("podresources", "progress", "logs")
+    )
+    snap = Snapshot(
+        node="",
+        timestamp=0.0,
+        collectors=statuses,
+        kube_watch=(True, None),
+        unresolved_allocations=0,
+        progress_fields_skipped_total=0,
+        progress_persisted=True,
+        progress_journal_bytes=0,
+    )
+    return frozenset(n for metric in render(snap, age_seconds=0.0) for n in family_names(metric))
+
+
 # -- text format ----------------------------------------------------------------------
 
 
@@ -448,17 +546,25 @@ class SnapshotExposition:
         self._version = version
         self._cache: tuple[Snapshot, bytes] | None = None
 
-    def _static(self, snap: Snapshot) -> list[Metric]:
+    def _static(self, snap: Snapshot) -> bytes:
+        """``render_static`` encoded; without the collectors' own families if they do
+        not encode, self-monitoring alone if the rest does not render. The scheduler
+        lets only ``checked_families`` through, so the first is a net for a bug."""
         try:
-            return render_static(snap, pod_labels=self._pod_labels, version=self._version)
+            return encode_text(
+                render_static(snap, pod_labels=self._pod_labels, version=self._version)
+            )
         except Exception:
+            if snap.families:
+                log.exception("encoding collectors' own families failed; serving without them")
+                return self._static(dataclasses.replace(snap, families=()))
             log.exception("rendering the snapshot failed; serving self-monitoring only")
-            return list(_self(snap, self._version))
+            return encode_text(_self(snap, self._version))
 
     def prepare(self, snap: Snapshot) -> None:
         """Encode ``snap`` ahead of its first scrape (the scheduler calls this before
         publishing, so scrapes never pay for rendering)."""
-        self._cache = (snap, encode_text(self._static(snap)))
+        self._cache = (snap, self._static(snap))
 
     def exposition(self) -> bytes:
         """The text format of ``render()``, encoded once per snapshot; a bug in
@@ -466,6 +572,6 @@ class SnapshotExposition:
         snap = self._holder.get()
         cache = self._cache
         if cache is None or cache[0] is not snap:
-            cache = (snap, encode_text(self._static(snap)))
+            cache = (snap, self._static(snap))
             self._cache = cache  # one reference assignment: concurrent scrapes are fine
         return cache[1] + encode_text([_age(snap, self._holder.age_seconds(snap))])

@@ -13,6 +13,9 @@ renders. This is the boundary of the error flow (docs/exporter.md):
   collector whose tracker does not ``keep_last`` (``hostmemory``) publishes none,
   and the kept allocations of ``podresources`` lose the pods the pod watch shows
   gone since (``Scheduler._kept``);
+- a ``families`` collector's output that would break the scrape (it does not encode,
+  or takes a family name exported already: ``checked_families``) fails it as a raise
+  does, so one collector's bug never costs the other series;
 - ``NoData`` is expected absence: success, empty data, a debug line;
 - a collector still running from an earlier cycle (a hung NFS read, a stuck gRPC
   call) is not started twice: it is reported failing until it returns.
@@ -56,6 +59,7 @@ from gpu_eta.exporter.collectors import (
     PodSource,
     ProcessResolver,
 )
+from gpu_eta.exporter.exposition import builtin_family_names, checked_families, family_names
 from gpu_eta.exporter.readings import (
     Allocation,
     CollectorStatus,
@@ -290,8 +294,16 @@ class Scheduler:
         tracker.inflight = future
         return future, started
 
-    def _settle(self, tracker: _Tracker, future: Future | None, started: float, empty: Any) -> Any:
-        """Wait for one collector; record its outcome; return its (or last good) data."""
+    def _settle(
+        self,
+        tracker: _Tracker,
+        future: Future | None,
+        started: float,
+        empty: Any,
+        check: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """Wait for one collector; record its outcome; return its (or last good) data.
+        ``check`` turns a result into the data kept, or raises: the run failed."""
         if future is None:
             tracker.fail(
                 f"still running after {self.timeout_seconds:g}s timeout from an earlier cycle",
@@ -302,6 +314,8 @@ class Scheduler:
             remaining = max(0.0, self.timeout_seconds - (time.monotonic() - started))
             try:
                 data = future.result(timeout=remaining)
+                if check is not None:
+                    data = check(data)
             except FutureTimeout:
                 tracker.fail(
                     f"timed out after {self.timeout_seconds:g}s",
@@ -321,15 +335,20 @@ class Scheduler:
         return empty
 
     def _run_stage(
-        self, jobs: Mapping[str, tuple[Callable[[], Any], Any]], steps: Sequence[_Step] = ()
+        self,
+        jobs: Mapping[str, tuple[Callable[[], Any], Any]],
+        steps: Sequence[_Step] = (),
+        checks: Mapping[str, Callable[[Any], Any]] | None = None,
     ) -> dict[str, Any]:
         """Run the named collectors and the internal ``steps`` concurrently; their
-        results (or last good data) by collector name, then by step tracker name."""
+        results (or last good data) by collector name, then by step tracker name.
+        ``checks``: by collector name, run on its result in ``jobs``' order (``_settle``)."""
+        checks = checks or {}
         runs = [(self._tracker(name), fn, empty) for name, (fn, empty) in jobs.items()]
         runs.extend(steps)
         submitted = [(tracker, self._submit(tracker, fn), empty) for tracker, fn, empty in runs]
         return {
-            tracker.name: self._settle(tracker, future, started, empty)
+            tracker.name: self._settle(tracker, future, started, empty, checks.get(tracker.name))
             for tracker, (future, started), empty in submitted
         }
 
@@ -361,9 +380,10 @@ class Scheduler:
             stage1[n["logs"]] = (src.logs.poll, None)
         if src.progress_listener is not None:
             stage1[n["progress_listener"]] = (src.progress_listener.poll, {})
-        for name, family_source in src.families.items():
-            stage1[name] = (family_source.poll, ())
-        got = self._run_stage(stage1)
+        taken = set(builtin_family_names())  # family names written so far this cycle
+        for name in sorted(src.families):
+            stage1[name] = (src.families[name].poll, ())
+        got = self._run_stage(stage1, checks={name: _claim(taken) for name in src.families})
         gpu: GpuPoll = got.get(n["gpu"], GpuPoll(devices=()))
         gpu_ok = src.gpu is not None and self._trackers[n["gpu"]].success
         if src.gpu is not None and not gpu_ok:
@@ -484,8 +504,25 @@ class Scheduler:
             allocations_skipped=_counts(src.allocations),
             kube_watch=kube_watch,
             unresolved_allocations=unresolved,
-            families=tuple((name, tuple(got.get(name, ()))) for name in sorted(src.families)),
+            families=self._families(got, taken),
         )
+
+    def _families(
+        self, got: Mapping[str, Any], taken: set[str]
+    ) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+        """Each families collector's families for the snapshot, by name. A run that
+        succeeded was checked and its names claimed (``_claim``); a failing one serves
+        its last good families less those under a name taken since (by the built-ins or
+        another collector, which the check then refused it): a name twice is a scrape
+        Prometheus rejects whole."""
+        out = []
+        for name in sorted(self.sources.families):
+            families = tuple(got.get(name, ()))
+            if not self._trackers[name].success:
+                families = tuple(m for m in families if not family_names(m) & taken)
+                taken.update(n for m in families for n in family_names(m))
+            out.append((name, families))
+        return tuple(out)
 
     def _kept(
         self,
@@ -666,6 +703,21 @@ def _unread(last: GpuPoll, tracker: _Tracker) -> GpuPoll:
         for index, uuid in sorted(known, key=lambda key: (key[0], key[1] or ""))
     )
     return unread_poll(last.devices, failures, last.driver_version)
+
+
+def _claim(taken: set[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """The check of a families collector's result (``Scheduler._settle``): its families
+    as ``checked_families`` lets them through, their names added to ``taken``; raises
+    ``FamiliesError`` otherwise, which fails the collector (success 0, logged once per
+    change of cause) instead of every scrape. One ``taken`` per cycle, used in the
+    collectors' name order: of two collectors with one family name, the first keeps it."""
+
+    def check(result: Any) -> tuple[Any, ...]:
+        families = checked_families(result, taken)
+        taken.update(n for metric in families for n in family_names(metric))
+        return families
+
+    return check
 
 
 def _skipped_fields(*sources: ProgressEndpoint | LogPoller | None) -> int | None:

@@ -17,7 +17,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpu_eta.exporter.collectors.kube import KubeStatus
-from gpu_eta.exporter.exposition import SnapshotExposition, pod_label_name, render
+from gpu_eta.exporter.exposition import (
+    FamiliesError,
+    SnapshotExposition,
+    builtin_family_names,
+    checked_families,
+    pod_label_name,
+    render,
+)
 from gpu_eta.exporter.readings import (
     CollectorStatus,
     DeviceFailure,
@@ -360,6 +367,65 @@ def test_a_rendering_bug_never_fails_the_scrape(monkeypatch: pytest.MonkeyPatch)
         assert "gpu_eta_exporter_snapshot_age_seconds" in text
         assert "gpu_eta_exporter_build_info" in text
         assert "gpu_eta_gpu_info" not in text
+
+
+def _family(name: str = "gpu_eta_test_temperature_celsius", gpu: object = "0", typ: str = "gauge"):
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.samples import Sample
+
+    family = Metric(name, "A test series", typ)
+    sample = name + "_total" if typ == "counter" else name
+    family.samples.append(Sample(sample, {"node": "n", "gpu": gpu}, 42.0))
+    return family
+
+
+def test_a_collectors_family_that_does_not_encode_never_fails_the_scrape() -> None:
+    """The net behind the scheduler's check: the rest of the snapshot is served."""
+    snap = _snap(
+        devices=(DeviceReading(0, "GPU-a", "T4", 0.5, 1, 2),),
+        families=(("temperature", (_family(gpu=0),)),),  # the gpu index as NVML gives it
+    )
+    text = _exposition(snap)
+    assert 'gpu_eta_gpu_utilization_ratio{UUID="GPU-a",gpu="0",node="n1"} 0.5' in text
+    assert "gpu_eta_exporter_build_info" in text
+    assert "A test series" not in text
+
+
+@pytest.mark.parametrize(
+    ("families", "problem"),
+    [
+        (None, "returned NoneType"),
+        (_family(), "returned Metric"),  # one family, not a sequence of them
+        (["gpu_eta_x 1"], "str is not a metric family"),
+        ([_family(gpu=0)], "does not encode: TypeError"),
+        ([_family("gpu_eta_gpu_info")], "gpu_eta_gpu_info is exported already"),
+        ([_family("gpu_eta_exporter_collector_errors")], "collector_errors is exported"),
+        ([_family("gpu_eta_exporter_collector_errors", typ="counter")], "is exported"),
+        ([_family(), _family()], "temperature_celsius is exported already"),
+        ([_family("process_open_fds")], "not one this exporter can export"),
+        ([_family("gpu-eta-x")], "not one this exporter can export"),
+        ([_family(typ="info")], "type info is not in the text format"),
+    ],
+)
+def test_checked_families_refuses_what_would_break_the_scrape(families, problem: str) -> None:
+    with pytest.raises(FamiliesError, match=problem):
+        checked_families(families, builtin_family_names())
+
+
+def test_checked_families_passes_good_families_and_a_bad_label_name_is_refused() -> None:
+    good = [_family(), _family("gpu_eta_test_fan_failures", typ="counter")]
+    assert checked_families(iter(good), builtin_family_names()) == tuple(good)
+    bad = _family()
+    bad.samples[0] = bad.samples[0]._replace(labels={"bad-label": "v"})
+    with pytest.raises(FamiliesError, match="label name"):
+        checked_families([bad])
+
+
+def test_builtin_family_names_hold_every_family_the_exposition_writes() -> None:
+    golden = set(re.findall(r"^# TYPE (\S+) ", GOLDEN.read_text(), re.M))
+    assert golden <= builtin_family_names()
+    assert "gpu_eta_exporter_kube_watch_connected" in builtin_family_names()  # optional
+    assert "gpu_eta_exporter_collector_errors" in builtin_family_names()  # a counter's base
 
 
 def test_help_says_cached() -> None:

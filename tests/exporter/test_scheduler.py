@@ -891,3 +891,103 @@ def test_host_memory_is_absent_while_its_read_fails_or_hangs(failure: str) -> No
     finally:
         hostmem.release.set()
         sched.stop()
+
+
+# -- collectors with their own families (kind "families") ---------------------------
+
+
+def _temperature(value: object = "0", name: str = "gpu_eta_test_temperature_celsius"):
+    """One family as a contributor's collector builds it; ``value``: the gpu label's."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily(name, "A test series", labels=["node", "gpu"])
+    family.add_metric(["n", value], 42.0)
+    return [family]
+
+
+def _promtool_check(text: str) -> str:
+    """promtool's verdict on an exposition: "" when Prometheus' parser takes it."""
+    import subprocess
+
+    from gpu_eta.launch.prometheus import find_binary
+
+    proc = subprocess.run(
+        [find_binary("promtool"), "check", "metrics"],
+        input=text.encode(),
+        capture_output=True,
+        timeout=60,
+    )
+    return "" if proc.returncode == 0 else proc.stdout.decode() + proc.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    ("output", "problem"),
+    [
+        (_temperature(0), "does not encode"),  # the gpu index as NVML gives it
+        (None, "returned NoneType"),
+        (_temperature(name="gpu_eta_gpu_info"), "gpu_eta_gpu_info is exported already"),
+        (_temperature(name="process_open_fds"), "not one this exporter can export"),
+    ],
+    ids=["int-label-value", "none", "built-in-name", "process-name"],
+)
+def test_a_families_collectors_bad_output_fails_it_not_the_scrape(
+    caplog: pytest.LogCaptureFixture, output: object, problem: str
+) -> None:
+    """Its output is dropped and it reads success 0, logged once; every other series
+    is served and Prometheus' own parser (promtool) takes the scrape."""
+    temperature = Source(output)
+    sched, holder = _scheduler(Sources(gpu=Source(GPU), families={"temperature": temperature}))
+    with caplog.at_level(logging.INFO, logger="gpu_eta.exporter.scheduler"):
+        sched.collect_once()
+        sched.collect_once()
+    text = SnapshotExposition(holder).exposition().decode()
+    assert 'gpu_eta_exporter_collector_success{collector="temperature",node="n"} 0.0' in text
+    assert 'gpu_eta_exporter_collector_success{collector="gpu",node="n"} 1.0' in text
+    assert 'gpu_eta_gpu_utilization_ratio{UUID="GPU-a",gpu="0",node="n"} 0.5' in text
+    assert "A test series" not in text
+    assert _promtool_check(text) == ""
+    failed = [r.getMessage() for r in caplog.records if "temperature" in r.getMessage()]
+    assert len(failed) == 1 and problem in failed[0], failed
+    temperature.value = _temperature("0")  # fixed: served again, success 1
+    sched.collect_once()
+    text = SnapshotExposition(holder).exposition().decode()
+    assert 'gpu_eta_test_temperature_celsius{gpu="0",node="n"} 42.0' in text
+    assert 'gpu_eta_exporter_collector_success{collector="temperature",node="n"} 1.0' in text
+
+
+def test_two_families_collectors_with_one_family_name_the_first_keeps_it() -> None:
+    """A name twice gives a second HELP line, for which Prometheus rejects the scrape."""
+    sources = Sources(
+        families={"a_temp": Source(_temperature("0")), "b_temp": Source(_temperature("1"))}
+    )
+    sched, holder = _scheduler(sources)
+    sched.collect_once()
+    text = SnapshotExposition(holder).exposition().decode()
+    assert text.count("# HELP gpu_eta_test_temperature_celsius ") == 1
+    assert 'gpu_eta_test_temperature_celsius{gpu="0",node="n"} 42.0' in text
+    assert 'gpu_eta_exporter_collector_success{collector="a_temp",node="n"} 1.0' in text
+    assert 'gpu_eta_exporter_collector_success{collector="b_temp",node="n"} 0.0' in text
+    assert _promtool_check(text) == ""
+
+
+def test_a_failing_families_collectors_last_good_families_yield_a_name_taken_since() -> None:
+    """Its last good families are kept while it fails, except one another collector
+    now exports: that one is the other's."""
+    first = Source(_temperature("0", name="gpu_eta_test_fan_ratio"))
+    second = Source([])
+    sched, holder = _scheduler(Sources(families={"a_fan": first, "b_fan": second}))
+    sched.collect_once()
+    second.value = _temperature("1")  # b_fan starts exporting the temperature
+    first.value, first.fail = None, CollectorError("fan sensor gone")
+    sched.collect_once()
+    assert [(n, [m.name for m in fams]) for n, fams in holder.get().families] == [
+        ("a_fan", ["gpu_eta_test_fan_ratio"]),
+        ("b_fan", ["gpu_eta_test_temperature_celsius"]),
+    ]
+    # now a_fan's last good name is taken too: only b_fan's family is served
+    second.value = _temperature("1") + _temperature("1", name="gpu_eta_test_fan_ratio")
+    sched.collect_once()
+    text = SnapshotExposition(holder).exposition().decode()
+    assert text.count("# HELP gpu_eta_test_fan_ratio ") == 1
+    assert 'gpu_eta_test_fan_ratio{gpu="1",node="n"} 42.0' in text
+    assert _promtool_check(text) == ""

@@ -65,7 +65,7 @@ def new_collector_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     folder.mkdir()
     monkeypatch.setattr(collectors, "__path__", [*collectors.__path__, str(folder)])
     yield folder
-    for name in ("temperature", "broken", "typo"):
+    for name in ("temperature", "broken", "typo", "sloppy"):
         registry.unregister(name)
         sys.modules.pop(f"gpu_eta.exporter.collectors.{name}", None)
 
@@ -140,3 +140,42 @@ def test_a_broken_import_of_our_own_code_is_not_called_a_missing_package(
         registry.load()
     assert caught.value.name is not None and caught.value.name.startswith("gpu_eta.exporter.")
     assert "typo" not in registry.registered()
+
+
+SLOPPY_COLLECTOR = """
+from prometheus_client.core import GaugeMetricFamily
+
+from gpu_eta.exporter.collectors.registry import Collector, register
+
+
+class Sloppy:
+    def poll(self):
+        if {output!r} == "none":
+            return None
+        family = GaugeMetricFamily("gpu_eta_test_temperature_celsius", "A test series", labels=["node", "gpu"])
+        family.add_metric(["n", 0], 42.0)  # the gpu index as an int, as NVML gives it
+        return [family]
+
+
+register(Collector("sloppy", "a collector with bad output", "families", lambda ctx: Sloppy()))
+"""
+
+
+@pytest.mark.parametrize("output", ["int-label", "none"])
+def test_a_collectors_bad_output_fails_the_collector_not_the_start_or_the_scrape(
+    new_collector_file: Path, output: str
+) -> None:
+    """The real exporter on a simulated node: it starts, /metrics answers 200 with every
+    other series, and the collector reads success 0."""
+    (new_collector_file / "sloppy.py").write_text(
+        textwrap.dedent(SLOPPY_COLLECTOR).replace("{output!r}", repr(output))
+    )
+    text = _scrape([])
+    assert re.search(
+        r'gpu_eta_exporter_collector_success\{collector="sloppy",node="[^"]+"\} 0\.0', text
+    )
+    assert re.search(
+        r'gpu_eta_exporter_collector_success\{collector="gpu",node="[^"]+"\} 1\.0', text
+    )
+    assert "gpu_eta_gpu_info{" in text
+    assert "gpu_eta_test_temperature_celsius" not in text
