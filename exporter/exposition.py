@@ -433,9 +433,7 @@ def checked_families(families: object, taken: Collection[str] = ()) -> tuple[Met
     names Prometheus parses, samples named after their family, none under ``taken``,
     ``RESERVED_PREFIXES`` or twice, and each family encodes.
     """
-    if families is None or isinstance(families, (str, bytes, Metric)):
-        raise FamiliesError(f"poll() returned {type(families).__name__}, not metric families")
-    if not isinstance(families, Iterable):
+    if isinstance(families, (str, bytes, Metric)) or not isinstance(families, Iterable):
         raise FamiliesError(f"poll() returned {type(families).__name__}, not metric families")
     seen = set(taken)
     out: list[Metric] = []
