@@ -243,13 +243,33 @@ LOCAL_RANK_VARIABLES = (
 )
 
 
-# RANK as the first process of this tree to import the module had it: a multiprocessing
-# child inherits its parent's environment, so a value still the same was not set for
-# it. Kept in the environment, not only in the module: a ``spawn`` or ``forkserver``
-# child imports the module again, after its parent set its RANK (fork keeps the
-# parent's module and so its value).
+# RANK as this process had it when it imported the module: a multiprocessing child
+# inherits its parent's environment, so a value still the same was not set for it.
+# A ``spawn`` child imports the module again, after its parent set its RANK, so each
+# importer also leaves ``<its pid>:<its RANK>`` in the environment for its children;
+# a child trusts it only when that pid is its own multiprocessing parent's (an
+# unrelated program a wrapper started inherits it too, with a RANK of its own).
 RANK_AT_IMPORT_VARIABLE = "GPU_ETA_REPORT_RANK_AT_IMPORT"
-_RANK_AT_IMPORT = os.environ.setdefault(RANK_AT_IMPORT_VARIABLE, os.environ.get("RANK", "").strip())
+_IMPORT_PID = os.getpid()
+_RANK_AT_IMPORT = os.environ.get("RANK", "").strip()
+_INHERITED_RANK_AT_IMPORT = os.environ.get(RANK_AT_IMPORT_VARIABLE, "")
+os.environ[RANK_AT_IMPORT_VARIABLE] = f"{_IMPORT_PID}:{_RANK_AT_IMPORT}"
+
+
+def _rank_before_start(parent_pid: int) -> str:
+    """RANK as this multiprocessing child's parent (``parent_pid``) had it when it
+    imported the module, else as this process had it at its own import.
+
+    Why each case: a forked child runs the parent's module, imported in the parent
+    (``_IMPORT_PID``); a spawned child imported the module itself and reads what its
+    parent left in the environment, if that parent was the one that left it.
+    """
+    if os.getpid() != _IMPORT_PID:
+        return _RANK_AT_IMPORT  # forked: the module (and its value) is an ancestor's
+    pid, sep, rank = _INHERITED_RANK_AT_IMPORT.partition(":")
+    return rank if sep and pid == str(parent_pid) else _RANK_AT_IMPORT
+
+
 # what ``other_rank`` names a ``torch.multiprocessing.spawn`` worker's index by
 SPAWN_INDEX = "torch.multiprocessing.spawn index"
 
@@ -315,10 +335,12 @@ def other_rank(
         index = spawn_index() if index is None else index
         if index is not None:
             return (SPAWN_INDEX, str(index)) if index > 0 else None
+    parent = multiprocessing.parent_process()
     if (
         not names
-        and multiprocessing.parent_process() is not None
-        and env.get("RANK", "").strip() != _RANK_AT_IMPORT
+        and parent is not None
+        and parent.pid is not None
+        and env.get("RANK", "").strip() != _rank_before_start(parent.pid)
     ):
         names = ["RANK"]
     if not names:

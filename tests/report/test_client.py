@@ -1349,6 +1349,39 @@ def test_ranks_a_parent_sets_after_importing_are_one_pods(monkeypatch, method) -
     assert got == [("0", None), ("1", ("RANK", "1"))]
 
 
+# A training program a wrapper started (not a multiprocessing child), RANK given by the
+# wrapper; it trains in a spawn child, which prints what other_rank says of it.
+WRAPPED_TRAINING = """
+import multiprocessing as mp
+
+def train():
+    from gpu_eta_report import client
+    print("OTHER", client.other_rank())
+
+if __name__ == "__main__":
+    import gpu_eta_report.client
+    p = mp.get_context("spawn").Process(target=train)
+    p.start()
+    p.join()
+"""
+
+
+def test_a_program_a_wrapper_started_reads_its_own_rank(tmp_path, monkeypatch) -> None:
+    """A pod's entrypoint imports the client (RANK unset), then runs the training as
+    another program with ``RANK=1`` (its pod's rank), which trains in a ``spawn``
+    child: the RANK the entrypoint had at import is not the trainer's parent's, so the
+    child is its pod's only trainer and reports (read against the entrypoint's, it was
+    silenced as another rank)."""
+    script = tmp_path / "train.py"
+    script.write_text(WRAPPED_TRAINING)
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "PYTHONPATH": os.pathsep.join(sys.path)}
+    assert env[client.RANK_AT_IMPORT_VARIABLE].startswith(f"{os.getpid()}:")  # left by this import
+    out = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert "OTHER None" in out.stdout, out.stdout + out.stderr
+
+
 def test_a_rank_a_child_inherited_is_its_pods_own(monkeypatch) -> None:
     """A PyTorchJob worker pod (``RANK=1``, no local rank) whose script trains in a
     ``multiprocessing`` child: the child inherits ``RANK`` unchanged and is the pod's
@@ -1357,7 +1390,7 @@ def test_a_rank_a_child_inherited_is_its_pods_own(monkeypatch) -> None:
 
     monkeypatch.setenv("RANK", "1")
     # as the pod's process had it when it imported the client (RANK set by the operator)
-    monkeypatch.setenv(client.RANK_AT_IMPORT_VARIABLE, "1")
+    monkeypatch.setenv(client.RANK_AT_IMPORT_VARIABLE, f"{os.getpid()}:1")
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     proc = ctx.Process(target=_rank_in_child, args=(None, out))
