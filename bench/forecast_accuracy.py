@@ -1040,6 +1040,19 @@ def check_corpus_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         parser.error(f"--refit-fraction: {err}")
 
 
+def refuse_docs_without_mlperf(parser: argparse.ArgumentParser, corpora: Sequence[Corpus]) -> None:
+    """``--write-docs`` replaces whole tables, MLPerf rows included: without both
+    MLPerf splits it would publish tables that silently lost their main corpus, so
+    that is a usage error (exit 2), not a run."""
+    loaded = {c.name for c in corpora if c.n_runs}
+    missing = [name for name in MLPERF_SPLITS if name not in loaded]
+    if missing:
+        parser.error(
+            f"--write-docs needs both MLPerf splits; {', '.join(missing)} not loaded "
+            "(pass --mlperf PATH to the MLPerf runs file)"
+        )
+
+
 def selected_corpora(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Corpus]:
     """The corpora ``add_corpus_arguments``' flags name, loaded; a bad flag
     (``check_corpus_arguments``) or an unknown ``--corpus`` is a usage error."""
@@ -1137,6 +1150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_repeats and args.no_identity:
         parser.error("--no-repeats and --no-identity are two different replays: pick one")
     corpora = selected_corpora(parser, args)
+    if args.write_docs:
+        refuse_docs_without_mlperf(parser, corpora)
     if args.by_round:
         corpora = [by_round(c) for c in corpora if c.name in MLPERF_SPLITS]
         if not corpora:

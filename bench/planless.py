@@ -33,7 +33,12 @@ from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from forecast_accuracy import find_mlperf, load_corpora, replace_between_markers
+from forecast_accuracy import (
+    find_mlperf,
+    load_corpora,
+    refuse_docs_without_mlperf,
+    replace_between_markers,
+)
 
 from gpu_eta.forecaster.calibration import POINTS, point_label
 from gpu_eta.forecaster.evaluate import replay_events
@@ -159,8 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "runs new at every finer level (the variant not kept; tables not written)",
     )
     args = parser.parse_args(argv)
+    corpora = load_corpora(find_mlperf(args.mlperf), None)
+    if args.write_docs and not args.every_run:
+        refuse_docs_without_mlperf(parser, corpora)
     out = []
-    for corpus in load_corpora(find_mlperf(args.mlperf), None):
+    for corpus in corpora:
         rows: list[Moment] = []
         other: list[Coarser] = []
         for part in corpus.parts:

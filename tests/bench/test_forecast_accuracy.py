@@ -374,3 +374,52 @@ def test_mid_epoch_takes_the_refit_fraction(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(SystemExit) as exit_:
         fa.main(["--mid-epoch", "--corpus", "nosuch", "--mlperf", "/absent"])
     assert exit_.value.code == 2
+
+
+def _docs_copies(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[Path, str]:
+    """The docs the bench writes, redirected to copies; their text before the run."""
+    before = {}
+    for attr in ("DOCS", "EVIDENCE"):
+        copy = tmp_path / getattr(fa, attr).name
+        copy.write_text(getattr(fa, attr).read_text())
+        monkeypatch.setattr(fa, attr, copy)
+        before[copy] = copy.read_text()
+    return before
+
+
+def test_write_docs_without_the_mlperf_file_is_refused_and_writes_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wrong ``--mlperf`` path must not republish the tables without their MLPerf
+    rows: exit 2 before any replay, docs untouched."""
+    before = _docs_copies(monkeypatch, tmp_path)
+
+    def no_replay(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("replayed the corpora without MLPerf")
+
+    monkeypatch.setattr(fa, "run_corpus", no_replay)
+    for extra in ([], ["--by-round"]):
+        with pytest.raises(SystemExit) as exc:
+            fa.main(["--write-docs", *extra, "--mlperf", str(tmp_path / "absent.csv.gz")])
+        assert exc.value.code == 2
+        assert "needs both MLPerf splits" in capsys.readouterr().err
+    assert {path: path.read_text() for path in before} == before
+
+
+def test_docs_need_both_mlperf_splits_with_runs() -> None:
+    """Both splits loaded (and not empty) pass; one missing or empty is refused."""
+    parser = fa.argparse.ArgumentParser()
+
+    def corpus(name: str, n: int) -> object:
+        runs = [make_run(str(i), [5.0, 5.0]) for i in range(n)]
+        return fa.Corpus(name, name, [runs], 0)
+
+    fa.refuse_docs_without_mlperf(parser, [corpus("mlperf-choose", 2), corpus("mlperf-confirm", 1)])
+    for corpora in (
+        [corpus("mlperf-choose", 2)],
+        [corpus("mlperf-choose", 2), corpus("mlperf-confirm", 0)],
+        [corpus("keras-seed002", 3)],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            fa.refuse_docs_without_mlperf(parser, corpora)
+        assert exc.value.code == 2

@@ -3,6 +3,10 @@ that answered them (the job's, the cluster's) or counted as unanswered."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from tests.bench.bench_module import load_bench
 from tests.forecaster.estimators.runs_factory import make_run
 
@@ -54,3 +58,24 @@ def test_moments_with_no_time_left_are_never_replayed() -> None:
     rows, _coarser = pb.moments(runs)
     assert sorted(r[0] for r in rows) == [0.0, 0.1]  # the start and 10 % only
     assert all(r[5] > 0 for r in rows)
+
+
+def test_write_docs_without_the_mlperf_file_is_refused_and_writes_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without both MLPerf splits ``--write-docs`` exits 2 before any replay and leaves
+    the evidence page as it was (it would lose its MLPerf tables)."""
+    doc = tmp_path / pb.DOC.name
+    doc.write_text(pb.DOC.read_text())
+    before = doc.read_text()
+    monkeypatch.setattr(pb, "DOC", doc)
+
+    def no_replay(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("replayed the corpora without MLPerf")
+
+    monkeypatch.setattr(pb, "moments", no_replay)
+    with pytest.raises(SystemExit) as exc:
+        pb.main(["--write-docs", "--mlperf", str(tmp_path / "absent.csv.gz")])
+    assert exc.value.code == 2
+    assert "needs both MLPerf splits" in capsys.readouterr().err
+    assert doc.read_text() == before
