@@ -75,6 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mlperf", type=Path, default=None, help="the MLPerf runs file")
     args = parser.parse_args(argv)
+    if args.mlperf is not None and not args.mlperf.is_file():
+        parser.error(f"--mlperf {args.mlperf}: no such file")
     path = find_mlperf(args.mlperf)
     if path is None:
         print("MLPerf runs not found (--mlperf PATH)", file=sys.stderr)

@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -171,11 +172,13 @@ def report(name: str, times: list[float], n_series: int, rss: float | None) -> f
     return us_per_series
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scrapes", type=int, default=1000)
     parser.add_argument("--keep", type=Path, help="also write the generated scenario here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.scrapes < 2:  # p50/p99 need two samples
+        parser.error("--scrapes must be ≥ 2")
 
     with tempfile.TemporaryDirectory(prefix="gpu-eta-bench-") as tmp:
         path = Path(tmp) / "bench.yaml"

@@ -22,6 +22,7 @@ import datetime as dt
 import itertools
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpu_eta.exporter.collectors.logs import LogProgressCollector
@@ -108,10 +109,12 @@ def time_hostile() -> None:
         )
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=1_000_000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.lines < 1:
+        parser.error("--lines must be ≥ 1")
     data = build(args.lines)
     pod = PodMeta("ml", "bench", "uid-bench")
     with tempfile.TemporaryDirectory() as tmp:

@@ -93,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mlperf", type=Path, help="the MLPerf runs file (runs.csv.gz)")
     args = parser.parse_args(argv)
+    if args.mlperf is not None and not args.mlperf.is_file():
+        parser.error(f"--mlperf {args.mlperf}: no such file")
     path = find_mlperf(args.mlperf)
     if path is None:
         print("start_lengths: no MLPerf runs file (--mlperf PATH)", file=sys.stderr)

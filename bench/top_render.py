@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import re
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -235,18 +236,31 @@ def cluster_seconds(gpus: int, pending: int, width: int, height: int, repeat: in
     )
 
 
+def terminal_size(text: str) -> str:
+    """``--size``'s ``COLUMNSxLINES``, checked when parsed (a usage error, not a
+    traceback after minutes of building the cluster)."""
+    m = re.fullmatch(r"([1-9]\d*)x([1-9]\d*)", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not COLUMNSxLINES (e.g. 120x40)")
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--pending", type=int, default=100)
-    parser.add_argument("--size", action="append", help="COLUMNSxLINES (120x40, 80x24)")
+    parser.add_argument(
+        "--size", action="append", type=terminal_size, help="COLUMNSxLINES (120x40, 80x24)"
+    )
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument(
         "--cluster-gpus", help="GPUs, comma separated (1000,6400): time --once and a refresh"
     )
     args = parser.parse_args(argv)
+    if args.repeat < 1:  # the median of no refresh
+        parser.error("--repeat must be ≥ 1")
     if args.cluster_gpus:
         width, height = (int(x) for x in (args.size or ["200x50"])[0].split("x"))
         print(
