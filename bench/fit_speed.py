@@ -17,7 +17,9 @@ thinned as ``evaluate``'s replay gives them to the model (``runs.thinned``). Pre
 ``--predict`` later runs cut at seeded progress (``predict_speed.cut_points``), so every
 situation occurs. Figures are the best of ``--repeat`` fits (the machine is shared).
 ``--check`` reports the largest relative difference of any compared float and exits 1
-when it exceeds ``--tolerance`` (0: bit for bit).
+when it exceeds ``--tolerance`` (0: bit for bit); it exits 3, before fitting, when the
+saved file cannot be compared: missing, not a ``--save`` outcome, saved with another
+``--predict`` (other jobs predicted) or without one of the ``--runs`` sizes asked.
 """
 
 from __future__ import annotations
@@ -103,6 +105,36 @@ def compare(old: dict, new: dict) -> tuple[dict[str, float], float]:
     return differ, worst
 
 
+CHANGED = 1
+"""Exit status: a compared result moved beyond ``--tolerance``."""
+UNCOMPARABLE = 3
+"""Exit status: the ``--check`` file cannot be compared (not a change of the model)."""
+
+
+class SavedError(ValueError):
+    """A ``--check`` file that cannot be compared with this run."""
+
+
+def saved_outcome(text: str, predict: int, sizes: Sequence[int]) -> dict[str, dict]:
+    """The outcomes per size of a ``--save`` file's ``text``, for ``--check``.
+
+    Why checked before fitting: a file saved with another ``--predict`` or without a
+    size asked would only fail after minutes of fits, or, compared job by job, report
+    a change the model did not make."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SavedError(f"not JSON ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("outcomes"), dict):
+        raise SavedError("not a fit_speed --save outcome (save it again with the old code)")
+    if data.get("predict") != predict:
+        raise SavedError(f"saved with --predict {data.get('predict')}, this run {predict}")
+    missing = [str(n) for n in sizes if str(n) not in data["outcomes"]]
+    if missing:
+        raise SavedError(f"no outcome saved for --runs {', '.join(missing)}")
+    return data["outcomes"]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, action="append", help="history sizes (1000, 4000)")
@@ -114,6 +146,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile one fit")
     args = parser.parse_args(argv)
     sizes = args.runs or [1000, 4000, 8000]
+    before: dict[str, dict] = {}
+    if args.check:
+        try:
+            before = saved_outcome(args.check.read_text(), args.predict, sizes)
+        except (OSError, SavedError) as err:
+            print(f"fit_speed: --check {args.check}: {err}", file=sys.stderr)
+            return UNCOMPARABLE
     saved = {}
     print(f"{'runs':>6} {'fit s':>7} {'predict µs':>11}")
     for n in sizes:
@@ -138,15 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     if args.save:
-        args.save.write_text(json.dumps(saved))
+        args.save.write_text(json.dumps({"predict": args.predict, "outcomes": saved}))
     if args.check:
-        old = json.loads(args.check.read_text())
         status = 0
         for n, new in saved.items():
-            differ, worst = compare(old[n], new)
+            differ, worst = compare(before[n], new)
             state = max(differ.values(), default=0.0)
             ok = max(state, worst) <= args.tolerance
-            status |= not ok
+            status = status if ok else CHANGED
             print(
                 f"{n:>6} runs: learned state differs in {sorted(differ) or 'nothing'}"
                 f" (largest relative {state:.3g}); largest relative prediction difference"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
+
+import pytest
 
 from tests.bench.bench_module import load_bench
 
@@ -38,3 +41,22 @@ def test_anything_but_a_float_changing_is_a_change() -> None:
     assert fit_speed.compare(old, outcome({}, [[1.0, 2.0, 3.0, "prior", 4]]))[1] == math.inf
     nan = outcome({}, [[math.nan, 2.0, 3.0, "blend", 4]])
     assert fit_speed.compare(nan, nan) == ({}, 0.0)
+
+
+def test_a_saved_file_that_cannot_be_compared_is_told_from_a_change(tmp_path) -> None:
+    """``--check`` on a missing, foreign or mismatched file exits ``UNCOMPARABLE`` (3),
+    not ``CHANGED`` (1), before any fit; a file saved as ``--save`` writes it passes."""
+    good = json.dumps({"predict": 50, "outcomes": {"1000": outcome({}, [])}})
+    assert fit_speed.saved_outcome(good, 50, [1000]) == {"1000": outcome({}, [])}
+    for text, sizes, said in (
+        ("{", [1000], "not JSON"),
+        (json.dumps({"1000": outcome({}, [])}), [1000], "not a fit_speed --save"),
+        (good.replace('"predict": 50', '"predict": 2000'), [1000], "--predict 2000"),
+        (good, [1000, 4000], "--runs 4000"),
+    ):
+        with pytest.raises(fit_speed.SavedError, match=said):
+            fit_speed.saved_outcome(text, 50, sizes)
+    assert fit_speed.UNCOMPARABLE != fit_speed.CHANGED
+    for path in (tmp_path / "absent.json", tmp_path / "bad.json"):
+        (tmp_path / "bad.json").write_text("[]")
+        assert fit_speed.main(["--runs", "10", "--check", str(path)]) == fit_speed.UNCOMPARABLE
