@@ -1,7 +1,7 @@
 """What the GPU queue's kube-state-metrics queries cost a real Prometheus, per cycle.
 
 Why a bench of its own: the forecaster sends the queue's queries every cycle
-(``kube_state.QUERIES`` folded into one), and a second folded query only when the pods
+(``kube_state.first_round`` folded into one), and a second folded query only when the pods
 read call for it (``kube_state.second_round``). The costly parts of that second round
 are its subqueries (1 min steps over the arrival window) asked where KSM exports no
 ``kube_pod_created`` (OpenShift's KSM denylists it): the first-seen one that places
@@ -11,8 +11,9 @@ of ``--pods`` pods (``--gpu-share`` of them asking for a GPU, ``--pending-share`
 those pending) backfilled over ``--minutes`` into a real Prometheus:
 
 * with ``kube_pod_created`` (the usual cluster): the folded query (queries, when
-  ``--gpu-resource`` names are many and long: ``kube_state.batches``), its length, and
-  that no second round is asked;
+  ``--gpu-resource`` names are many and long: ``kube_state.batches``) as a cycle
+  without ``--pending.priority-class`` sends it, its length, the same with a priority
+  mapping (the arrivals' classes read too), and that no second round is asked;
 * without it (OpenShift): the folded query, the second round naming the pods by uid,
   each of its parts alone, and, as the peer in the same run, the first-seen subquery
   over every pending pod of the cluster (what the second round asks when naming
@@ -34,7 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,9 @@ from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import start_prometheus
 
 GPU = {"resource": "nvidia_com_gpu", "unit": "integer"}
+# a ``--pending.priority-class`` mapping: with one, the first round also reads the
+# arrivals' priority classes (``kube_state.first_round``)
+PRIORITIES = {"high": 1000}
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
@@ -113,14 +117,29 @@ def openmetrics(pods: list[Pod], minutes: int, created: bool, now: float) -> str
     return "\n".join(out) + "\n"
 
 
+def first_round_batches(
+    gpu_resources: Sequence[str] = (), priorities: Mapping[str, int] | None = None
+) -> list[dict[str, str]]:
+    """The queue's first round in the batches the cycle asks (``kube_state.first_round``
+    for ``--pending.priority-class``'s ``priorities``, then ``kube_state.batches``).
+
+    Why not ``kube_state.QUERIES``: without a priority mapping the cycle asks the
+    arrivals without their priority classes, a shorter and cheaper query; timing
+    ``QUERIES`` would time a query no cycle sends."""
+    parts = kube_state.rendered(kube_state.first_round(priorities or {}), 3600, gpu_resources)
+    return kube_state.batches(parts, queries.fold, queries.MAX_QUERY_CHARS)
+
+
 def first_round(
-    url: str, at: float, gpu_resources: Sequence[str] = ()
+    url: str,
+    at: float,
+    gpu_resources: Sequence[str] = (),
+    priorities: Mapping[str, int] | None = None,
 ) -> tuple[list[str], dict[str, list[Sample]]]:
-    """The queue's first round as the cycle sends it (``kube_state.batches``: one folded
+    """The queue's first round as the cycle sends it (``first_round_batches``: one folded
     query, several where the site's own ``gpu_resources`` are many and long), and its
     answer by part (as the cycle unfolds it)."""
-    parts = kube_state.rendered(kube_state.QUERIES, 3600, gpu_resources)
-    batches = kube_state.batches(parts, queries.fold, queries.MAX_QUERY_CHARS)
+    batches = first_round_batches(gpu_resources, priorities)
     client = PromClient(url, timeout_seconds=300, max_response_bytes=1 << 30)
     samples: dict[str, list[Sample]] = {}
     try:
@@ -157,12 +176,18 @@ def run(args: argparse.Namespace, created: bool) -> None:
         try:
             folded, samples = first_round(prom.url, now, args.gpu_resources)
             base = sum(timed(prom.url, query, now, args.repeat)[0] for query in folded)
+            mapped = first_round(prom.url, now, args.gpu_resources, PRIORITIES)[0]
+            with_classes = sum(timed(prom.url, query, now, args.repeat)[0] for query in mapped)
             second = kube_state.second_round(samples)
             kind = "with kube_pod_created" if created else "without kube_pod_created (OpenShift)"
             print(f"\n{args.pods} pods, {kind}:")
             print(
                 f"  folded queue query        {base * 1000:8.1f} ms  ({len(folded)} "
                 f"quer{'y' if len(folded) == 1 else 'ies'}, {sum(map(len, folded)):,} characters)"
+            )
+            print(
+                f"    with priority classes   {with_classes * 1000:8.1f} ms  "
+                f"({with_classes / base:.2f}x; {sum(map(len, mapped)):,} characters)"
             )
             if not second:
                 print("  second round              not asked")

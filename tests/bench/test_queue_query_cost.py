@@ -58,3 +58,27 @@ def _answers(samples: dict[str, list[Sample]]) -> dict[str, list[tuple]]:
         )
         for name, answer in samples.items()
     }
+
+
+def _cycle_first_round(priorities: dict[str, int]) -> list[str]:
+    """The first round's folded queries as ``Cycle._ask_queue`` builds them."""
+    parts = kube_state.rendered(kube_state.first_round(priorities), 3600, ())
+    return [
+        queries.fold(b) for b in kube_state.batches(parts, queries.fold, queries.MAX_QUERY_CHARS)
+    ]
+
+
+@pytest.mark.integration
+def test_the_timed_first_round_is_the_one_the_cycle_sends(tmp_path, prometheus_factory) -> None:
+    """The bench times what a cycle sends (``kube_state.first_round`` for the priority
+    mapping), not ``kube_state.QUERIES``: without a mapping the cycle leaves out the
+    arrivals' priority classes, a shorter query."""
+    now = time.time()
+    om = tmp_path / "ksm.om"
+    om.write_text(qc.openmetrics(qc.draw(50, 0.3, 0.3, now, seed=4), 10, True, now))
+    prom = prometheus_factory([], backfill_files=[om])
+    plain, _ = qc.first_round(prom.url, now)
+    assert plain == _cycle_first_round({})
+    mapped, _ = qc.first_round(prom.url, now, (), {"high": 1000})
+    assert mapped == _cycle_first_round({"high": 1000})
+    assert sum(map(len, plain)) < sum(map(len, mapped))
