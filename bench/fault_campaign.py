@@ -10,7 +10,8 @@ What runs, all on loopback, started as the demo starts its children:
 - a real Prometheus scraping the three exporters and the forecaster every second;
 - the real forecaster (``serve``, a cycle every 3 s, its SQLite history on disk);
 - one reporter thread per pod, posting from the pod's own address: runs of 8 epochs,
-  an epoch every ~1.2 s, then the next run (the forecaster records them finished).
+  an epoch every ~1.2 s, the next run 30 s after the last one started (the
+  exporter's cap on new runs per container; the forecaster records them finished).
 
 Faults, one after another at random moments (the seed and thread timing decide): SIGKILL + restart of each
 exporter, of the forecaster (twice) and of Prometheus; Prometheus unreachable
@@ -40,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import re
@@ -57,6 +59,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpu_eta.exporter.progress_runs import RUN_REFILL_SECONDS  # noqa: E402
 from gpu_eta.launch.processes import start_http, stop_process  # noqa: E402
 from gpu_eta.launch.prometheus import ScrapeJob, free_port, start_prometheus  # noqa: E402
 from tests.support.kubeapi import FakeKubeAPI, make_pod  # noqa: E402
@@ -70,8 +73,15 @@ def pod_ip(node: int, i: int) -> str:
     return f"127.0.{40 + node}.{10 + i}"
 
 
-def scenario(name: str, node: int) -> str:
-    lines = ["version: 1", f"node: {name}", "gpus:"]
+def scenario(name: str, node: int, start_timestamp: float) -> str:
+    """The simulated node's scenario, its pods started at ``start_timestamp``.
+
+    The anchor must be written into the file: without it each exporter start
+    re-anchors the pods' start at its own load time, and the progress store drops
+    every stored report older than a pod's start as a previous pod's, so a restart
+    would lose all acknowledged progress by construction.
+    """
+    lines = ["version: 1", f"node: {name}", f"start_timestamp: {int(start_timestamp)}", "gpus:"]
     lines += [f"  - {{index: {i}}}" for i in range(PODS_PER_NODE)]
     lines.append("pods:")
     for i in range(PODS_PER_NODE):
@@ -153,6 +163,7 @@ class PodReporter:
     run: int = 0
     epoch: int = 0
     acked: list[tuple[float, int, int]] = field(default_factory=list)  # (t, run, epoch)
+    run_started: float = -math.inf  # monotonic time of the current run's first 200
     sent: int = 0
     refused: dict[int, int] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
@@ -180,6 +191,12 @@ class PodReporter:
         return int(m[1]) if m else 0
 
     def tick(self) -> None:
+        """Report the next epoch; between runs, wait so that a new run starts at most
+        every ``RUN_REFILL_SECONDS``: the exporter caps how often a container starts a
+        run (``progress_runs``), and runs started faster would be refused (429), the
+        campaign then measuring that cap rather than the faults."""
+        if self.epoch == 0 and time.monotonic() - self.run_started < RUN_REFILL_SECONDS:
+            return
         nxt = self.epoch + 1
         body = json.dumps(
             {"run_id": f"{self.pod}-r{self.run}", "epoch": nxt, "epochs": EPOCHS, "batch_size": 32}
@@ -187,6 +204,8 @@ class PodReporter:
         self.sent += 1
         status = self.post(body)
         if status == 200:
+            if nxt == 1:
+                self.run_started = time.monotonic()
             self.epoch = nxt
             self.acked.append((time.monotonic(), self.run, nxt))
             if nxt >= EPOCHS:
@@ -275,9 +294,10 @@ class Campaign:
 
     def setup(self) -> None:
         self.exporters: list[Exporter] = []
+        campaign_start = time.time()  # one anchor for every start of both exporters
         for node, name in enumerate(("sim-a", "sim-b")):
             path = self.work / f"{name}.yaml"
-            path.write_text(scenario(name, node))
+            path.write_text(scenario(name, node, campaign_start))
             exp = self.exporter_child(name, ["--simulate", str(path)])
             exp.pods = [(f"job-{i}", pod_ip(node, i)) for i in range(PODS_PER_NODE)]
             self.exporters.append(exp)
@@ -634,6 +654,14 @@ class Campaign:
         print("|---|---:|")
         print(f"| campaign length | {time.time() - self.t0:.0f} s |")
         print(f"| progress reports sent / answered 200 | {sent} / {acked} |")
+        refused: dict[int, int] = {}
+        for r in self.reporters:
+            for status, n in r.refused.items():
+                refused[status] = refused.get(status, 0) + n
+        by_status = ", ".join(
+            f"{n} {'no answer' if status == 0 else status}" for status, n in sorted(refused.items())
+        )
+        print(f"| reports not answered 200, by status | {by_status or 'none'} |")
         print(
             f"| pods whose last acknowledged report was not served after a kill | "
             f"{self.lost_acked} of {self.checked_acked} |"
