@@ -539,7 +539,9 @@ class _Connection(asyncio.BufferedProtocol):
     the peer leaves its answers unread (``pause_writing``) nothing more is read or
     answered. A peer that reads nothing until a deadline passes (the request's, or
     the idle one) is cut (``abort``) and counted ``timeout``: closing would wait for
-    ever to send what it does not read.
+    ever to send what it does not read. For the same reason every close goes through
+    ``_close``: answers still unsent ``IDLE_TIMEOUT_SECONDS`` after it, the connection
+    is cut and counted ``timeout`` too.
     """
 
     def __init__(self, listener: ProgressListener, server: _Server):
@@ -550,6 +552,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.ip = ""
         self.sender = ""  # the pod's namespace/name once admitted, else the address
         self.timer: asyncio.TimerHandle | None = None
+        self.closer: asyncio.TimerHandle | None = None  # cuts a close its peer holds up
         self.counted = False
         self.request_started: float | None = None  # loop time of the request's first byte
         self.headers_done = False
@@ -607,19 +610,25 @@ class _Connection(asyncio.BufferedProtocol):
         """The client is done sending: close our side too, once nothing is owed.
 
         A report waiting for the journal's fsync is owed its answer: the write side
-        stays open (True) until ``acked`` sends it, then the connection closes. Why:
+        stays open until ``acked`` sends it, then the connection closes (``_close``,
+        not the transport's own close on False: that one would wait for ever on a
+        client that reads none of its answers). Why:
         a client that half-closes after its POST (``shutdown(SHUT_WR)``, as some
         one-shot clients do) got no answer at all, although its report was stored and
         counted accepted. Anything else complete was answered as it arrived; a
         request cut short by the EOF can never be completed.
         """
         self.eof = True
-        return self.waiting and not self.refused
+        if self.refused:
+            return False  # its linger timer cuts it if the close is held up
+        self._close_if_done()
+        return True  # closed by ``_close``, which bounds the wait for unread answers
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        for timer in (self.timer, self.closer):
+            if timer is not None:
+                timer.cancel()
+        self.timer = self.closer = None
         if self.refused:
             self.refused = False
             self.server.lingering -= 1
@@ -648,7 +657,22 @@ class _Connection(asyncio.BufferedProtocol):
         if self.write_paused:
             self._cut_unread(IDLE_TIMEOUT_SECONDS)
             return
-        self.transport.close()
+        self._close()
+
+    def _close(self) -> None:
+        """Close once the answers written are sent, and cut the connection (counted
+        ``timeout``) if its peer has not read them within ``IDLE_TIMEOUT_SECONDS``.
+        Why: ``transport.close()`` waits for ever to send what the peer does not read,
+        and ``connection_lost`` never runs: the slot stayed taken, uncounted, and a
+        pod doing so on its 8 connections could report no more."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.close()
+        if transport.get_write_buffer_size() > 0 and self.closer is None:
+            self.closer = asyncio.get_running_loop().call_later(
+                IDLE_TIMEOUT_SECONDS, self._cut_unread, IDLE_TIMEOUT_SECONDS
+            )
 
     def _late(self) -> None:
         if self.transport is None or self.transport.is_closing() or self.waiting:
@@ -744,7 +768,7 @@ class _Connection(asyncio.BufferedProtocol):
         )
         self.transport.write(head.encode("ascii") + body)
         if close:
-            self.transport.close()
+            self._close()
 
     def _refuse(self, status: int, result: str, text: str) -> bool:
         self.listener._refused(self.sender or self.ip, result, status, text, pod=bool(self.sender))
@@ -927,7 +951,7 @@ class _Connection(asyncio.BufferedProtocol):
             and transport is not None
             and not transport.is_closing()
         ):
-            transport.close()
+            self._close()
 
 
 class _Ack:

@@ -178,3 +178,69 @@ def test_a_connection_storing_nothing_for_many_answers_is_closed(kind):
         assert lst.counts()[kind] == limit
     finally:
         lst.stop()
+
+
+def _with_answers_unsent(lst: ProgressListener, s: socket.socket) -> progress_http._Connection:
+    """Pipeline requests on ``s`` (which reads nothing) until the listener holds some
+    answers it cannot send yet, fewer than the ``MAX_UNSENT_BYTES`` that pause reading."""
+    port = s.getsockname()[1]
+    conn = next(
+        c
+        for c in list(lst._server.connections)
+        if c.transport is not None and c.transport.get_extra_info("peername")[1] == port
+    )
+    # the kernel's buffers hold what fits (autotuned up to MBs on loopback): small ones,
+    # so the answers past them are soon held by the listener itself
+    conn.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    deadline = time.monotonic() + 20
+    while not (conn.transport.get_write_buffer_size() > 0 and not conn.write_paused):
+        assert time.monotonic() < deadline and not conn.write_paused
+        s.sendall(HEALTH * 20 + POST)
+        time.sleep(0.01)
+    return conn
+
+
+@pytest.mark.parametrize("how", ["idle", "connection_close", "late", "half_close"])
+def test_a_connection_closed_with_answers_unread_frees_its_slot(monkeypatch, how):
+    """Closed by the listener (idle deadline, the client's ``Connection: close``, 408)
+    or by a half-close while answers are still unsent (fewer than pause reading), the
+    connection is cut once its client has not read them within
+    ``IDLE_TIMEOUT_SECONDS``, counted ``timeout``. Before, ``transport.close()`` waited
+    for ever to send them: the slot stayed taken, uncounted, and a pod doing so on
+    its 8 connections could not report any more."""
+    for name in ("IDLE_TIMEOUT_SECONDS", "HEADER_TIMEOUT_SECONDS", "REQUEST_TIMEOUT_SECONDS"):
+        monkeypatch.setattr(progress_http, name, 1.0)
+    pods = [POD_A]
+    lst = ProgressListener(
+        "127.0.0.1",
+        0,
+        ProgressStore(),
+        lambda ip: next((p for p in pods if p.ip == ip), None),
+        lambda: pods,
+        rate_per_second=10_000,
+        burst=10_000,
+    )
+    lst.start()
+    s = socket.create_connection(
+        ("127.0.0.1", lst.port), timeout=10, source_address=("127.0.0.2", 0)
+    )
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        time.sleep(0.05)  # accepted
+        _with_answers_unsent(lst, s)
+        if how == "connection_close":
+            s.sendall(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
+        elif how == "late":
+            s.sendall(HEALTH[:5])  # its headers never complete: 408, then closed
+        elif how == "half_close":
+            s.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + 8
+        while lst._server.connections and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not lst._server.connections, "the slot is still held"
+        assert lst._server._open == {}
+        timeouts = lst.counts()["timeout"]
+        assert timeouts == (2 if how == "late" else 1), timeouts  # a 408 is counted too
+    finally:
+        s.close()
+        lst.stop()
