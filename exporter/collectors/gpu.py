@@ -164,14 +164,20 @@ class NvmlGpuSource:
         clock: Callable[[], float] = time.time,
         mismatch_grace_seconds: float = MISMATCH_GRACE_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
+        poll_timeout_seconds: float | None = None,
     ) -> None:
+        """``poll_timeout_seconds``: how long the scheduler waits for a ``poll()``
+        (``--collection.timeout``); an ``nvmlInit`` slower than that answers a poll
+        nobody waits for, so its failure is logged here (``_init_late``)."""
         if nvml is None:
             import pynvml as nvml  # nvidia-ml-py: imports fine without a driver
         self._nvml = nvml
         self._clock = clock  # unix seconds: bounds the process samples' timestamps
         self._wait_for_driver = wait_for_driver
         self._mismatch_grace_seconds = mismatch_grace_seconds
-        self._monotonic = monotonic  # how long a version mismatch has lasted
+        self._monotonic = monotonic  # how long a version mismatch (or an nvmlInit) lasted
+        self._poll_timeout_seconds = poll_timeout_seconds
+        self._late_said: str | None = None  # the last late nvmlInit failure logged
         # the unbroken run of polls answering LIB_RM_VERSION_MISMATCH: since, how many
         self._mismatch_since: float | None = None
         self._mismatch_polls = 0
@@ -238,6 +244,35 @@ class NvmlGpuSource:
             log.warning("%s: waiting for it to pass (or a restart)", err)
         else:
             log.warning("%s: waiting for the driver (GPU metrics follow once it loads)", err)
+
+    def _init_late(self, err: NvmlUnavailable, took_seconds: float, first: bool) -> None:
+        """Log the failure of an ``nvmlInit`` that took longer than the poll timeout
+        (once per answer; a first one that waits for the driver has had its line,
+        ``_log_wait``, and no driver is the poll's own answer, ``_away``): the
+        scheduler gave its poll up, so the error it raises is never seen. Why: a
+        refusal (no permission on the device nodes) answered after the start had gone
+        on showed only as "timed out" at every poll, each of them calling ``nvmlInit``
+        again. A refusal that would have ended the start is kept (``startup_error``):
+        every later poll fails with it, none calls ``nvmlInit``."""
+        timeout = self._poll_timeout_seconds
+        if timeout is None or took_seconds <= timeout or str(err) == self._late_said:
+            return
+        self._late_said = str(err)
+        if err is self._startup_error:
+            log.error(
+                "%s (nvmlInit answered after %.1fs, the start having gone on at the %gs "
+                "collection timeout): the gpu collector fails until the exporter restarts",
+                err,
+                took_seconds,
+                timeout,
+            )
+        elif not first and str(err) != NO_NVML_MESSAGE:
+            log.warning(
+                "%s (nvmlInit answered after %.1fs, past the %gs collection timeout)",
+                err,
+                took_seconds,
+                timeout,
+            )
 
     def load_library(self) -> None:
         """Load ``libnvidia-ml.so.1`` without initialising NVML (a ``dlopen``, which
@@ -377,7 +412,12 @@ class NvmlGpuSource:
         nv = self._nvml
         with self._lock:
             if not self._initialised:
+                if self._startup_error is not None:
+                    # the refusal that ends the start, answered after the start went on
+                    # (``_init_late``): asking again would block as long and say nothing
+                    raise CollectorError(str(self._startup_error)) from self._startup_error
                 first, self._init_tried = not self._init_tried, True
+                started = self._monotonic()
                 try:
                     self._init()
                 except NvmlUnavailable as err:
@@ -385,10 +425,12 @@ class NvmlGpuSource:
                         self._startup_error = err
                     elif first:
                         self._log_wait(err)
+                    self._init_late(err, self._monotonic() - started, first)
                     self._count_mismatch(self._mismatch(err.__cause__))
                     if str(err) != NO_NVML_MESSAGE:
                         raise CollectorError(str(err)) from err
                     return self._away(str(err.__cause__ or err))
+                self._late_said = None
                 if first:
                     log.info("NVML initialised")
                 else:
@@ -944,11 +986,15 @@ def build(ctx: BuildContext) -> Any:
     NVML is not initialised here: ``nvmlInit`` can block for minutes, and the
     exporter starts its servers only after the sources are built. The first poll
     initialises it under the collection timeout; a refusal it answers then ends the
-    start (``start_checks``), a call still blocked does not. No library at all (no
+    start (``start_checks``), a call still blocked does not (its refusal, once
+    answered, is logged and fails every later poll: ``NvmlGpuSource._init_late``). No library at all (no
     driver) is the one-line start-up error at once (``load_library``)."""
     if ctx.simulated is not None:
         return ctx.simulated.gpus
-    nvml = NvmlGpuSource(wait_for_driver=ctx.cfg.nvml_wait_for_driver)
+    nvml = NvmlGpuSource(
+        wait_for_driver=ctx.cfg.nvml_wait_for_driver,
+        poll_timeout_seconds=ctx.cfg.collection_timeout_seconds,
+    )
     ctx.health_checks.append(nvml.restart_reason)
 
     def raise_startup(err: NvmlUnavailable | None) -> None:

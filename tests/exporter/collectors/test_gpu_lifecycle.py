@@ -456,6 +456,40 @@ def test_real_exporter_refused_by_nvml_at_start_exits_with_one_line(gpu_collecto
     assert result == [1]
 
 
+def test_real_exporter_says_a_refusal_nvml_answers_after_its_poll_was_given_up(
+    gpu_collector, capsys
+) -> None:
+    """``nvmlInit`` refusing (no permission on the device nodes) slower than the
+    collection timeout: the start goes on (no answer yet), and the refusal, once it
+    comes, is logged (ERROR, NVML's reason) and the gpu collector fails on with it,
+    ``nvmlInit`` not called again. Before, the answer went to a poll nobody waited
+    for any more, and every later poll's ``nvmlInit`` was as slow and given up in
+    turn ("timed out"): NVML's reason was never said."""
+    from gpu_eta.launch.prometheus import free_port
+    from tests.support.inprocess import main_in_thread, scrape_until
+
+    nv = fake_nvml([], init_error=real.NVML_ERROR_NO_PERMISSION)
+    init, inits = nv.nvmlInit, []
+
+    def slow() -> None:
+        inits.append(time.monotonic())
+        time.sleep(1.0)  # past the 300 ms timeout every time
+        init()
+
+    nv.nvmlInit = slow
+    gpu_collector.append(nv)
+    port = free_port()
+    with main_in_thread(_exporter_args(port, "--collection.timeout", "300ms")) as result:
+        scrape_until(port, 'gpu_eta_exporter_collector_success{collector="gpu"', 10)
+        time.sleep(3.0)  # the answer after 1 s, then ten cycles: none calls nvmlInit
+        assert result == []
+    # the exporter's log (stderr): NVML's reason, once from the source, then in each
+    # failing poll's line
+    said = [line for line in capsys.readouterr().err.splitlines() if "Permissions" in line]
+    assert said and " ERROR gpu_eta.exporter.collectors.gpu: " in said[0], said
+    assert len(inits) == 1, inits
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
