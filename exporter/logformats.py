@@ -41,7 +41,7 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   epoch index) and (rich bar) ``Epoch 2/2 ━━━ 8/8 0:00:00 • 0:00:00 86.72it/s`` (0-based
   index / max_epochs − 1); bars described for another phase (``Validation…``,
   ``Sanity Checking…``, ``Evaluating``, ``Loading weights``, ``datasets``' ``Map``:
-  ``_skipped``; or in ``datasets``' units: ``_DATASETS_RATE``) are ignored; a
+  ``_skipped``; or in ``datasets``' units: ``_datasets_bar``) are ignored; a
   screen at 0 of an epoch whose bar already reached its end over the same count (the
   bar reset before the next epoch's description is set) is not read (``fold``)
 - Hugging Face Trainer: its log dicts ``{'loss': 0.63, 'epoch': 1.5}`` (numbers or
@@ -113,44 +113,47 @@ _RICH_POSTFIX_CHARS = 1024  # metrics read after the "•": 16 names fit with ro
 _HF_ITEM = re.compile(r"'([A-Za-z_][A-Za-z0-9_]{0,63})': '?(-?[0-9.]+(?:e[-+]?\d+)?)'?")
 _HF_EPOCHS = re.compile(r"\s*Num Epochs = ([\d,]{1,15})\s*\Z")
 _HF_STEPS = re.compile(r"\s*Total optimization steps = ([\d,]{1,15})\s*\Z")
-# descriptions (lower-cased, at their start) of the bars a job draws beside its training:
+# descriptions (whole words at their start, any case) of the bars a job draws beside its
+# training:
 # evaluation, validation, testing, prediction, loading and downloading ("Validation
 # DataLoader 0", Lightning's "Sanity Checking", "Evaluating", transformers' "Loading
 # weights"), and Hugging Face ``datasets``' preparation ("Generating train split",
 # "Map", "Running tokenizer on dataset", "Fetching 3 files", ...). Read, each started a
 # run of its few steps (an evaluation after each epoch, from_pretrained or a dataset's
-# preparation before the training), whatever the runtime writes of its screens
-_SKIP_BARS = (
-    "val",
-    "sanity checking",
-    "test",
-    "predict",
-    "eval",
-    "infer",
-    "loading",
-    "download",
-    "map",
-    "filter",
-    "generating",
-    "running tokenizer",
-    "resolving data files",
-    "fetching",
-    "extracting",
-    "saving the dataset",
-    "casting",
+# preparation before the training), whatever the runtime writes of its screens. Whole
+# words, not prefixes: "MAPPO" (an RL algorithm) is no "map", "Valence" no "val"
+_SKIP_BARS = re.compile(
+    r"(?:val(?:id\w*)?|sanity checking|test(?:ing|s)?|predict\w*|eval\w*|infer\w*"
+    r"|loading|download\w*|map|filter|generating|running tokenizer|resolving data files"
+    r"|fetching|extracting|saving the dataset|casting)\b",
+    re.IGNORECASE,
 )
-_SKIP_DESC_CHARS = max(map(len, _SKIP_BARS))
-# the rate of a bar counting in ``datasets``' units, " examples" (its space included)
-# and "ba" (older releases' batches), as tqdm draws it first in the bar's brackets:
-# "[00:01<00:00, 7390.30 examples/s", "? examples/s" (no rate yet), "1.20s/ examples"
+# a shard's bar of ``datasets``' ``map(num_proc=...)`` in older releases: "#0", "Map #1"
+_DATASETS_SHARD = re.compile(r"(?:.* )?#\d{1,4}\Z")
+# the rate of a bar counting in ``datasets``' unit " examples" (its space included), as
+# tqdm draws it first in the bar's brackets: "[00:01<00:00, 7390.30 examples/s",
+# "? examples/s" (no rate yet), "1.20s/ examples"; and in "ba", older releases' batches,
+# a preparation bar only under a ``datasets`` description (``_datasets_bar``): a
+# training loop may count in ``unit="ba"`` too
 _DATASETS_RATE = re.compile(
-    r"[^,\]]{0,40}, (?:[\d.?]+[kMGTPEZY]?(?: examples|ba)/s|[\d.]+s/(?: examples|ba))[,\]]"
+    r"[^,\]]{0,40}, (?:[\d.?]+[kMGTPEZY]?( examples|ba)/s|[\d.]+s/( examples|ba))[,\]]"
 )
 
 
 def _skipped(desc: str) -> bool:
     """Whether a bar's (stripped) description names a phase other than training."""
-    return desc[:_SKIP_DESC_CHARS].lower().startswith(_SKIP_BARS)
+    return _SKIP_BARS.match(desc) is not None
+
+
+def _datasets_bar(desc: str, postfix: str) -> bool:
+    """Whether a bar is a ``datasets`` preparation bar by its unit: " examples" however
+    described ("Tokenizing"), "ba" only with a shard's description ("#0")."""
+    rate = _DATASETS_RATE.match(postfix)
+    if rate is None:
+        return False
+    if (rate[1] or rate[2]) == " examples":
+        return True
+    return _DATASETS_SHARD.match(desc) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,9 +428,9 @@ def _parse_tqdm(text: str) -> LogMatch | None:
     desc = (raw_desc or "").strip()
     if desc and _skipped(desc):
         return None
-    if _DATASETS_RATE.match(postfix) is not None:
-        # a ``datasets`` preparation bar, however described ("Tokenizing"): its
-        # units are its own (a training loop's ``unit="examples"`` has no space)
+    if _datasets_bar(desc, postfix):
+        # a ``datasets`` preparation bar: its units are its own (a training loop's
+        # ``unit="examples"`` has no space)
         return None
     n, total = int(raw_n), int(raw_total)
     if total == 0 or n > total:

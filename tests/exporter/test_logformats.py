@@ -802,6 +802,17 @@ def test_a_bar_named_for_another_phase_than_training_is_not_read(desc: str):
     assert parse_line("Training:  75%|███████▌  | 3/4 [00:00<00:00, 45.0it/s]") is not None
 
 
+@pytest.mark.parametrize(
+    "desc", ["MAPPO", "Mapillary finetune", "Filterbank", "Valence", "Testbed", "Mapping net"]
+)
+def test_a_training_bar_whose_description_only_begins_like_another_phase_is_read(desc: str):
+    """The phases are whole words at the description's start: ``MAPPO`` (an RL
+    algorithm) is no ``map``, ``Valence`` no ``val``. Before, a prefix matched and such
+    a run's bars were dropped."""
+    (last,) = _tqdm_screens(300, desc)[-1:]
+    assert parse_line(last) is not None, last
+
+
 def _tqdm_screens(total: int, desc: str | None = None, unit: str = "it") -> list[str]:
     """Every screen real tqdm draws for a loop of ``total`` (no ``mininterval``)."""
     buf = io.StringIO()
@@ -825,7 +836,9 @@ _DATASETS_BARS = [
     ("Saving the dataset (1/1 shards)", " examples"),
     ("Casting the dataset", " examples"),
     ("Tokenizing", " examples"),
-    (None, "ba"),
+    ("Map", "ba"),
+    ("#0", "ba"),  # a shard's bar of ``map(num_proc=...)`` in older releases
+    ("Running tokenizer on dataset #1", "ba"),
 ]
 
 
@@ -840,9 +853,10 @@ def test_a_datasets_preparation_bar_is_not_read(desc: str | None, unit: str) -> 
 
 @pytest.mark.parametrize("desc", [None, "Training", "Epoch 2/3", "Epoch 2"])
 def test_a_training_bar_counting_examples_of_its_own_unit_is_read(desc: str | None) -> None:
-    """Only ``datasets``' own unit (``" examples"``, with its space) and ``ba`` are
-    preparation: a training loop's ``unit="examples"`` or ``"batch"`` is read."""
-    for unit in ("examples", "batch", "samples"):
+    """Only ``datasets``' own unit (``" examples"``, with its space) is preparation
+    whatever the description; ``ba`` only under a ``datasets`` description: a
+    training loop's ``unit="examples"``, ``"batch"`` or ``"ba"`` is read."""
+    for unit in ("examples", "batch", "samples", "ba"):
         (last,) = _tqdm_screens(300, desc, unit)[-1:]
         assert parse_line(last) is not None, (desc, unit, last)
 
