@@ -28,17 +28,23 @@ BODY = b'{"epoch": 1, "epochs": 3}'
 POST = b"POST /progress HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
 
 
-@pytest.fixture
-def listener() -> Iterator[ProgressListener]:
-    pods = [POD_A, POD_B]
+def _started(pods: list[PodMeta], **kw: float) -> ProgressListener:
+    """A listener on a free loopback port whose pods (by source IP) are ``pods``."""
     lst = ProgressListener(
         "127.0.0.1",
         0,
         ProgressStore(),
         lambda ip: next((p for p in pods if p.ip == ip), None),
         lambda: pods,
+        **kw,
     )
     lst.start()
+    return lst
+
+
+@pytest.fixture
+def listener() -> Iterator[ProgressListener]:
+    lst = _started([POD_A, POD_B])
     try:
         yield lst
     finally:
@@ -153,17 +159,7 @@ def test_a_connection_storing_nothing_for_many_answers_is_closed(kind):
     """``MAX_UNSTORED_IN_A_ROW`` answers in a row that store no report (``/healthz``,
     refusals such as 429) and the connection is closed, its last answer saying so: a
     client honouring ``Retry-After`` never gets there, a flood pays a new connection."""
-    pods = [POD_A]
-    lst = ProgressListener(
-        "127.0.0.1",
-        0,
-        ProgressStore(),
-        lambda ip: next((p for p in pods if p.ip == ip), None),
-        lambda: pods,
-        rate_per_second=0.001,
-        burst=3,
-    )
-    lst.start()
+    lst = _started([POD_A], rate_per_second=0.001, burst=3)
     limit = progress_http.MAX_UNSTORED_IN_A_ROW
     try:
         with socket.create_connection(
@@ -210,17 +206,7 @@ def test_a_connection_closed_with_answers_unread_frees_its_slot(monkeypatch, how
     its 8 connections could not report any more."""
     for name in ("IDLE_TIMEOUT_SECONDS", "HEADER_TIMEOUT_SECONDS", "REQUEST_TIMEOUT_SECONDS"):
         monkeypatch.setattr(progress_http, name, 1.0)
-    pods = [POD_A]
-    lst = ProgressListener(
-        "127.0.0.1",
-        0,
-        ProgressStore(),
-        lambda ip: next((p for p in pods if p.ip == ip), None),
-        lambda: pods,
-        rate_per_second=10_000,
-        burst=10_000,
-    )
-    lst.start()
+    lst = _started([POD_A], rate_per_second=10_000, burst=10_000)
     s = socket.create_connection(
         ("127.0.0.1", lst.port), timeout=10, source_address=("127.0.0.2", 0)
     )
