@@ -525,6 +525,34 @@ def test_a_driver_upgraded_under_the_exporter_asks_for_a_restart_after_a_grace(c
     assert source.restart_reason() is None
 
 
+def test_a_later_nvmlinit_failing_past_the_poll_timeout_is_logged_once(caplog) -> None:
+    """The driver reloaded under the exporter and ``nvmlInit`` answering slower than
+    the poll timeout: its failure is logged once (a WARNING; the scheduler gave the
+    poll up, so its CollectorError is never seen), not at every poll, and NVML is
+    asked again at each poll (a passing state, not the start's refusal)."""
+    nv = driver_fake(loaded=True)
+    clock = Clock()
+    init = nv.nvmlInit
+
+    def slow() -> None:
+        clock.now += 10  # past the 4 s poll timeout
+        init()
+
+    nv.nvmlInit = slow
+    source = NvmlGpuSource(nv, wait_for_driver=True, monotonic=clock, poll_timeout_seconds=4)
+    assert {d.uuid for d in source.poll().devices} == {U0, U1}
+    nv.driver["loaded"] = False
+    source.poll()
+    nv.driver.update(loaded=True, version="570.86.10")
+    caplog.set_level("WARNING")
+    for _ in range(3):
+        with pytest.raises(CollectorError, match="version mismatch"):
+            source.poll()
+    late = [r for r in caplog.records if "past the 4s collection timeout" in r.getMessage()]
+    assert [r.levelname for r in late] == ["WARNING"], caplog.text
+    assert nv.calls.count("nvmlInit") == 4  # the first, then one per mismatched poll
+
+
 def test_a_mismatch_cut_by_a_read_starts_its_grace_again() -> None:
     nv = driver_fake(loaded=True)
     clock = Clock()
