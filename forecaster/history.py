@@ -348,7 +348,8 @@ class HistoryStore:
         A damaged file (not SQLite, failing ``quick_check``, tables missing, an error
         SQLite reports as corruption) is moved aside to ``<name>.corrupt-<unix time>[-<n>]``
         with one ERROR line and a new history starts: a forecaster that refused to
-        start would restart for ever. Another program's database and a newer schema
+        start would restart for ever. Where the new file cannot be created (a full
+        volume), the new history is in memory (``_new_history``). Another program's database and a newer schema
         are refused (``HistoryError``), never touched. A file that cannot be written
         (read-only volume) is used through an in-memory copy, with one ERROR line:
         forecasts go on, new history is not kept.
@@ -386,9 +387,12 @@ class HistoryStore:
     def _new_history(cls, spath: str, err: HistoryError) -> HistoryStore:
         """A new, empty history in place of the damaged file at ``spath`` (``err`` says
         how it is damaged), with one ERROR line: the file moved aside and a new one
-        opened at its path; or, where it cannot be moved (a read-only volume), a history
-        in memory, the file left as it is for a human. Why not refuse: a forecaster
-        that refused to start would restart for ever, forecasting nothing."""
+        opened at its path; or a history in memory where the file cannot be moved (a
+        read-only volume: the file is left as it is for a human) or the new file cannot
+        be created (a full volume, one just remounted read-only). Why not refuse: a
+        forecaster that refused to start would restart for ever, forecasting nothing,
+        and a store that raised here mid-service had closed its connection and failed
+        every later call until the pod restarted. The next start creates the file."""
         if spath != ":memory:":
             try:
                 aside = set_aside(spath)
@@ -400,12 +404,24 @@ class HistoryStore:
                     failed,
                 )
             else:
-                log.error(
-                    "%s; moved to %s, starting a new history (re-seeded if --history.seed-csv)",
-                    err,
-                    aside,
-                )
-                return cls._open(spath)
+                try:
+                    store = cls._open(spath)
+                except HistoryError as failed:
+                    log.error(
+                        "%s; moved to %s, and a new history file cannot be created (%s): "
+                        "forecasting from a new, empty history in memory, lost at restart "
+                        "(the file is created at the next start)",
+                        err,
+                        aside,
+                        failed,
+                    )
+                else:
+                    log.error(
+                        "%s; moved to %s, starting a new history (re-seeded if --history.seed-csv)",
+                        err,
+                        aside,
+                    )
+                    return store
         store = cls._open(":memory:")
         store.path, store.persistent = spath, spath == ":memory:"
         return store
@@ -1656,9 +1672,14 @@ class HistoryStore:
         """A new history in place of the damaged one (``_new_history``: the file set
         aside, or a history in memory where it cannot be), under the caller's lock,
         every cache and count of the old one dropped and the version bumped (the model
-        is refitted)."""
-        self._conn.close()
+        is refitted).
+
+        The old connection is closed only once the new history is open: should that
+        raise, the store is still on the old one (the next call tries again) instead of
+        on a closed connection that fails every later call."""
+        old = self._conn
         fresh = type(self)._new_history(self.path, err)
+        old.close()
         path, retention, version, lock = self.path, self.retention, self.version, self._lock
         vars(self).update(vars(fresh))
         self.path, self.retention, self.version, self._lock = path, retention, version + 1, lock

@@ -208,6 +208,89 @@ def test_a_damaged_index_reindex_cannot_rebuild_sets_the_file_aside(tmp_path: Pa
     store.close()
 
 
+AFRESH_ON_FULL_VOLUME_CHILD = """
+import json, os, shutil, sys
+from pathlib import Path
+from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.runs import Run
+
+d, damaged, when = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+db = d / "h.sqlite"
+shutil.copyfile(damaged, db)
+store = HistoryStore.open(db) if when == "in-service" else None
+fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT)
+try:
+    while True:
+        os.write(fd, b"\\0" * 4096)
+except OSError:
+    pass
+os.close(fd)
+
+
+def outcome(call):
+    try:
+        return call()
+    except Exception as err:
+        return f"{type(err).__name__}: {err}"
+
+
+if store is None:
+    store = outcome(lambda: HistoryStore.open(db))
+    if isinstance(store, str):  # the start refused
+        print(json.dumps([store, None, None, sorted(os.listdir(d))]))
+        sys.exit(0)
+first = outcome(lambda: len(store.finished()))
+persistent = store.persistent
+os.remove(d / "filler")  # room again
+runs = [Run(f"n{i}", 2, ((1, 100.0), (2, 200.0)), completed=True) for i in range(3)]
+later = outcome(lambda: (store.import_finished(runs), store.count_finished()))
+store.close()
+print(json.dumps([first, persistent, later, sorted(os.listdir(d))]))
+"""
+
+
+def _reindex_cannot_repair(db: Path) -> None:
+    """A history at ``db`` whose ``runs_finished`` index misses a row and whose
+    ``runs_run_id`` index is declared UNIQUE over two equal run ids: the first read
+    fails as damaged and ``REINDEX`` cannot rebuild it, so the file is set aside."""
+    history_of(db, 20)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute(
+        "INSERT INTO runs (run_id, pod, epochs_planned, start_timestamp, state, last_seen) "
+        "VALUES ('r0', 'another', 2, 0, 'running', 0)"
+    )
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute(
+        "UPDATE sqlite_master SET sql = 'CREATE UNIQUE INDEX runs_run_id ON runs(run_id)' "
+        "WHERE name = 'runs_run_id'"
+    )
+    conn.close()
+    behind_index(db, ("runs_finished",), LAST_RUN_GONE)
+
+
+@pytest.mark.parametrize("when", ["in-service", "at-start"])
+def test_a_damaged_file_set_aside_on_a_full_volume_goes_on_in_memory(
+    tmp_path: Path, when: str
+) -> None:
+    """The damaged file is moved aside, and the new one cannot be created (a real full
+    tmpfs). The store closed the old connection first and raised: every later call
+    failed *"Cannot operate on a closed database"*, even once room came back, until
+    the pod restarted. Now it goes on in memory, not persisted, and keeps working."""
+    damaged = tmp_path / "damaged.sqlite"
+    if when == "in-service":
+        _reindex_cannot_repair(damaged)
+    else:  # not SQLite at all: set aside at open
+        damaged.write_bytes(b"not a database" * 100)
+    proc = run_on_tmpfs(tmp_path, AFRESH_ON_FULL_VOLUME_CHILD, [str(damaged), when], "1m")
+    assert proc.returncode == 0, proc.stderr
+    first, persistent, later, files = json.loads(proc.stdout.splitlines()[-1])
+    assert first == 0, first  # a new, empty history
+    assert persistent is False  # published as history_persisted 0
+    assert later == [3, 3], later  # it keeps working once room is back
+    assert len([f for f in files if ".corrupt-" in f]) == 1, files
+    assert "cannot be created" in proc.stderr and "in memory" in proc.stderr, proc.stderr
+
+
 # -- another process holds the file's lock ------------------------------------------
 
 
