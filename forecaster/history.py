@@ -57,7 +57,7 @@ import math
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -295,6 +295,9 @@ class HistoryStore:
         self._cache_points = 0  # progress points held by the cache
         self.version = 0  # bumps whenever the finished history changes
         self.persistent = True  # False: a read-only file, used through a memory copy
+        # a damaged file was set aside and the new one could not be created: the store
+        # is in memory and ``record`` tries to create the file (``_create_file``)
+        self._file_wanted = False
         # what ``retain`` deletes (None: nothing; the CLI sets --history.retention)
         self.retention: Retention | None = None
         # Finished runs stored (None: not counted yet). Counted once, then kept in step
@@ -392,7 +395,8 @@ class HistoryStore:
         be created (a full volume, one just remounted read-only). Why not refuse: a
         forecaster that refused to start would restart for ever, forecasting nothing,
         and a store that raised here mid-service had closed its connection and failed
-        every later call until the pod restarted. The next start creates the file."""
+        every later call until the pod restarted. ``record`` creates the file once it can
+        (``_create_file``)."""
         if spath != ":memory:":
             try:
                 aside = set_aside(spath)
@@ -409,12 +413,15 @@ class HistoryStore:
                 except HistoryError as failed:
                     log.error(
                         "%s; moved to %s, and a new history file cannot be created (%s): "
-                        "forecasting from a new, empty history in memory, lost at restart "
-                        "(the file is created at the next start)",
+                        "forecasting from a new, empty history in memory until a write can "
+                        "create the file",
                         err,
                         aside,
                         failed,
                     )
+                    store = cls._open(":memory:")
+                    store.path, store.persistent, store._file_wanted = spath, False, True
+                    return store
                 else:
                     log.error(
                         "%s; moved to %s, starting a new history (re-seeded if --history.seed-csv)",
@@ -502,6 +509,49 @@ class HistoryStore:
         store.persistent = False
         return store
 
+    def _create_file(self) -> None:
+        """Under the caller's lock: the history file created at ``path`` with what this
+        in-memory store holds (SQLite's backup API), and the store moved onto it, with
+        one WARNING line; where it still cannot be created, nothing changes (tried
+        again at the next write).
+
+        Why: the in-memory history ``_new_history`` falls back to after it set a
+        damaged file aside on a full volume would otherwise last until the pod
+        restarts, and every run learnt meanwhile would be lost then. Only a missing or
+        empty file is created: a file with content at the path is another writer's (a
+        second forecaster), never overwritten; this store then stays in memory."""
+        p = Path(self.path)
+        if p.exists() and (not p.is_file() or p.stat().st_size > 0):
+            self._file_wanted = False
+            log.error(
+                "history file %s appeared while this forecaster worked from memory: "
+                "left as it is; the history in memory is lost at restart",
+                self.path,
+            )
+            return
+        try:
+            fresh = type(self)._open(self.path)
+        except HistoryError:
+            return  # the volume still has no room: the ERROR line said so already
+        try:
+            if not fresh.persistent:
+                raise HistoryError("the file is not writable")
+            self._conn.backup(fresh._conn)
+        except (HistoryError, sqlite3.Error):
+            fresh._conn.close()
+            if fresh.persistent:  # the file this call made, so that the next one tries again
+                with suppress(OSError):
+                    p.unlink()
+            return
+        old, self._conn = self._conn, fresh._conn
+        old.close()
+        self.persistent, self._file_wanted = True, False
+        log.warning(
+            "history file %s created: the history kept in memory since the damaged file "
+            "was set aside is stored there from now on",
+            self.path,
+        )
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self._lock:
@@ -582,6 +632,9 @@ class HistoryStore:
         IMMEDIATE``, under the write lock, so no writer can come between it and the
         write.
         """
+        if self._file_wanted:
+            with self._lock:
+                self._create_file()
         if now is not None:
             self._retain_before_write(now)
         updates = self._storable(updates)

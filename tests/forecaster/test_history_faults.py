@@ -212,7 +212,7 @@ AFRESH_ON_FULL_VOLUME_CHILD = """
 import json, os, shutil, sys
 from pathlib import Path
 from gpu_eta.forecaster.history import HistoryStore
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run, RunUpdate
 
 d, damaged, when = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 db = d / "h.sqlite"
@@ -237,15 +237,21 @@ def outcome(call):
 if store is None:
     store = outcome(lambda: HistoryStore.open(db))
     if isinstance(store, str):  # the start refused
-        print(json.dumps([store, None, None, sorted(os.listdir(d))]))
+        print(json.dumps([store, None, None, sorted(os.listdir(d)), None, None]))
         sys.exit(0)
 first = outcome(lambda: len(store.finished()))
 persistent = store.persistent
 os.remove(d / "filler")  # room again
 runs = [Run(f"n{i}", 2, ((1, 100.0), (2, 200.0)), completed=True) for i in range(3)]
 later = outcome(lambda: (store.import_finished(runs), store.count_finished()))
+files = sorted(os.listdir(d))
+# the next cycle's write creates the file, with what the memory history holds
+wrote = outcome(lambda: store.record([RunUpdate("a", 2, 250.0, ((1, 300.0),))]) == [])
 store.close()
-print(json.dumps([first, persistent, later, sorted(os.listdir(d))]))
+reopened = HistoryStore.open(db)
+on_file = [store.persistent, reopened.count_finished(), [s.run.run_id for s in reopened.running()]]
+reopened.close()
+print(json.dumps([first, persistent, later, files, wrote, on_file]))
 """
 
 
@@ -275,7 +281,8 @@ def test_a_damaged_file_set_aside_on_a_full_volume_goes_on_in_memory(
     """The damaged file is moved aside, and the new one cannot be created (a real full
     tmpfs). The store closed the old connection first and raised: every later call
     failed *"Cannot operate on a closed database"*, even once room came back, until
-    the pod restarted. Now it goes on in memory, not persisted, and keeps working."""
+    the pod restarted. Now it goes on in memory, not persisted, and keeps working; once
+    there is room, the next write creates the file from what memory holds."""
     damaged = tmp_path / "damaged.sqlite"
     if when == "in-service":
         _reindex_cannot_repair(damaged)
@@ -283,12 +290,47 @@ def test_a_damaged_file_set_aside_on_a_full_volume_goes_on_in_memory(
         damaged.write_bytes(b"not a database" * 100)
     proc = run_on_tmpfs(tmp_path, AFRESH_ON_FULL_VOLUME_CHILD, [str(damaged), when], "1m")
     assert proc.returncode == 0, proc.stderr
-    first, persistent, later, files = json.loads(proc.stdout.splitlines()[-1])
+    first, persistent, later, files, wrote, on_file = json.loads(proc.stdout.splitlines()[-1])
     assert first == 0, first  # a new, empty history
     assert persistent is False  # published as history_persisted 0
     assert later == [3, 3], later  # it keeps working once room is back
     assert len([f for f in files if ".corrupt-" in f]) == 1, files
     assert "cannot be created" in proc.stderr and "in memory" in proc.stderr, proc.stderr
+    # the next write creates the file from the memory history: persisted again
+    assert wrote is True, wrote
+    assert on_file == [True, 3, ["a"]], on_file
+    assert "created" in proc.stderr.split("cannot be created", 1)[1], proc.stderr
+
+
+def _afresh_then_another_writer(path: str) -> list[object]:
+    """At start, a damaged file set aside and no new file creatable (every write past
+    0 bytes fails, ``RLIMIT_FSIZE``); then, with writes possible again, another
+    process makes a history at the path before this store's next write."""
+    limit_file_size(0)
+    store = HistoryStore.open(path)
+    unlimit_file_size()
+    other = HistoryStore.open(path)
+    other.import_finished(finished_runs(2))
+    other.close()
+    store.record([update("a", [(1, 1100.0)])])
+    got = [store.persistent, [s.run.run_id for s in store.running()]]
+    store.close()
+    other = HistoryStore.open(path)
+    got += [other.count_finished(), len(other.running())]
+    other.close()
+    return got
+
+
+def test_a_history_file_another_writer_made_meanwhile_is_not_written_over(
+    tmp_path: Path, caplog
+) -> None:
+    """The store in memory after a set-aside creates the file at its next write only
+    where nothing (or an empty file) is at the path: a file with content there is
+    another writer's and is left as it is; this store stays in memory."""
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(b"not a database" * 100)
+    assert in_child(_afresh_then_another_writer, str(db)) == [False, ["a"], 2, 0]
+    assert len(set_aside(tmp_path)) == 1
 
 
 # -- another process holds the file's lock ------------------------------------------
