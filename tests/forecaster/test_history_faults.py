@@ -179,10 +179,11 @@ def test_a_damaged_index_is_rebuilt_and_every_stored_run_read(tmp_path: Path, ca
     conn.close()
 
 
-def test_a_damaged_index_reindex_cannot_rebuild_sets_the_file_aside(tmp_path: Path, caplog) -> None:
-    db = tmp_path / "h.sqlite"
-    history_of(db, 50)
-    # and an index declared UNIQUE over a column with two equal values: REINDEX fails
+def _reindex_cannot_repair(db: Path, n: int = 20) -> None:
+    """A history at ``db`` whose ``runs_finished`` index misses a row and whose
+    ``runs_run_id`` index is declared UNIQUE over two equal run ids: the first read
+    fails as damaged and ``REINDEX`` cannot rebuild it, so the file is set aside."""
+    history_of(db, n)
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute(
         "INSERT INTO runs (run_id, pod, epochs_planned, start_timestamp, state, last_seen) "
@@ -195,6 +196,11 @@ def test_a_damaged_index_reindex_cannot_rebuild_sets_the_file_aside(tmp_path: Pa
     )
     conn.close()
     behind_index(db, ("runs_finished",), LAST_RUN_GONE)
+
+
+def test_a_damaged_index_reindex_cannot_rebuild_sets_the_file_aside(tmp_path: Path, caplog) -> None:
+    db = tmp_path / "h.sqlite"
+    _reindex_cannot_repair(db, 50)
     store = HistoryStore.open(db)
     try:
         assert store.finished() == []  # a new, empty history: the service goes on
@@ -208,7 +214,24 @@ def test_a_damaged_index_reindex_cannot_rebuild_sets_the_file_aside(tmp_path: Pa
     store.close()
 
 
-AFRESH_ON_FULL_VOLUME_CHILD = """
+# child scripts' helper: the volume at ``d`` filled to its last byte by ``d/filler``
+FILL_VOLUME = """
+import os
+
+
+def fill_volume(d):
+    fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\\0" * 4096)
+    except OSError:
+        pass
+    os.close(fd)
+"""
+
+AFRESH_ON_FULL_VOLUME_CHILD = (
+    FILL_VOLUME
+    + """
 import json, os, shutil, sys
 from pathlib import Path
 from gpu_eta.forecaster.history import HistoryStore
@@ -218,13 +241,7 @@ d, damaged, when = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 db = d / "h.sqlite"
 shutil.copyfile(damaged, db)
 store = HistoryStore.open(db) if when == "in-service" else None
-fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT)
-try:
-    while True:
-        os.write(fd, b"\\0" * 4096)
-except OSError:
-    pass
-os.close(fd)
+fill_volume(d)
 
 
 def outcome(call):
@@ -253,25 +270,7 @@ on_file = [store.persistent, reopened.count_finished(), [s.run.run_id for s in r
 reopened.close()
 print(json.dumps([first, persistent, later, files, wrote, on_file]))
 """
-
-
-def _reindex_cannot_repair(db: Path) -> None:
-    """A history at ``db`` whose ``runs_finished`` index misses a row and whose
-    ``runs_run_id`` index is declared UNIQUE over two equal run ids: the first read
-    fails as damaged and ``REINDEX`` cannot rebuild it, so the file is set aside."""
-    history_of(db, 20)
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute(
-        "INSERT INTO runs (run_id, pod, epochs_planned, start_timestamp, state, last_seen) "
-        "VALUES ('r0', 'another', 2, 0, 'running', 0)"
-    )
-    conn.execute("PRAGMA writable_schema = ON")
-    conn.execute(
-        "UPDATE sqlite_master SET sql = 'CREATE UNIQUE INDEX runs_run_id ON runs(run_id)' "
-        "WHERE name = 'runs_run_id'"
-    )
-    conn.close()
-    behind_index(db, ("runs_finished",), LAST_RUN_GONE)
+)
 
 
 @pytest.mark.parametrize("when", ["in-service", "at-start"])
@@ -574,7 +573,9 @@ def test_a_full_disk_during_a_cycle_is_a_history_error_and_the_retry_stores_all(
     store.close()
 
 
-FULL_DISK_CHILD = """
+FULL_DISK_CHILD = (
+    FILL_VOLUME
+    + """
 import json, os, sqlite3, sys
 from pathlib import Path
 from gpu_eta.forecaster.history import HistoryError, HistoryStore
@@ -590,13 +591,7 @@ store.import_finished(
 if sys.argv[2] == "no-probe-row":
     store._conn.execute("DELETE FROM meta WHERE key = 'write_probe'")
 store.close()
-fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT)
-try:
-    while True:
-        os.write(fd, b"\\0" * 4096)
-except OSError:
-    pass
-os.close(fd)
+fill_volume(d)
 try:
     HistoryStore.open(db).close()
     got = "ok"
@@ -608,6 +603,7 @@ store = HistoryStore.open(db)
 print(json.dumps([got, files, store.count_finished()]))
 store.close()
 """
+)
 
 
 @pytest.mark.parametrize("probe_row", ["probe-row", "no-probe-row"])
