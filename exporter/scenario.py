@@ -126,6 +126,7 @@ class GpuUse:
     pid: int | None  # None: holds the device, runs nothing on it (an idle holder)
     utilization: Profile
     memory: Profile
+    replica: int | None = None  # which replica of a time-sliced GPU (None: not one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,6 +414,7 @@ def _gpu_use(
         raise ScenarioError(f"{where}.gpu: no GPU with index {index} in gpus")
     spec = gpus[index]
     giid: int | None = None
+    replica: int | None = None
     if spec.mig:
         giid = _integer(use.get("gpu_instance_id"), f"{where}.gpu_instance_id")
         inst = next((m for m in spec.mig if m.gpu_instance_id == giid), None)
@@ -425,10 +427,7 @@ def _gpu_use(
     else:
         mem_max = float(spec.memory_total_bytes)
         if spec.replicas > 1:
-            replica = use.get("replica")
-            if replica is None:
-                replica = replica_next.get(index, 0)
-            replica = _integer(replica, f"{where}.replica")
+            replica = _integer(use.get("replica", replica_next.get(index, 0)), f"{where}.replica")
             if replica >= spec.replicas:
                 raise ScenarioError(
                     f"{where}.replica: GPU {index} has {spec.replicas} replicas, got {replica}"
@@ -446,7 +445,7 @@ def _gpu_use(
         proc_pid = _integer(use.get("pid", pid), f"{where}.pid", minimum=1)
     elif "pid" in use:
         raise ScenarioError(f"{where}.pid: a pid needs a utilization or memory profile")
-    return GpuUse(index, device_id, giid, proc_pid, util, mem)
+    return GpuUse(index, device_id, giid, proc_pid, util, mem, replica)
 
 
 def _pod(
@@ -609,7 +608,39 @@ def parse_scenario(data: Any, source: str = "") -> Scenario:
                             f"pods ({pod.namespace}/{pod.name}): pid {use.pid} used twice"
                         )
                     pids.add(use.pid)
+    _check_one_holder(pods)
     return Scenario(node, seed, start_ts, driver, tuple(gpu_list), tuple(pods), source)
+
+
+def _check_one_holder(pods: Sequence[PodSpec]) -> None:
+    """Refuse two pods present at once on one exclusive GPU, time-sliced replica or MIG
+    instance: the kubelet never hands a device out twice, so such a file would show two
+    holders of one device (a simulated cluster that frees a GPU too early did)."""
+    by_device: dict[tuple[int, int | None, int | None], list[PodSpec]] = {}
+    for pod in pods:
+        held = {(u.gpu, u.replica, u.gpu_instance_id) for c in pod.containers for u in c.gpus}
+        for key in held:
+            by_device.setdefault(key, []).append(pod)
+    for (gpu, replica, giid), holders in by_device.items():
+        holders.sort(key=lambda p: p.start_seconds)
+        last = holders[0]
+        for pod in holders[1:]:
+            if pod.start_seconds < _end(last):
+                device = f"GPU {gpu}"
+                if replica is not None:
+                    device += f" replica {replica}"
+                if giid is not None:
+                    device += f" instance {giid}"
+                raise ScenarioError(
+                    f"pods: {device} is held by {last.namespace}/{last.name} and"
+                    f" {pod.namespace}/{pod.name} at once (from {pod.start_seconds:g} s)"
+                )
+            if _end(pod) > _end(last):
+                last = pod
+
+
+def _end(pod: PodSpec) -> float:
+    return math.inf if pod.end_seconds is None else pod.end_seconds
 
 
 def load_scenario(path: Path) -> Scenario:

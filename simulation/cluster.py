@@ -329,6 +329,11 @@ class ClusterSim:
         self.pods: list[Pod] = []
         self._next_arrival = start + self._gap()
         self._timers: list[tuple[float, int, Pod]] = []  # notebook ends
+        # finished pods lingering past their job's end: (end, tie-break, pod); their
+        # GPU slots are freed at the pod's end, not the job's, so no queued job starts
+        # on a device a still-running pod holds
+        self._slot_releases: list[tuple[float, int, Pod]] = []
+        self._release_seq = 0
         self._hung_left = config.hung_jobs if stream == "live" else 0
         if stream == "live":
             for node in self.nodes:
@@ -619,8 +624,11 @@ class ClusterSim:
         # 5 s, so its last report still finds its pod on a loaded machine
         pod.end = t + (0.0 if cancelled else 5.0)
         self._running.remove(job)
-        for g, r in pod.gpus:
-            self._slots[(pod.node, g, r)] = None
+        if pod.end > t:
+            self._release_seq += 1
+            heapq.heappush(self._slot_releases, (pod.end, self._release_seq, pod))
+        else:
+            self._free_pod_slots(pod)
         self._release_ip(pod, pod.end)
         pod.util_steps.append((t, 0.0))
         self._pending_events.append(Event(pod.end, "pod_end", pod))
@@ -629,10 +637,15 @@ class ClusterSim:
         if pod.end is not None:
             return
         pod.end = t
-        for g, r in pod.gpus:
-            self._slots[(pod.node, g, r)] = None
+        self._free_pod_slots(pod)
         self._release_ip(pod, t)
         self._pending_events.append(Event(t, "pod_end", pod))
+
+    def _free_pod_slots(self, pod: Pod) -> None:
+        """Give ``pod``'s GPU slots back to the scheduler (those it still holds)."""
+        for g, r in pod.gpus:
+            if self._slots.get((pod.node, g, r)) is pod:
+                self._slots[(pod.node, g, r)] = None
 
     def _next_job_event(self) -> tuple[float, _Job | None]:
         best, who = math.inf, None
@@ -691,14 +704,18 @@ class ClusterSim:
             t_job, job = self._next_job_event()
             t_nb = self._timers[0][0] if self._timers else math.inf
             t_pressure = self._next_pressure_change()
-            t = min(self._next_arrival, t_job, t_nb, t_pressure)
+            t_free = self._slot_releases[0][0] if self._slot_releases else math.inf
+            t = min(self._next_arrival, t_job, t_nb, t_pressure, t_free)
             if t > until:
                 break
             for j in self._running:
                 if j.phase == "epoch":
                     j.remaining -= j.rate * (t - self.now)
             self.now = t
-            if t == t_job and job is not None:
+            if t == t_free:
+                # a finished pod went: its GPU is free for the queue from now on
+                self._free_pod_slots(heapq.heappop(self._slot_releases)[2])
+            elif t == t_job and job is not None:
                 if job.phase == "epoch":
                     job.remaining = job.stop_at
                 self._step_job(job, t)

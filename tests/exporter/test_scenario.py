@@ -162,6 +162,64 @@ def test_too_many_replicas_requested() -> None:
         parse_scenario(data)
 
 
+def _holders(*pods: tuple[str, float, float | None, dict], replicas: int = 1) -> dict:
+    """Pods (name, start, end, device use) on one GPU of ``replicas`` replicas."""
+    return {
+        "gpus": [{"index": 0, "time_slicing_replicas": replicas}],
+        "pods": [
+            {
+                "name": name,
+                "start_seconds": start,
+                "end_seconds": end,
+                "containers": [{"name": "c", "gpus": [use]}],
+            }
+            for name, start, end, use in pods
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (
+            _holders(("a", 0, 100, {"gpu": 0}), ("b", 95, None, {"gpu": 0})),
+            "GPU 0 is held by default/a and default/b at once (from 95 s)",
+        ),
+        (
+            _holders(("a", 0, None, {"gpu": 0}), ("b", 500, 600, {"gpu": 0})),
+            "GPU 0 is held by default/a and default/b at once (from 500 s)",
+        ),
+        (
+            _holders(
+                ("a", 0, 100, {"gpu": 0, "replica": 1}),
+                ("b", 50, 200, {"gpu": 0, "replica": 1}),
+                replicas=3,
+            ),
+            "GPU 0 replica 1 is held by default/a and default/b at once (from 50 s)",
+        ),
+    ],
+)
+def test_two_pods_holding_one_device_at_once_are_rejected(data: dict, fragment: str) -> None:
+    """The kubelet never hands an exclusive GPU or a replica to two live pods: a file
+    that does would show two holders of one device (a simulation bug, not a cluster)."""
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data)
+    assert fragment in str(info.value)
+
+
+def test_pods_taking_turns_on_a_device_or_sharing_replicas_are_accepted() -> None:
+    turns = _holders(("a", 0, 100, {"gpu": 0}), ("b", 100, None, {"gpu": 0}))
+    assert len(parse_scenario(turns).pods) == 2
+    sliced = _holders(
+        ("a", 0, None, {"gpu": 0, "replica": 0}),
+        ("b", 0, None, {"gpu": 0, "replica": 1}),
+        ("c", 0, 10, {"gpu": 0, "replica": 2}),
+        ("d", 10, None, {"gpu": 0, "replica": 2}),
+        replicas=3,
+    )
+    assert len(parse_scenario(sliced).pods) == 4
+
+
 def test_load_errors_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("gpus: [\n")
