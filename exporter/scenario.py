@@ -33,6 +33,11 @@ MAX_SCENARIO_BYTES = 4 * 1024 * 1024
 MAX_GPUS = 64
 MAX_PODS = 4096
 MAX_CONTAINERS_PER_POD = 32
+# bounds checked before float(): an integer beyond float range makes float() raise
+# OverflowError, and a size string of 400 digits becomes inf. 1e15 s is 30 million
+# years; 2**60 bytes (1 EiB) is beyond any device or host.
+MAX_NUMBER = 1e15
+MAX_SIZE_BYTES = 2**60
 PROFILE_KINDS = ("constant", "noise", "periodic", "steps")
 _NAME_RE = DNS_SUBDOMAIN
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]i?B?|B)?\s*$", re.IGNORECASE)
@@ -193,26 +198,38 @@ class Scenario:
 def parse_size(value: Any, where: str) -> int:
     """Bytes from an int or a string like ``"80GiB"``, ``"512 MiB"``, ``"1.5GB"``."""
     if isinstance(value, bool):
-        raise ScenarioError(f"{where}: expected a size, got {value!r}")
+        raise ScenarioError(f"{where}: expected a size, got {_show(value)}")
+    size: float | None = None
     if isinstance(value, int | float):
-        if value < 0 or not math.isfinite(value):
-            raise ScenarioError(f"{where}: size must be >= 0, got {value!r}")
-        return int(value)
-    if isinstance(value, str):
+        size = value
+    elif isinstance(value, str):
         match = _SIZE_RE.match(value)
-        if match:
-            unit = (match.group(2) or "").upper()
-            if unit in _SIZE_UNITS:
-                return int(float(match.group(1)) * _SIZE_UNITS[unit])
-    raise ScenarioError(f"{where}: expected a size like 80GiB or 512MiB, got {value!r}")
+        unit = (match.group(2) or "").upper() if match else "?"
+        if match and unit in _SIZE_UNITS:
+            size = float(match.group(1)) * _SIZE_UNITS[unit]  # 400 digits: inf, no error
+    if size is None:
+        raise ScenarioError(f"{where}: expected a size like 80GiB or 512MiB, got {_show(value)}")
+    # compared before int(): NaN fails, inf and huge integers exceed the bound
+    if not 0 <= size <= MAX_SIZE_BYTES:
+        raise ScenarioError(f"{where}: size must be 0..{MAX_SIZE_BYTES} bytes, got {_show(value)}")
+    return int(size)
+
+
+def _show(value: Any) -> str:
+    """``value`` for an error message, shortened: a 400-digit number stays one line."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _number(value: Any, where: str, *, minimum: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ScenarioError(f"{where}: expected a number, got {value!r}")
+        raise ScenarioError(f"{where}: expected a number, got {_show(value)}")
+    # compared before float(): an integer beyond float range would raise OverflowError
+    if not -MAX_NUMBER <= value <= MAX_NUMBER:
+        raise ScenarioError(
+            f"{where}: expected a finite number within ±{MAX_NUMBER:g}, got {_show(value)}"
+        )
     out = float(value)
-    if not math.isfinite(out):
-        raise ScenarioError(f"{where}: expected a finite number, got {value!r}")
     if minimum is not None and out < minimum:
         raise ScenarioError(f"{where}: must be >= {minimum:g}, got {value!r}")
     return out

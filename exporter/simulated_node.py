@@ -93,14 +93,17 @@ class SimulatedNode:
         with self._lock:
             stamp = self._stat()
             if stamp is not None and stamp != self._stamp:
-                self._stamp = stamp
+                # any failure keeps the previous scenario and leaves the stamp unseen, so
+                # the file is read again next time (logged once per distinct error)
                 try:
                     new = load_scenario(self._path)
-                except ScenarioError as err:
-                    if str(err) != self._reload_error:
-                        log.error("scenario reload failed, keeping the previous one: %s", err)
-                        self._reload_error = str(err)
+                except Exception as err:  # a bad file never ends the exporter
+                    cause = str(err) if isinstance(err, ScenarioError) else f"{self._path}: {err!r}"
+                    if cause != self._reload_error:
+                        log.error("scenario reload failed, keeping the previous one: %s", cause)
+                        self._reload_error = cause
                 else:
+                    self._stamp = stamp
                     anchor = (
                         new.start_timestamp if new.start_timestamp is not None else self._anchor
                     )

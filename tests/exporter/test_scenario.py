@@ -220,6 +220,41 @@ def test_pods_taking_turns_on_a_device_or_sharing_replicas_are_accepted() -> Non
     assert len(parse_scenario(sliced).pods) == 4
 
 
+HUGE = int("1" + "0" * 400)  # beyond float range: float(HUGE) raises OverflowError
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        (f"pods: [{{name: a, start_seconds: {HUGE}, containers: [{{name: c}}]}}]", "start_seconds"),
+        (f"start_timestamp: {HUGE}", "start_timestamp"),
+        (f"gpus: [{{memory_total: {HUGE}}}]", "memory_total"),
+        ("gpus: [{memory_total: '" + "9" * 400 + "PiB'}]", "memory_total"),
+        ("gpus: [{memory_total: 2048PiB}]", "memory_total"),
+        (
+            "gpus: [{}]\npods: [{name: a, containers: [{name: c, gpus: [{gpu: 0, utilization:"
+            f" {{kind: periodic, high: 1, period_seconds: {HUGE}}}}}]}}]}}]",
+            "period_seconds",
+        ),
+        (
+            f"gpus: [{{}}]\npods: [{{name: a, containers: [{{name: c, gpus: [{{gpu: 0,"
+            f" utilization: {HUGE}}}]}}]}}]",
+            "utilization",
+        ),
+    ],
+    ids=["start", "timestamp", "size", "size-string", "size-unit", "period", "utilization"],
+)
+def test_numbers_beyond_range_are_scenario_errors(tmp_path: Path, text: str, fragment: str) -> None:
+    """A number float() cannot hold must be a one-line error, not an OverflowError
+    (the exporter exits with a traceback at start, and keeps a stale scenario on reload)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert fragment in str(info.value)
+    assert len(str(info.value)) < 300, "the bad value is shown shortened"
+
+
 def test_load_errors_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("gpus: [\n")

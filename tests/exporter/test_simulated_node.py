@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_eta.exporter import simulated_node
 from gpu_eta.exporter.scenario import ScenarioError
 from gpu_eta.exporter.simulated_node import SimulatedNode
 from tests.support.clock import Clock
@@ -121,6 +122,36 @@ def test_reload_on_change_and_keep_previous_on_error(
     assert len(errors) == 1, "logged once per state change"
     path.unlink()
     assert len(node.pods.poll()) == 4
+
+
+def test_a_reload_failing_in_any_way_keeps_the_previous_scenario_and_retries(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the failure, the previous scenario stays, the failure is logged with the
+    documented line, and the file is read again later (its stamp is not taken as seen)."""
+    node, _, path = _node(tmp_path, 1000 + 60)
+    assert len(node.pods.poll()) == 5
+    path.write_text("pods: [{name: a, start_seconds: 1" + "0" * 400 + ", containers: [{name: c}]}]")
+    os.utime(path, ns=(1, 2))
+    with caplog.at_level("ERROR"):
+        assert len(node.pods.poll()) == 5
+    errors = [r.getMessage() for r in caplog.records]
+    assert any("scenario reload failed, keeping the previous one" in m for m in errors), errors
+    caplog.clear()
+
+    def boom(_path: Path) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(simulated_node, "load_scenario", boom)
+    path.write_text("gpus: [{}]\npods: [{name: a, containers: [{name: c}]}]\n")
+    os.utime(path, ns=(3, 4))
+    with caplog.at_level("ERROR"):
+        assert len(node.pods.poll()) == 5
+    errors = [r.getMessage() for r in caplog.records]
+    assert any("scenario reload failed" in m and "disk on fire" in m for m in errors), errors
+    monkeypatch.undo()
+    # the same file, unchanged since the failure, is read again and now loads
+    assert len(node.pods.poll()) == 1
 
 
 def test_anchor_kept_across_reloads_without_start_timestamp(tmp_path: Path) -> None:
