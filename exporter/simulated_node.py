@@ -159,7 +159,16 @@ class SimulatedGpus:
                 for use in cont.gpus:
                     if use.pid is None or use.gpu in failing:
                         continue
-                    util = evaluate(use.utilization, age, scen.seed, _key(pod, cont, use, "u"))
+                    # NVML has no per-process utilisation under MIG (the real collector
+                    # reports None): a MIG process's profile feeds its memory only
+                    util = (
+                        None
+                        if use.gpu_instance_id is not None
+                        else round(
+                            evaluate(use.utilization, age, scen.seed, _key(pod, cont, use, "u")),
+                            4,
+                        )
+                    )
                     mem = evaluate(use.memory, age, scen.seed, _key(pod, cont, use, "m"))
                     samples.append(
                         ProcessSample(
@@ -167,7 +176,7 @@ class SimulatedGpus:
                             device_uuid=gpu_by_index[use.gpu].uuid,
                             gpu_instance_id=use.gpu_instance_id,
                             memory_used_bytes=int(mem),
-                            utilization_ratio=round(util, 4),
+                            utilization_ratio=util,
                         )
                     )
         devices: list[DeviceReading] = []
@@ -204,7 +213,9 @@ def _device_reading(
         index=gpu.index,
         uuid=gpu.uuid,
         model=gpu.model,
-        utilization_ratio=_sum_util(mine),
+        # NVML answers NOT_SUPPORTED for a MIG instance's utilisation: None, as the real
+        # collector reports it
+        utilization_ratio=_sum_util(mine) if inst is None else None,
         memory_used_bytes=_sum_mem(mine, total),
         memory_total_bytes=total,
         gpu_instance_id=None if inst is None else inst.gpu_instance_id,

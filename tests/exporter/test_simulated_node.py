@@ -38,7 +38,15 @@ def test_devices_processes_and_mig(tmp_path: Path) -> None:
     assert mig.mig_uuids == ("MIG-aaaaaaaa-0000-0000-0000-000000000002",)
     assert mig.memory_total_bytes == 20 * GIB
     assert mig.uuid == "GPU-22222222-2222-2222-2222-222222222222"
-    assert by_key[(2, 1)].utilization_ratio == 0.0
+    # NVML measures no utilisation under MIG: neither the instance's nor its processes'
+    # (the real collector gets NOT_SUPPORTED and reports None), however busy the profile
+    assert mig.utilization_ratio is None and by_key[(2, 1)].utilization_ratio is None
+    assert mig.memory_used_bytes == 10 * GIB
+    on_mig = [s for s in poll.processes if s.gpu_instance_id is not None]
+    assert on_mig and all(s.utilization_ratio is None for s in on_mig)
+    assert all(
+        s.utilization_ratio is not None for s in poll.processes if s.gpu_instance_id is None
+    )
     assert {s.pid for s in poll.processes} == {101, 102, 103, 104}
     assert poll.failures == ()
     assert poll.driver_version == "550.54.15"
