@@ -208,6 +208,12 @@ def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespa
     ):
         if not 0 <= port <= 65535:
             p.error(f"{flag} must be 0 (any free port) to 65535")
+    # the cluster's own bounds (time scale, arrival rate, warm-up) are usage errors too,
+    # reported before anything is installed or started
+    try:
+        cluster_config(args)
+    except ClusterConfigError as err:
+        p.error(str(err))
     return args
 
 

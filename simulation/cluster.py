@@ -46,6 +46,16 @@ USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 # what the demo plants so its alerts fire (docs/demo.md): ClusterConfig(**ALERT_CAUSES)
 ALERT_CAUSES = {"notebook_held_seconds": 26 * 3600.0, "hung_jobs": 1}
 HUNG_SECONDS = 1e9  # a hung job's stall, cluster seconds: it never resumes
+# Bounds of what the simulation can run (ClusterConfig). Job arrivals per wall second
+# are time_scale / arrival_seconds: at most 2 keep a node within its 253 pod IPs
+# (reused after 60 s) and the warm-up short; 5000x time raced through them ("out of
+# pod IPs"), 20,000 arrivals per wall second hung the warm-up with no word. The
+# warm-up simulates warm_start_seconds x time_scale cluster seconds: at most a day at
+# the default 20x (about 9 s for 3 nodes).
+MIN_TIME_SCALE = 0.1  # slower shows nothing happen within a demo
+MAX_TIME_SCALE = 1000.0
+MIN_ARRIVAL_WALL_SECONDS = 0.5
+MAX_WARM_START_CLUSTER_SECONDS = 86400.0 * 20
 # a heterogeneous site (ClusterConfig.tainted_nodes, pool_share): a GPU pool kept for one
 # team by a taint, and the team's pods, which tolerate it
 Taint = tuple[str, str, str]  # key, value, effect (as kube_node_spec_taint shows it)
@@ -116,13 +126,31 @@ class ClusterConfig:
             raise ClusterConfigError(
                 f"need 1 <= gpus-min <= gpus-max <= 16, got {self.gpus_min}..{self.gpus_max}"
             )
-        if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
-            raise ClusterConfigError(f"time scale must be > 0, got {self.time_scale}")
-        if not self.arrival_seconds > 0:
-            raise ClusterConfigError("arrival_seconds must be > 0")
+        # the demo's flags are named in the messages: its usage errors are these
+        if not MIN_TIME_SCALE <= self.time_scale <= MAX_TIME_SCALE:  # NaN fails too
+            raise ClusterConfigError(
+                f"time scale (--time-scale) must be {MIN_TIME_SCALE:g} to {MAX_TIME_SCALE:g},"
+                f" got {self.time_scale}"
+            )
+        if not (
+            math.isfinite(self.arrival_seconds)
+            and self.arrival_seconds / self.time_scale >= MIN_ARRIVAL_WALL_SECONDS
+        ):
+            raise ClusterConfigError(
+                "arrival seconds (--arrival-seconds) must be finite and at least"
+                f" {MIN_ARRIVAL_WALL_SECONDS:g} x the time scale (at most"
+                f" {1 / MIN_ARRIVAL_WALL_SECONDS:g} job arrivals per wall second):"
+                f" {self.arrival_seconds:g} at time scale {self.time_scale:g}"
+            )
         if not 0 <= self.warm_start_seconds <= 86400:
             raise ClusterConfigError(
-                f"warm start must be 0..86400 s, got {self.warm_start_seconds}"
+                f"warm start (--warm-start) must be 0..86400 s, got {self.warm_start_seconds}"
+            )
+        if self.warm_start_seconds * self.time_scale > MAX_WARM_START_CLUSTER_SECONDS:
+            raise ClusterConfigError(
+                f"warm start (--warm-start) x time scale must be at most"
+                f" {MAX_WARM_START_CLUSTER_SECONDS:g} simulated seconds, got"
+                f" {self.warm_start_seconds:g} x {self.time_scale:g}"
             )
         if self.hung_jobs < 0:
             raise ClusterConfigError(f"hung_jobs must be >= 0, got {self.hung_jobs}")

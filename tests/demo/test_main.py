@@ -61,6 +61,16 @@ def test_bad_flags_exit_2_with_one_line(argv: list[str]) -> None:
         ["--history-days", "inf"],
         ["--history-days", "1e6"],
         ["--history-days", "366"],
+        # a ZeroDivisionError traceback; a warm-up simulating 12 million arrivals with
+        # no word; "out of pod IPs" (exit 1) once the stack ran
+        ["--arrival-seconds", "inf"],
+        ["--arrival-seconds", "nan"],
+        ["--arrival-seconds", "0.001"],
+        ["--time-scale", "5000"],
+        ["--time-scale", "inf"],
+        ["--time-scale", "nan"],
+        ["--time-scale", "1e-300"],
+        ["--time-scale", "1000", "--warm-start", "86400"],
     ],
 )
 def test_numbers_that_are_not_finite_are_usage_errors(argv: list[str]) -> None:

@@ -259,6 +259,12 @@ def test_time_slicing_slows_jobs_down() -> None:
         {"time_scale": 0},
         {"log_share": 2},
         {"arrival_seconds": 0},
+        {"arrival_seconds": float("inf")},
+        {"arrival_seconds": float("nan")},
+        {"arrival_seconds": 0.001},  # 20,000 arrivals per wall second
+        {"time_scale": 5000},
+        {"time_scale": float("nan")},
+        {"time_scale": 1000, "warm_start_seconds": 86400},
         {"gpu_types": ("NVIDIA H9000",)},
         {"nodes": 2, "tainted_nodes": 2},
         {"pool_share": 0.2},
