@@ -15,7 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,12 +219,16 @@ def server_dir(
 
 
 def promtool(
-    *args: str, stdin: str | None = None, timeout: float = 300.0
+    *args: str,
+    stdin: str | None = None,
+    timeout: float = 300.0,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``promtool *args`` (text in and out) and return the finished process.
 
     Whatever the exit code: callers decide what a failure means (a check that must
     pass, one that must fail, or ``backfill``'s error). One place finds the binary.
+    ``env``: the child's whole environment (None: this process's).
     """
     return subprocess.run(
         [find_binary("promtool"), *args],
@@ -232,15 +236,32 @@ def promtool(
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
 
 
 def backfill(openmetrics_file: Path, data_dir: Path) -> None:
-    """Write TSDB blocks from an OpenMetrics file (must end with ``# EOF``)."""
+    """Write TSDB blocks from an OpenMetrics file (must end with ``# EOF``).
+
+    promtool stages the blocks' head in a temporary directory of ``$TMPDIR`` and
+    leaves it there when it is stopped (a Ctrl-C during the demo's backfill reaches
+    promtool too): it gets a scratch directory beside ``data_dir`` as its ``TMPDIR``
+    instead, removed whatever happens, so nothing is left outside the server's
+    directory.
+    """
     data_dir.mkdir(parents=True, exist_ok=True)
-    proc = promtool(
-        "tsdb", "create-blocks-from", "openmetrics", str(openmetrics_file), str(data_dir)
-    )
+    scratch = tempfile.mkdtemp(prefix=".promtool-", dir=data_dir.parent)
+    try:
+        proc = promtool(
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            str(openmetrics_file),
+            str(data_dir),
+            env={**os.environ, "TMPDIR": scratch},
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if proc.returncode != 0:
         raise RuntimeError(f"promtool backfill failed: {proc.stderr.strip()[-2000:]}")
 

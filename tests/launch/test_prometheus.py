@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from gpu_eta.launch.processes import LaunchError
-from gpu_eta.launch.prometheus import UI_PAGES, ScrapeJob, start_prometheus, ui_url
+from gpu_eta.launch.prometheus import UI_PAGES, ScrapeJob, backfill, start_prometheus, ui_url
 
 
 def test_prometheus_starts_ready_and_stops(tmp_path: Path) -> None:
@@ -67,3 +67,20 @@ def test_a_failed_backfill_leaves_no_directory(own_tmp: Path) -> None:
     with pytest.raises(RuntimeError, match="promtool backfill failed"):
         start_prometheus([], backfill_files=[bad])
     assert list(own_tmp.iterdir()) == [bad]
+
+
+def test_backfill_stages_its_blocks_beside_the_tsdb_not_in_tmpdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """promtool stages a backfill's head in $TMPDIR and leaves it there when stopped
+    (Ctrl-C during the demo's backfill reaches promtool too): its scratch directory is
+    beside the TSDB, removed afterwards, so $TMPDIR is never touched (here it does not
+    exist, and the backfill works all the same)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "no-such-tmpdir"))
+    history = tmp_path / "history.om"
+    history.write_text("# TYPE x gauge\nx 1 1700000000\nx 2 1700000060\n# EOF\n")
+    data = tmp_path / "prometheus" / "data"
+    backfill(history, data)
+    assert [p.name for p in (tmp_path / "prometheus").iterdir()] == ["data"]
+    assert any((block / "meta.json").is_file() for block in data.iterdir())
+    assert not (tmp_path / "no-such-tmpdir").exists()
