@@ -17,7 +17,8 @@ def test_time_sliced_runs_are_not_read_at_their_unshared_analogs_pace() -> None:
     shared, alone = scores["time-sliced"], scores["exclusive"]
     assert shared.n >= 100 and alone.n >= 100
     assert 0.65 <= shared.median_ratio <= 1.25, shared
-    assert 0.95 <= alone.median_ratio <= 1.05 and 0.75 <= alone.coverage <= 0.85, alone
+    # the nominal P10-P90 holds 80 %; seeds 0-4 of the demo cluster give 74-92 %
+    assert 0.95 <= alone.median_ratio <= 1.05 and 0.70 <= alone.coverage <= 0.90, alone
 
 
 def test_main_prints_a_row_per_seed_and_kind(capsys) -> None:

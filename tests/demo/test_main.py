@@ -301,9 +301,10 @@ WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
 DOC_WARM_START = re.compile(
     r"With the defaults \(seed (?P<seed>\d+), (?P<nodes>\d+) nodes, (?P<gpus>\d+) GPUs"
     r".*?at t = 0, (?P<training>\d+) training pods running \((?P<mid_run>\d+) of them past"
-    r" their first epoch and not done; (?P<planless>\d+) are U-Net runs that report no"
-    r" planned total, (?P<with_longer>\d+) of which have a longer completed run of their"
-    r" configuration in the history\), (?P<notebooks>\d+) idle notebooks, all (?P<sliced>\w+)"
+    r" their first epoch and not done; (?P<planless>\d+) (?:are U-Net runs that report|is a"
+    r" U-Net run that reports) no planned total, (?P<with_longer>\d+) of which (?:have|has) a"
+    r" longer completed run of (?:their|its) configuration in the history\),"
+    r" (?P<notebooks>\d+) idle notebooks, all (?P<sliced>\w+)"
     r" time-sliced GPUs shared by (?P<sharers>\w+) trainers, every GPU held and"
     r" (?P<queued>\d+) jobs queued.*?in the next (?P<snapshot>\d+) s .*?(?P<finish>\d+) jobs"
     r" finish, (?P<start>\d+) new ones start and (?P<stall>\d+) stalls?"
