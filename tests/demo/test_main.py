@@ -7,6 +7,8 @@ import io
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -531,3 +533,48 @@ def test_the_next_demo_removes_the_temp_dir_of_a_killed_one(monkeypatch, tmp_pat
     assert not left[0].exists(), done.stderr[-3000:]
     assert f"removed {left[0]}" in done.stderr, done.stderr[-3000:]
     assert sorted(tmp.iterdir()) == [not_ours] and (not_ours / "prometheus").is_dir()
+
+
+# a child that runs ``python -m gpu_eta.demo ARGV`` and is sent SIGINT (as Ctrl-C would)
+# at the moment it imports MODULE: while Python still imports the demo, or before
+# the demo's own handler is in place
+_INTERRUPTED_AT = """
+import os, runpy, signal, sys
+module, *argv = sys.argv[1:]
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == module:
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["gpu_eta.demo", *argv]
+runpy.run_module("gpu_eta.demo", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "argv"),
+    [
+        ("gpu_eta.demo.stack", ["--help"]),  # the demo's own modules are being imported
+        # main() has begun and looks for PyTorch (an unusable --workdir ends it with
+        # exit 2 right after, should the signal not arrive: nothing is started)
+        ("torch", ["--real-training", "--workdir", "/proc/no-such-dir"]),
+    ],
+)
+def test_ctrl_c_while_the_demo_imports_exits_0_without_a_traceback(
+    module: str, argv: list[str]
+) -> None:
+    """docs/demo.md: Ctrl-C ends the demo with exit 0 and no traceback, also before
+    its own signal handling is in place. SIGINT at its default disposition, as in a
+    terminal (a CI job in the background ignores it, and Python then never raises)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_AT, module, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
