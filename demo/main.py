@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_eta.common.durations import duration_seconds
+from gpu_eta.demo import workdirs
 from gpu_eta.demo.stack import Stack, StackConfig, StackError
 from gpu_eta.launch.prometheus import PrometheusNotInstalled, ui_url
 from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig, ClusterConfigError
@@ -179,6 +180,12 @@ def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespa
         "--workdir", type=Path, default=None, help="keep files here (default: a temp dir, removed)"
     )
     p.add_argument(
+        "--clear-workdir",
+        action="store_true",
+        help="remove a previous demo's files from --workdir first (else refused); the "
+        "directory's other files stay",
+    )
+    p.add_argument(
         "--refresh", type=float, default=5.0, help="seconds between top refreshes (default 5)"
     )
     p.add_argument("--quiet", action="store_true", help="no live top view, just wait")
@@ -188,6 +195,8 @@ def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespa
     # at once; no history at all), infinite history days failed in its simulation
     if args.seconds is not None and not (math.isfinite(args.seconds) and args.seconds > 0):
         p.error("--seconds must be a finite number > 0")
+    if args.clear_workdir and args.workdir is None:
+        p.error("--clear-workdir needs --workdir (the default temp dir starts empty)")
     if not 0 <= args.real_training <= 2:
         p.error("--real-training takes 1 or 2")
     # at most a year: more starts the simulated history before 1970 (1e6 days) or
@@ -354,11 +363,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workdir is not None and (problem := workdir_problem(args.workdir)):
         print(f"gpu-eta demo: {problem}", file=sys.stderr)
         return ExitCode.USAGE
+    left = [] if args.workdir is None else workdirs.previous_demo_files(args.workdir)
+    if left and not args.clear_workdir:
+        names = ", ".join(p.name for p in left)
+        print(
+            f"gpu-eta demo: --workdir {args.workdir} holds a previous demo's files ({names}),"
+            " which this demo would mix with its own (the same seed makes the same pods):"
+            " pass --clear-workdir to remove them first, or choose another directory",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
     try:
         cluster = cluster_config(args)
     except ClusterConfigError as err:
         print(f"gpu-eta demo: {err}", file=sys.stderr)
         return ExitCode.USAGE
+    if left:
+        try:
+            workdirs.clear_previous_demo(args.workdir)
+        except OSError as err:
+            print(f"gpu-eta demo: --clear-workdir: {err}", file=sys.stderr)
+            return ExitCode.ERROR
     config = StackConfig(
         cluster=cluster,
         history_days=args.history_days,

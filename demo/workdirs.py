@@ -1,5 +1,6 @@
 """The demo's own temporary directories: made with an owner record, and those of a
-demo that was killed removed by the next one.
+demo that was killed removed by the next one; and a previous demo's files in a
+``--workdir`` (``previous_demo_files``, ``clear_previous_demo``).
 
 Why: the demo removes its temporary directory (scenario files, pod logs, history,
 Prometheus' TSDB: tens of MB) when it stops, but a demo killed with SIGKILL (the OOM
@@ -177,3 +178,45 @@ def remove_stale(parent: Path | None = None, proc: Path = _PROC) -> list[Path]:
             if not os.path.lexists(path):
                 removed.append(path)
     return removed
+
+
+# what a demo writes into its directory (demo/stack.py): the nodes' scenario files
+# (gpu-node-<i>.yaml, and their temporary files while being replaced) and these
+DEMO_ENTRIES = frozenset(
+    {
+        "alertmanager",
+        "history",
+        "logs",
+        "pod-logs",
+        "progress-state",
+        "prometheus",
+        "rules",
+        "victoria-metrics",
+    }
+)
+_DEMO_FILE = re.compile(r"\.?gpu-node-[0-9]+\.yaml(?:\..*\.tmp)?|history\.sqlite(?:-\w+)?")
+
+
+def previous_demo_files(workdir: Path) -> list[Path]:
+    """What a previous demo left in ``workdir`` (its own names alone), sorted; [] for
+    none or an unreadable directory.
+
+    Why: a later demo with the same seed makes the same pods (names, UIDs), so it
+    would append to their logs (a log-reporting run then gets another run id live than
+    in the backfill) and reuse the old TSDB and ``history.sqlite``.
+    """
+    try:
+        names = os.listdir(workdir)
+    except OSError:
+        return []
+    return sorted(workdir / n for n in names if n in DEMO_ENTRIES or _DEMO_FILE.fullmatch(n))
+
+
+def clear_previous_demo(workdir: Path) -> None:
+    """Remove ``previous_demo_files(workdir)``; nothing else in ``workdir``. Raises
+    ``OSError`` for what cannot be removed."""
+    for path in previous_demo_files(workdir):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()

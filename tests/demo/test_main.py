@@ -45,6 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
         ["--refresh", "-1"],
         ["--refresh", "nan"],
         ["--prometheus-port", "70000"],
+        ["--clear-workdir"],  # without --workdir
     ],
 )
 def test_bad_flags_exit_2_with_one_line(argv: list[str]) -> None:
@@ -163,6 +164,24 @@ def test_unusable_workdir_is_one_line_exit_2(tmp_path: Path) -> None:
     # a usable one is accepted (created, as the demo would)
     assert cli.workdir_problem(tmp_path / "new" / "dir") is None
     assert (tmp_path / "new" / "dir").is_dir()
+
+
+def test_a_workdir_of_a_previous_demo_is_refused_unless_cleared(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """Reusing --workdir appended to the previous demo's pod logs (the same seed makes
+    the same pod names and UIDs) and reused its TSDB and history: refused, one line
+    naming the flag that clears it; with that flag the demo's files go, the user's stay."""
+    (tmp_path / "pod-logs" / "ml-bob_train-x_uid").mkdir(parents=True)
+    (tmp_path / "history.sqlite").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.setattr(cli, "install_parts", lambda tsdb: False)  # start nothing (exit 1)
+    line = _one_line_exit_2(["--workdir", str(tmp_path), "--quiet"])
+    assert "--clear-workdir" in line and "history.sqlite" in line and str(tmp_path) in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["history.sqlite", "notes.txt", "pod-logs"]
+    with redirect_stderr(io.StringIO()):
+        assert cli.main(["--workdir", str(tmp_path), "--clear-workdir", "--quiet"]) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
 def test_real_training_without_torch_is_one_line_exit_2(monkeypatch) -> None:

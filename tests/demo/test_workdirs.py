@@ -170,3 +170,27 @@ def test_parse_owner_refuses_anything_else(text: str) -> None:
     assert workdirs.parse_owner(text) is None
     owner = workdirs.Owner(12, 34, "b")
     assert workdirs.parse_owner(workdirs.owner_text(owner)) == owner
+
+
+def _previous_demo(workdir: Path) -> list[str]:
+    """A --workdir as a finished demo leaves it, plus the user's own file; the demo's
+    entries' names."""
+    for sub in ("pod-logs/ml-bob_train-x_uid/trainer", "prometheus/data", "history", "logs"):
+        (workdir / sub).mkdir(parents=True)
+    (workdir / "pod-logs/ml-bob_train-x_uid/trainer/0.log").write_text("Epoch 1/3\n")
+    (workdir / "history.sqlite").write_bytes(b"SQLite format 3\0")
+    (workdir / "gpu-node-0.yaml").write_text("pods: []\n")
+    (workdir / "notes.txt").write_text("mine")
+    return ["gpu-node-0.yaml", "history", "history.sqlite", "logs", "pod-logs", "prometheus"]
+
+
+def test_a_previous_demos_files_in_a_workdir_are_found_and_cleared_alone(tmp_path: Path) -> None:
+    """A later demo with the same seed makes the same pods: it would append to their
+    logs and reuse the TSDB and history, so the demo finds what a previous one left
+    (its own names only) and removes that, and only that, when asked."""
+    assert workdirs.previous_demo_files(tmp_path) == []
+    names = _previous_demo(tmp_path)
+    assert [p.name for p in workdirs.previous_demo_files(tmp_path)] == names
+    workdirs.clear_previous_demo(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+    assert workdirs.previous_demo_files(tmp_path / "missing") == []
