@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu-eta's one-command demo: a simulated 3-node GPU cluster (real exporters on
-# simulated nodes), a real Prometheus with a day of backfilled history, the real
+# simulated nodes), a real Prometheus with backfilled history (~2.8 h), the real
 # forecaster, and `top` — all on 127.0.0.1. Installs what it needs first (the Python
 # dependencies, then, once the demo has checked its flags, Debian's prometheus and
 # prometheus-alertmanager packages: scripts/bootstrap.sh).

@@ -94,8 +94,8 @@ def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespa
         prog=prog,
         description=(
             "A simulated GPU cluster (real exporters on simulated nodes), a real Prometheus "
-            "with days of backfilled history, the real forecaster and `top`, all on "
-            "127.0.0.1. Ctrl-C stops everything."
+            "with backfilled history (about 2.8 hours at the defaults), the real forecaster "
+            "and `top`, all on 127.0.0.1. Ctrl-C stops everything."
         ),
     )
     p.add_argument(
@@ -131,10 +131,18 @@ def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespa
         ),
     )
     p.add_argument(
-        "--history-days", type=float, default=1.0, help="days of backfilled history (0: none)"
+        "--history-days",
+        type=float,
+        default=1.0,
+        help="the backfilled history spans at most this many days (default 1; 0: no history)",
     )
     p.add_argument(
-        "--history-jobs", type=int, default=1000, help="about this many jobs in that history"
+        "--history-jobs",
+        type=int,
+        default=1000,
+        help="about this many jobs in the backfilled history, arriving at the live "
+        "cluster's rate (default 1000: about 2.8 h at the defaults, so the jobs, not "
+        "--history-days, set its span unless that is shorter)",
     )
     p.add_argument(
         "--prometheus-port", type=int, default=9090, help="Prometheus port if free (default 9090)"

@@ -127,6 +127,22 @@ def test_sigterm_during_the_final_snapshot_stops_the_demo(monkeypatch, tmp_path)
     assert "stopping" in err and "epochs completed" not in err
 
 
+def test_help_states_the_history_defaults_truthfully() -> None:
+    """--help said "days of backfilled history" while --history-jobs (1000 jobs, about
+    2.8 h at the defaults) caps it: both defaults and which one binds are stated."""
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(SystemExit):
+        cli.parse_args(["--help"])
+    text = " ".join(out.getvalue().split())
+    assert "days of backfilled history" not in text
+    # each flag's help, after the usage lines that name the flags too
+    days = text[text.rindex("--history-days HISTORY_DAYS") :]
+    assert "(default 1;" in days[: days.index("--history-jobs HISTORY_JOBS")]
+    jobs = text[text.rindex("--history-jobs HISTORY_JOBS") :]
+    jobs = jobs[: jobs.index("--prometheus-port")]
+    assert "(default 1000:" in jobs and "2.8 h" in jobs
+
+
 def test_defaults_are_the_readme_demo() -> None:
     args = cli.parse_args([])
     assert (args.nodes, args.gpus_min, args.gpus_max, args.seed) == (3, 4, 8, 0)
