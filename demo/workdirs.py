@@ -180,21 +180,13 @@ def remove_stale(parent: Path | None = None, proc: Path = _PROC) -> list[Path]:
     return removed
 
 
-# what a demo writes into its directory (demo/stack.py): the nodes' scenario files
-# (gpu-node-<i>.yaml, and their temporary files while being replaced) and these
-DEMO_ENTRIES = frozenset(
-    {
-        "alertmanager",
-        "history",
-        "logs",
-        "pod-logs",
-        "progress-state",
-        "prometheus",
-        "rules",
-        "victoria-metrics",
-    }
+# the names a demo writes into its directory (demo/stack.py): its directories, the
+# nodes' scenario files (gpu-node-<i>.yaml, and their temporary files while being
+# replaced) and the forecaster's history (with SQLite's journal files)
+_DEMO_ENTRY = re.compile(
+    r"alertmanager|history|logs|pod-logs|progress-state|prometheus|rules|victoria-metrics"
+    r"|\.?gpu-node-[0-9]+\.yaml(?:\..*\.tmp)?|history\.sqlite(?:-\w+)?"
 )
-_DEMO_FILE = re.compile(r"\.?gpu-node-[0-9]+\.yaml(?:\..*\.tmp)?|history\.sqlite(?:-\w+)?")
 
 
 def previous_demo_files(workdir: Path) -> list[Path]:
@@ -209,7 +201,7 @@ def previous_demo_files(workdir: Path) -> list[Path]:
         names = os.listdir(workdir)
     except OSError:
         return []
-    return sorted(workdir / n for n in names if n in DEMO_ENTRIES or _DEMO_FILE.fullmatch(n))
+    return sorted(workdir / n for n in names if _DEMO_ENTRY.fullmatch(n))
 
 
 def clear_previous_demo(workdir: Path) -> None:
