@@ -44,9 +44,7 @@ def test_devices_processes_and_mig(tmp_path: Path) -> None:
     assert mig.memory_used_bytes == 10 * GIB
     on_mig = [s for s in poll.processes if s.gpu_instance_id is not None]
     assert on_mig and all(s.utilization_ratio is None for s in on_mig)
-    assert all(
-        s.utilization_ratio is not None for s in poll.processes if s.gpu_instance_id is None
-    )
+    assert all(s.utilization_ratio is not None for s in poll.processes if s.gpu_instance_id is None)
     assert {s.pid for s in poll.processes} == {101, 102, 103, 104}
     assert poll.failures == ()
     assert poll.driver_version == "550.54.15"
