@@ -130,13 +130,18 @@ _SKIP_BARS = re.compile(
 )
 # a shard's bar of ``datasets``' ``map(num_proc=...)`` in older releases: "#0", "Map #1"
 _DATASETS_SHARD = re.compile(r"(?:.* )?#\d{1,4}\Z")
+# the descriptions ``datasets`` gives its bars in ``ba`` beside the shards': none at
+# all (``map(batched=True)`` in 1.x releases) and its exports ("Creating json from Arrow
+# format": ``to_json``, ``to_parquet``, ``to_csv``)
+_DATASETS_BA_DESC = re.compile(r"\Z|creating \w+ from arrow format\b", re.IGNORECASE)
 # the rate of a bar counting in ``datasets``' unit " examples" (its space included), as
 # tqdm draws it first in the bar's brackets: "[00:01<00:00, 7390.30 examples/s",
 # "? examples/s" (no rate yet), "1.20s/ examples"; and in "ba", older releases' batches,
 # a preparation bar only under a ``datasets`` description (``_datasets_bar``): a
-# training loop may count in ``unit="ba"`` too
+# training loop may count in ``unit="ba"`` too. tqdm pads a rate to five characters
+# (",  5.56ba/s" under 10 a second), so any spaces follow the comma
 _DATASETS_RATE = re.compile(
-    r"[^,\]]{0,40}, (?:[\d.?]+[kMGTPEZY]?( examples|ba)/s|[\d.]+s/( examples|ba))[,\]]"
+    r"[^,\]]{0,40}, *(?:[\d.?]+[kMGTPEZY]?( examples|ba)/s|[\d.]+s/( examples|ba))[,\]]"
 )
 
 
@@ -147,13 +152,15 @@ def _skipped(desc: str) -> bool:
 
 def _datasets_bar(desc: str, postfix: str) -> bool:
     """Whether a bar is a ``datasets`` preparation bar by its unit: " examples" however
-    described ("Tokenizing"), "ba" only with a shard's description ("#0")."""
+    described ("Tokenizing"), "ba" only without a description or with one ``datasets``
+    gives ("#0", "Creating json from Arrow format"): a training loop's own ``ba`` bar
+    names its phase."""
     rate = _DATASETS_RATE.match(postfix)
     if rate is None:
         return False
     if (rate[1] or rate[2]) == " examples":
         return True
-    return _DATASETS_SHARD.match(desc) is not None
+    return _DATASETS_SHARD.match(desc) is not None or _DATASETS_BA_DESC.match(desc) is not None
 
 
 @dataclass(frozen=True, slots=True)

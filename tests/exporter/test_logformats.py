@@ -839,6 +839,9 @@ _DATASETS_BARS = [
     ("Map", "ba"),
     ("#0", "ba"),  # a shard's bar of ``map(num_proc=...)`` in older releases
     ("Running tokenizer on dataset #1", "ba"),
+    (None, "ba"),  # ``map(batched=True)`` in 1.x releases: no description
+    ("Creating json from Arrow format", "ba"),  # ``to_json``; ``to_parquet``, ``to_csv``
+    ("Creating parquet from Arrow format", "ba"),
 ]
 
 
@@ -851,12 +854,22 @@ def test_a_datasets_preparation_bar_is_not_read(desc: str | None, unit: str) -> 
     assert screens and all(parse_line(screen) is None for screen in screens)
 
 
+@pytest.mark.parametrize(("desc", "unit"), _DATASETS_BARS)
+def test_a_slow_datasets_bar_is_not_read(desc: str | None, unit: str) -> None:
+    """tqdm pads a rate under 10 to five characters (``",  5.56ba/s"``): a slow
+    ``datasets`` bar is as much preparation as a fast one (read, it started a run)."""
+    screen = tqdm.format_meter(3, 3, 0.54, prefix=desc or "", unit=unit)
+    assert ",  5.5" in screen and parse_line(screen) is None, screen
+
+
 @pytest.mark.parametrize("desc", [None, "Training", "Epoch 2/3", "Epoch 2"])
 def test_a_training_bar_counting_examples_of_its_own_unit_is_read(desc: str | None) -> None:
     """Only ``datasets``' own unit (``" examples"``, with its space) is preparation
-    whatever the description; ``ba`` only under a ``datasets`` description: a
-    training loop's ``unit="examples"``, ``"batch"`` or ``"ba"`` is read."""
-    for unit in ("examples", "batch", "samples", "ba"):
+    whatever the description; ``ba`` without a description or under a ``datasets``
+    one: a training loop's ``unit="examples"``, ``"batch"``, ``"samples"`` is read,
+    and its ``"ba"`` under a description of its own."""
+    units = ("examples", "batch", "samples") if desc is None else ("examples", "batch", "ba")
+    for unit in units:
         (last,) = _tqdm_screens(300, desc, unit)[-1:]
         assert parse_line(last) is not None, (desc, unit, last)
 
