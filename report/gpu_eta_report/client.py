@@ -797,8 +797,17 @@ def _forget_in_forked_child() -> None:
     _OPEN = weakref.WeakSet()
 
 
+def _rank_at_import_in_forked_child() -> None:
+    """A forked child leaves the RANK its module had at import under its own pid: a
+    child it spawns later (after setting its RANK: a forked worker numbering itself,
+    then starting its trainer) reads it as its parent's, as it would a spawning
+    importer's (``_rank_before_start``)."""
+    os.environ[RANK_AT_IMPORT_VARIABLE] = f"{os.getpid()}:{_RANK_AT_IMPORT}"
+
+
 if hasattr(os, "register_at_fork"):  # not on Windows
     os.register_at_fork(after_in_child=_forget_in_forked_child)
+    os.register_at_fork(after_in_child=_rank_at_import_in_forked_child)
 
 
 class ProgressReporter:

@@ -1349,6 +1349,35 @@ def test_ranks_a_parent_sets_after_importing_are_one_pods(monkeypatch, method) -
     assert got == [("0", None), ("1", ("RANK", "1"))]
 
 
+def _spawned_trainer(out) -> None:
+    out.put(client.other_rank())
+
+
+def _forked_worker(rank: int, out) -> None:
+    import multiprocessing
+
+    os.environ["RANK"] = str(rank)  # the worker numbers itself, then spawns its trainer
+    proc = multiprocessing.get_context("spawn").Process(target=_spawned_trainer, args=(out,))
+    proc.start()
+    proc.join(timeout=60)
+
+
+def test_a_trainer_a_forked_worker_spawns_after_numbering_itself_is_that_rank() -> None:
+    """A worker forked after the client was imported sets its RANK (2), then spawns its
+    trainer: the trainer is rank 2 of the pod, silenced as the worker would be. The
+    forked worker never imports the module again, so it leaves the RANK at import under
+    its own pid when it forks (read against the top process's pid, the trainer took
+    its inherited RANK for its own and reported)."""
+    import multiprocessing
+
+    out = multiprocessing.get_context("spawn").Queue()
+    worker = multiprocessing.get_context("fork").Process(target=_forked_worker, args=(2, out))
+    worker.start()
+    got = out.get(timeout=60)
+    worker.join(timeout=60)
+    assert got == ("RANK", "2")
+
+
 # A training program a wrapper started (not a multiprocessing child), RANK given by the
 # wrapper; it trains in a spawn child, which prints what other_rank says of it.
 WRAPPED_TRAINING = """
