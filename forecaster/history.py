@@ -54,6 +54,8 @@ import dataclasses
 import functools
 import logging
 import math
+import os
+import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -409,7 +411,7 @@ class HistoryStore:
                 )
             else:
                 try:
-                    store = cls._open(spath)
+                    store = cls._new_file(spath)
                 except HistoryError as failed:
                     log.error(
                         "%s; moved to %s, and a new history file cannot be created (%s): "
@@ -432,6 +434,18 @@ class HistoryStore:
         store = cls._open(":memory:")
         store.path, store.persistent = spath, spath == ":memory:"
         return store
+
+    @classmethod
+    def _new_file(cls, spath: str) -> HistoryStore:
+        """The store on a new, empty history file at ``spath`` (``_made_in_place``), or on
+        the file another writer made there meanwhile (a second forecaster that set the
+        same damaged file aside). Why not open ``spath`` directly: a file that cannot be
+        filled (a full volume) stayed there empty, and ``_create_file`` must take the
+        path only where it is free."""
+        try:
+            return cls._made_in_place(spath, None)
+        except FileExistsError:
+            return cls._open(spath)
 
     @classmethod
     def _open(cls, spath: str) -> HistoryStore:
@@ -511,17 +525,19 @@ class HistoryStore:
 
     def _create_file(self) -> None:
         """Under the caller's lock: the history file created at ``path`` with what this
-        in-memory store holds (SQLite's backup API), and the store moved onto it, with
-        one WARNING line; where it still cannot be created, nothing changes (tried
-        again at the next write).
+        in-memory store holds, and the store moved onto it, with one WARNING line;
+        where it still cannot be created, nothing changes (tried again at the next
+        write).
 
         Why: the in-memory history ``_new_history`` falls back to after it set a
         damaged file aside on a full volume would otherwise last until the pod
-        restarts, and every run learnt meanwhile would be lost then. Only a missing or
-        empty file is created: a file with content at the path is another writer's (a
-        second forecaster), never overwritten; this store then stays in memory."""
-        p = Path(self.path)
-        if p.exists() and (not p.is_file() or p.stat().st_size > 0):
+        restarts, and every run learnt meanwhile would be lost then. Only a free path
+        is taken (``_made_in_place``): a file at the path is another writer's (a second
+        forecaster), never overwritten nor deleted; this store then stays in memory,
+        with one ERROR line."""
+        try:
+            fresh = type(self)._made_in_place(self.path, self._conn)
+        except FileExistsError:
             self._file_wanted = False
             log.error(
                 "history file %s appeared while this forecaster worked from memory: "
@@ -529,20 +545,8 @@ class HistoryStore:
                 self.path,
             )
             return
-        try:
-            fresh = type(self)._open(self.path)
         except HistoryError:
             return  # the volume still has no room: the ERROR line said so already
-        try:
-            if not fresh.persistent:
-                raise HistoryError("the file is not writable")
-            self._conn.backup(fresh._conn)
-        except (HistoryError, sqlite3.Error):
-            fresh._conn.close()
-            if fresh.persistent:  # the file this call made, so that the next one tries again
-                with suppress(OSError):
-                    p.unlink()
-            return
         old, self._conn = self._conn, fresh._conn
         old.close()
         self.persistent, self._file_wanted = True, False
@@ -551,6 +555,48 @@ class HistoryStore:
             "was set aside is stored there from now on",
             self.path,
         )
+
+    @classmethod
+    def _made_in_place(cls, spath: str, source: sqlite3.Connection | None) -> HistoryStore:
+        """The store on a new history file at ``spath``, holding what ``source`` holds
+        (SQLite's backup API; None: empty), made in a file of its own beside ``spath``
+        and hard-linked into place. ``FileExistsError`` where anything is at ``spath``
+        (left as it is), ``HistoryError`` where the file cannot be made (this call's
+        own file deleted, nothing left behind).
+
+        Why not open ``spath`` and copy into it: another writer (a second forecaster)
+        may make its history there between a look at the path and the copy, and the
+        backup replaces the whole destination; a copy failing half-way left a file to
+        delete that could be that writer's. ``os.link`` takes the path only where it is
+        free, in one step, and this store deletes only names it made."""
+        directory, name = os.path.split(spath)
+        made = os.path.join(directory, f".{name}.new-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            os.close(os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except OSError as err:
+            raise HistoryError(f"cannot create history file {made}: {err.strerror}") from None
+        try:
+            store = cls._open(made)
+            try:
+                if not store.persistent:
+                    raise HistoryError(f"history file {made} is not writable")
+                if source is not None:
+                    source.backup(store._conn)
+            except sqlite3.Error as err:
+                raise HistoryError(f"cannot fill history file {made}: {why(err)}") from None
+            finally:
+                store._conn.close()
+            try:
+                os.link(made, spath)
+            except FileExistsError:
+                raise
+            except OSError as err:
+                raise HistoryError(f"cannot create history file {spath}: {err.strerror}") from None
+        finally:
+            for own in (made, made + "-journal"):
+                with suppress(OSError):
+                    os.unlink(own)
+        return cls._open(spath)
 
     def close(self) -> None:
         """Close the connection (idempotent)."""

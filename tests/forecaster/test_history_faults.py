@@ -332,6 +332,64 @@ def test_a_history_file_another_writer_made_meanwhile_is_not_written_over(
     assert len(set_aside(tmp_path)) == 1
 
 
+def _another_writer_during_create(path: str, room: bool) -> list[object]:
+    """As ``_afresh_then_another_writer``, but the other process makes its history at
+    the path *during* this store's next write, after that write looked and found
+    nothing there (the first file this store opens then); without ``room`` every write
+    fails from then on (``RLIMIT_FSIZE``), so this store's copy fails half-way. What
+    is at the path afterwards, and what is beside it."""
+    limit_file_size(0)
+    store = HistoryStore.open(path)
+    unlimit_file_size()
+    directory = Path(path).parent
+    before = sorted(p.name for p in directory.iterdir())
+    opened = HistoryStore._open.__func__  # type: ignore[attr-defined]
+    calls = []
+
+    def racing(cls: type[HistoryStore], spath: str) -> HistoryStore:
+        if not calls:
+            calls.append(spath)
+            other = opened(cls, path)
+            other.import_finished(finished_runs(5))
+            other.close()
+            made = opened(cls, spath)
+            if not room:
+                limit_file_size(0)
+            return made
+        return opened(cls, spath)
+
+    HistoryStore._open = classmethod(racing)  # type: ignore[method-assign, assignment]
+    try:
+        store.record([update("a", [(1, 1100.0)])])
+    finally:
+        HistoryStore._open = classmethod(opened)  # type: ignore[method-assign, assignment]
+        unlimit_file_size()
+    got: list[object] = [store.persistent, [s.run.run_id for s in store.running()]]
+    store.record([update("a", [(1, 1100.0), (2, 1200.0)])])  # tried again: still left alone
+    store.close()
+    other = HistoryStore.open(path)
+    got += [other.count_finished(), len(other.running())]
+    other.close()
+    got.append(sorted(set(p.name for p in directory.iterdir()) - set(before) - {"h.sqlite"}))
+    return got
+
+
+@pytest.mark.parametrize("room", [True, False])
+def test_a_history_file_another_writer_makes_during_the_create_is_kept(
+    tmp_path: Path, caplog, room: bool
+) -> None:
+    """Another writer's history made between this store's look at the path and its
+    copy: the copy (SQLite's backup, which replaces the whole destination) wrote over
+    it, and a copy that failed half-way deleted it. Now the copy is made in a file of
+    this store's own and linked into place only where the path is still free; the
+    other writer's file is left as it is, this store stays in memory, and nothing of
+    its own is left beside it."""
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(b"not a database" * 100)
+    got = in_child(_another_writer_during_create, str(db), room)
+    assert got == [False, ["a"], 5, 0, []], got
+
+
 # -- another process holds the file's lock ------------------------------------------
 
 
