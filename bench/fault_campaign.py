@@ -687,23 +687,56 @@ class Campaign:
         return 1 if bad else 0
 
 
-def main() -> int:
+def positive_seconds(text: str) -> float:
+    """An argparse type: seconds that are finite and above zero. Why: a negative gap
+    failed only after the stack started and warmed up 40 s (``time.sleep``), and a gap
+    or outage of 0, ``nan`` or ``inf`` gave a campaign of no faults' worth or one that
+    never ends."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds above 0 expected")
+    return value
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    """SIGTERM (``timeout``, a cancelled CI job) as ``SystemExit``, so that ``main``'s
+    ``finally`` stops the stack: its children run in sessions of their own and
+    outlived the campaign. A second SIGTERM is ignored while the cleanup runs."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--outage-seconds", type=float, default=60.0)
-    parser.add_argument("--gap", type=float, default=12.0, help="mean seconds between faults")
+    parser.add_argument("--outage-seconds", type=positive_seconds, default=60.0)
+    parser.add_argument(
+        "--gap", type=positive_seconds, default=12.0, help="mean seconds between faults"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminated)
     work = Path(tempfile.mkdtemp(prefix="gpu-eta-faults-"))
     campaign = Campaign(work, args.seed, args.outage_seconds, args.gap)
     try:
         return campaign.run()
     finally:
-        for child in campaign.children:
-            if child.proc is not None and child.proc.poll() is None:
+        campaign.stop.set()
+        prom = getattr(campaign, "prom", None)
+        procs = [child.proc for child in campaign.children]
+        if prom is not None and prom.process not in procs:  # started, not yet a child
+            procs.append(prom.process)
+        for proc in procs:
+            if proc is not None and proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.proc.pid, signal.SIGCONT)
-                stop_process(child.proc, grace_seconds=5)
+                    os.killpg(proc.pid, signal.SIGCONT)
+                stop_process(proc, grace_seconds=5)
+        api = getattr(campaign, "api", None)
+        if api is not None:
+            api.stop()
         if not args.keep:
             import shutil
 

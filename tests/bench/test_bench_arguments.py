@@ -21,6 +21,13 @@ from tests.bench.bench_module import load_bench
         ("top_render", ["--size", "0x40"], "--size"),
         ("start_lengths", ["--mlperf", "{tmp}/absent.csv.gz"], "--mlperf"),
         ("cross_release", ["--mlperf", "{tmp}/absent.csv.gz"], "--mlperf"),
+        ("fault_campaign", ["--gap", "-1"], "--gap"),
+        ("fault_campaign", ["--gap", "0"], "--gap"),
+        ("fault_campaign", ["--gap", "nan"], "--gap"),
+        ("fault_campaign", ["--gap", "inf"], "--gap"),
+        ("fault_campaign", ["--outage-seconds", "-5"], "--outage-seconds"),
+        ("fault_campaign", ["--outage-seconds", "0"], "--outage-seconds"),
+        ("fault_campaign", ["--outage-seconds", "nan"], "--outage-seconds"),
     ],
 )
 def test_a_value_that_gives_no_figure_is_refused_before_any_work(
