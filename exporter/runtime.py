@@ -153,8 +153,8 @@ class Runtime:
         # the first collection runs before serving, so no scrape sees an empty node;
         # each of its calls bounded by the collection timeout, so a call that hangs
         # (nvmlInit on a GPU in a bad state) delays serving by that timeout only; a
-        # refusal it answers later is logged by its source, which fails on with it
-        # (``NvmlGpuSource._init_late``): past the start checks, it can end nothing
+        # refusal it answers later is logged by its source, which asks again at the
+        # next poll (``NvmlGpuSource._init_late``): past the start checks, it ends nothing
         self.scheduler.start()
         for check in self._ctx.start_checks:
             check()

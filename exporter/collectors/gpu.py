@@ -251,17 +251,19 @@ class NvmlGpuSource:
         ``_log_wait``, and no driver is the poll's own answer, ``_away``): the
         scheduler gave its poll up, so the error it raises is never seen. Why: a
         refusal (no permission on the device nodes) answered after the start had gone
-        on showed only as "timed out" at every poll, each of them calling ``nvmlInit``
-        again. A refusal that would have ended the start is kept (``startup_error``):
-        every later poll fails with it, none calls ``nvmlInit``."""
+        on showed only as "timed out" at every poll. A first refusal answered that
+        late ends nothing: it is logged as an ERROR and the next poll asks NVML again,
+        since a driver loading slowly at boot (UNKNOWN, or NO_PERMISSION until udev
+        fixes the device nodes) answers so and then comes up, and a lasting version
+        mismatch must reach ``_count_mismatch`` to ask for the restart."""
         timeout = self._poll_timeout_seconds
-        if timeout is None or took_seconds <= timeout or str(err) == self._late_said:
+        if not self._late(took_seconds) or str(err) == self._late_said:
             return
         self._late_said = str(err)
-        if err is self._startup_error:
+        if first and self._fatal_at_start(err):
             log.error(
                 "%s (nvmlInit answered after %.1fs, the start having gone on at the %gs "
-                "collection timeout): the gpu collector fails until the exporter restarts",
+                "collection timeout): NVML is asked again at each poll",
                 err,
                 took_seconds,
                 timeout,
@@ -273,6 +275,11 @@ class NvmlGpuSource:
                 took_seconds,
                 timeout,
             )
+
+    def _late(self, took_seconds: float) -> bool:
+        """Whether an ``nvmlInit`` took longer than the scheduler waits for a poll."""
+        timeout = self._poll_timeout_seconds
+        return timeout is not None and took_seconds > timeout
 
     def load_library(self) -> None:
         """Load ``libnvidia-ml.so.1`` without initialising NVML (a ``dlopen``, which
@@ -412,20 +419,20 @@ class NvmlGpuSource:
         nv = self._nvml
         with self._lock:
             if not self._initialised:
-                if self._startup_error is not None:
-                    # the refusal that ends the start, answered after the start went on
-                    # (``_init_late``): asking again would block as long and say nothing
-                    raise CollectorError(str(self._startup_error)) from self._startup_error
                 first, self._init_tried = not self._init_tried, True
                 started = self._monotonic()
                 try:
                     self._init()
                 except NvmlUnavailable as err:
+                    took = self._monotonic() - started
                     if first and self._fatal_at_start(err):
-                        self._startup_error = err
+                        # answered past the timeout, the start has gone on: no start
+                        # error then, later polls ask again (``_init_late``)
+                        if not self._late(took):
+                            self._startup_error = err
                     elif first:
                         self._log_wait(err)
-                    self._init_late(err, self._monotonic() - started, first)
+                    self._init_late(err, took, first)
                     self._count_mismatch(self._mismatch(err.__cause__))
                     if str(err) != NO_NVML_MESSAGE:
                         raise CollectorError(str(err)) from err
@@ -987,8 +994,9 @@ def build(ctx: BuildContext) -> Any:
     exporter starts its servers only after the sources are built. The first poll
     initialises it under the collection timeout; a refusal it answers then ends the
     start (``start_checks``), a call still blocked does not (its refusal, once
-    answered, is logged and fails every later poll: ``NvmlGpuSource._init_late``). No library at all (no
-    driver) is the one-line start-up error at once (``load_library``)."""
+    answered, is logged and later polls ask again: ``NvmlGpuSource._init_late``). No
+    library at all (no driver) is the one-line start-up error at once
+    (``load_library``)."""
     if ctx.simulated is not None:
         return ctx.simulated.gpus
     nvml = NvmlGpuSource(

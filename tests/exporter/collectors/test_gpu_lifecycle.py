@@ -18,6 +18,7 @@ driver manager does on an upgrade, or a node boots before the driver is loaded):
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import types
@@ -461,10 +462,10 @@ def test_real_exporter_says_a_refusal_nvml_answers_after_its_poll_was_given_up(
 ) -> None:
     """``nvmlInit`` refusing (no permission on the device nodes) slower than the
     collection timeout: the start goes on (no answer yet), and the refusal, once it
-    comes, is logged (ERROR, NVML's reason) and the gpu collector fails on with it,
-    ``nvmlInit`` not called again. Before, the answer went to a poll nobody waited
-    for any more, and every later poll's ``nvmlInit`` was as slow and given up in
-    turn ("timed out"): NVML's reason was never said."""
+    comes, is logged (ERROR, NVML's reason) once. Later polls ask NVML again (the
+    device nodes may be fixed by then), one call at a time: a poll still blocked in
+    ``nvmlInit`` is not started again, so no call begins before the one before it
+    returned."""
     from gpu_eta.launch.prometheus import free_port
     from tests.support.inprocess import main_in_thread, scrape_until
 
@@ -472,8 +473,9 @@ def test_real_exporter_says_a_refusal_nvml_answers_after_its_poll_was_given_up(
     init, inits = nv.nvmlInit, []
 
     def slow() -> None:
-        inits.append(time.monotonic())
+        started = time.monotonic()
         time.sleep(1.0)  # past the 300 ms timeout every time
+        inits.append((started, time.monotonic()))
         init()
 
     nv.nvmlInit = slow
@@ -481,13 +483,14 @@ def test_real_exporter_says_a_refusal_nvml_answers_after_its_poll_was_given_up(
     port = free_port()
     with main_in_thread(_exporter_args(port, "--collection.timeout", "300ms")) as result:
         scrape_until(port, 'gpu_eta_exporter_collector_success{collector="gpu"', 10)
-        time.sleep(3.0)  # the answer after 1 s, then ten cycles: none calls nvmlInit
+        time.sleep(3.0)  # the first answer after 1 s, then more calls, one at a time
         assert result == []
-    # the exporter's log (stderr): NVML's reason, once from the source, then in each
-    # failing poll's line
-    said = [line for line in capsys.readouterr().err.splitlines() if "Permissions" in line]
-    assert said and " ERROR gpu_eta.exporter.collectors.gpu: " in said[0], said
-    assert len(inits) == 1, inits
+    assert len(inits) >= 2, inits  # asked again after the late refusal
+    assert all(b[0] >= a[1] for a, b in itertools.pairwise(inits)), inits  # never overlapping
+    # the exporter's log (stderr): NVML's reason, once from the source
+    said = [line for line in capsys.readouterr().err.splitlines() if "answered after" in line]
+    assert len(said) == 1 and " ERROR gpu_eta.exporter.collectors.gpu: " in said[0], said
+    assert "Permissions" in said[0] and "asked again at each poll" in said[0], said
 
 
 class Clock:
@@ -691,3 +694,69 @@ def test_real_exporter_fails_healthz_after_a_driver_upgrade(gpu_collector) -> No
         text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         assert 'gpu_eta_exporter_collector_success{collector="gpu",node="gpu-node-1"} 0.0' in text
         assert result == []
+
+
+def _slow_first_init(nv: types.ModuleType, clock: Clock, code: int) -> None:
+    """The driver booting: the first ``nvmlInit`` answers ``code`` 30 s on (past a
+    10 s poll timeout), every later one is the driver's own (ready)."""
+    init, calls = nv.nvmlInit, []
+
+    def slow() -> None:
+        calls.append(clock.now)
+        if len(calls) == 1:
+            nv.calls.append("nvmlInit")
+            clock.now += 30
+            raise real.NVMLError(code)
+        init()
+
+    nv.nvmlInit = slow
+
+
+@pytest.mark.parametrize("code", [real.NVML_ERROR_UNKNOWN, real.NVML_ERROR_NO_PERMISSION])
+def test_a_first_nvmlinit_failing_past_the_poll_timeout_is_asked_again(code, caplog) -> None:
+    """A node whose driver loads slowly at boot (with ``--nvml.wait-for-driver``: UNKNOWN,
+    or NO_PERMISSION before udev fixes the device nodes): the first ``nvmlInit`` fails
+    after the scheduler gave its poll up. Its failure is logged once, and the next poll
+    asks NVML again and reads the GPUs: a failure answered that late ends no start, so
+    it is no reason to stop asking (latched, the GPUs stayed unread until the pod was
+    deleted by hand, /healthz ok)."""
+    nv = driver_fake(loaded=True)
+    clock = Clock()
+    _slow_first_init(nv, clock, code)
+    source = NvmlGpuSource(nv, wait_for_driver=True, monotonic=clock, poll_timeout_seconds=10)
+    caplog.set_level("WARNING")
+    with pytest.raises(CollectorError, match="NVML initialisation failed"):
+        source.poll()
+    clock.now += 100
+    assert {d.uuid for d in source.poll().devices} == {U0, U1}
+    assert nv.calls.count("nvmlInit") == 2
+    assert source.startup_error() is None  # answered too late to end the start
+    late = [r for r in caplog.records if "collection timeout" in r.getMessage()]
+    assert [r.levelname for r in late] == ["ERROR"], caplog.text
+    assert "asked again at each poll" in late[0].getMessage()
+
+
+def test_a_first_mismatch_past_the_poll_timeout_still_asks_for_a_restart() -> None:
+    """Without ``--nvml.wait-for-driver``, a version mismatch (the driver upgraded at
+    boot) answered past the poll timeout: later polls ask NVML again, and a mismatch
+    that lasts past its grace asks for the restart (``restart_reason``, /healthz)."""
+    nv = driver_fake(loaded=True)
+    nv.driver["version"] = "570.86.10"  # the library is the old one: every init mismatches
+    clock = Clock()
+    init = nv.nvmlInit
+
+    def slow_once() -> None:
+        if not nv.calls.count("nvmlInit"):
+            clock.now += 30
+        init()
+
+    nv.nvmlInit = slow_once
+    source = NvmlGpuSource(nv, mismatch_grace_seconds=60, monotonic=clock, poll_timeout_seconds=10)
+    for _ in range(3):
+        with pytest.raises(CollectorError, match="version mismatch"):
+            source.poll()
+        clock.now += 30
+    assert nv.calls.count("nvmlInit") == 3
+    reason = source.restart_reason()
+    assert reason is not None and reason.startswith("NVML/RM version mismatch")
+    assert source.startup_error() is None
