@@ -20,6 +20,7 @@ import logging
 import math
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
@@ -404,9 +405,23 @@ class FamiliesError(ValueError):
 # The metric and label names Prometheus' text format parser (2.x) accepts.
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-# The types the text format 0.0.4 knows; ``encode_text`` writes ``Metric.type`` as is,
-# and prometheus_client's info, stateset, gaugehistogram and unknown are not among them.
-TEXT_FORMAT_TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
+# prometheus_client's family types as the text format 0.0.4 writes them (its
+# ``generate_latest``, which ``encode_text`` follows): OpenMetrics' info is a gauge named
+# ``<name>_info``, stateset a gauge, unknown (what its parser makes of an ``untyped``
+# line) untyped. gaugehistogram is not among them: ``generate_latest`` moves its
+# ``_gsum``/``_gcount`` samples to families of their own, which ``encode_text`` does not.
+TEXT_FORMAT_TYPES: Mapping[str, str] = {
+    "counter": "counter",
+    "gauge": "gauge",
+    "histogram": "histogram",
+    "summary": "summary",
+    "untyped": "untyped",
+    "unknown": "untyped",
+    "info": "gauge",
+    "stateset": "gauge",
+}
+# The suffix a family's name takes in the text format, by its type.
+_NAME_SUFFIXES = {"counter": "_total", "info": "_info"}
 # Names the exporter's ``/metrics`` appends after the exposition: prometheus_client's
 # ``ProcessCollector`` (``gpu_eta.exporter.runtime``).
 RESERVED_PREFIXES = ("process_",)
@@ -414,55 +429,74 @@ RESERVED_PREFIXES = ("process_",)
 
 def family_names(metric: Metric) -> frozenset[str]:
     """The names ``metric`` takes in the exposition: the one its HELP and TYPE lines
-    carry (a counter's with ``_total``) and, for a counter, its name without: both
-    are that family's, for Prometheus and for prometheus_client alike."""
+    carry (a counter's with ``_total``, an info's with ``_info``) and, for a counter,
+    its name without: both are that family's, for Prometheus and for prometheus_client
+    alike."""
     if metric.type == "counter":
         return frozenset({metric.name, metric.name + "_total"})
-    return frozenset({metric.name})
+    return frozenset({metric.name + _NAME_SUFFIXES.get(metric.type, "")})
 
 
-def checked_families(families: object, taken: Collection[str] = ()) -> tuple[Metric, ...]:
-    """A collector's ``poll()`` output as metric families the scrape can carry, or
-    ``FamiliesError`` naming what would break it. Pure.
+class CheckedFamilies(NamedTuple):
+    """``checked_families``' answer: the families the scrape can carry, in their
+    order, and why each other one was skipped (one line per family)."""
+
+    families: tuple[Metric, ...]
+    skipped: tuple[str, ...]
+
+
+def checked_families(families: object, taken: Collection[str] = ()) -> CheckedFamilies:
+    """A collector's ``poll()`` output as metric families the scrape can carry, each
+    family that would break it skipped with its reason; ``FamiliesError`` if the output
+    is no families at all. Pure.
 
     Why: the exposition is one text; a family that does not encode (a label value
     given as an int) failed every scrape with HTTP 500, and a family under a name
     already written (``taken``: the built-in families, another collector's, or its
     own twice) gave a second HELP line, for which Prometheus rejects the whole scrape.
-    Checked: an iterable of ``prometheus_client`` ``Metric``, types of the text format,
-    names Prometheus parses, samples named after their family, none under ``taken``,
-    ``RESERVED_PREFIXES`` or twice, and each family encodes.
+    Checked per family: a ``prometheus_client`` ``Metric`` of a type the text format
+    writes (``TEXT_FORMAT_TYPES``), names Prometheus parses, samples named after their
+    family, none under ``taken``, ``RESERVED_PREFIXES`` or twice, and it encodes. One
+    bad family is skipped, not the collector's others: they are good data.
     """
     if isinstance(families, (str, bytes, Metric)) or not isinstance(families, Iterable):
         raise FamiliesError(f"poll() returned {type(families).__name__}, not metric families")
     seen = set(taken)
     out: list[Metric] = []
+    skipped: list[str] = []
     for metric in families:
-        if not isinstance(metric, Metric):
-            raise FamiliesError(f"{type(metric).__name__} is not a metric family")
-        name = metric.name
-        if not _METRIC_NAME.fullmatch(name) or name.startswith(RESERVED_PREFIXES):
-            raise FamiliesError(f"family name {name!r} is not one this exporter can export")
-        if metric.type not in TEXT_FORMAT_TYPES:
-            raise FamiliesError(f"family {name}: type {metric.type} is not in the text format")
-        clash = family_names(metric) & seen
-        if clash:
-            raise FamiliesError(f"family {min(clash)} is exported already")
-        for sample in metric.samples:
-            if not (_METRIC_NAME.fullmatch(sample.name) and sample.name.startswith(name)):
-                raise FamiliesError(f"family {name}: sample name {sample.name!r}")
-            bad = [k for k in sample.labels if not _LABEL_NAME.fullmatch(str(k))]
-            if bad or any(str(k).startswith("__") for k in sample.labels):
-                raise FamiliesError(f"family {name}: label name {sorted(map(str, sample.labels))}")
         try:
-            encode_text([metric])
-        except Exception as err:
-            raise FamiliesError(
-                f"family {name} does not encode: {type(err).__name__}: {err}"
-            ) from err
+            _check_family(metric, seen)
+        except FamiliesError as err:
+            skipped.append(str(err))
+            continue
         seen |= family_names(metric)
         out.append(metric)
-    return tuple(out)
+    return CheckedFamilies(tuple(out), tuple(skipped))
+
+
+def _check_family(metric: object, seen: Collection[str]) -> None:
+    """``FamiliesError`` naming the first reason ``metric`` would break the scrape."""
+    if not isinstance(metric, Metric):
+        raise FamiliesError(f"{type(metric).__name__} is not a metric family")
+    name = metric.name
+    if not _METRIC_NAME.fullmatch(name) or name.startswith(RESERVED_PREFIXES):
+        raise FamiliesError(f"family name {name!r} is not one this exporter can export")
+    if metric.type not in TEXT_FORMAT_TYPES:
+        raise FamiliesError(f"family {name}: type {metric.type} is not in the text format")
+    clash = family_names(metric) & seen
+    if clash:
+        raise FamiliesError(f"family {min(clash)} is exported already")
+    for sample in metric.samples:
+        if not (_METRIC_NAME.fullmatch(sample.name) and sample.name.startswith(name)):
+            raise FamiliesError(f"family {name}: sample name {sample.name!r}")
+        bad = [k for k in sample.labels if not _LABEL_NAME.fullmatch(str(k))]
+        if bad or any(str(k).startswith("__") for k in sample.labels):
+            raise FamiliesError(f"family {name}: label name {sorted(map(str, sample.labels))}")
+    try:
+        encode_text([metric])
+    except Exception as err:
+        raise FamiliesError(f"family {name} does not encode: {type(err).__name__}: {err}") from err
 
 
 @functools.cache
@@ -506,9 +540,10 @@ def encode_text(families: Iterable[Metric]) -> bytes:
     out: list[str] = []
     append = out.append
     for metric in families:
-        name = metric.name + "_total" if metric.type == "counter" else metric.name
+        name = metric.name + _NAME_SUFFIXES.get(metric.type, "")
         doc = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-        append(f"# HELP {name} {doc}\n# TYPE {name} {metric.type}\n")
+        kind = TEXT_FORMAT_TYPES.get(metric.type, metric.type)
+        append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
         for sample in metric.samples:
             labels = sample.labels
             value = floatToGoString(sample.value)

@@ -13,9 +13,11 @@ renders. This is the boundary of the error flow (docs/exporter.md):
   collector whose tracker does not ``keep_last`` (``hostmemory``) publishes none,
   and the kept allocations of ``podresources`` lose the pods the pod watch shows
   gone since (``Scheduler._kept``);
-- a ``families`` collector's output that would break the scrape (it does not encode,
-  or takes a family name exported already: ``checked_families``) fails it as a raise
-  does, so one collector's bug never costs the other series;
+- a ``families`` collector's family that would break the scrape (it does not encode,
+  or takes a family name exported already: ``checked_families``) is skipped, its
+  other families served, and the collector reads failing (``_Partial``); output that
+  is no families at all fails it as a raise does, so one collector's bug never costs
+  the other series;
 - ``NoData`` is expected absence: success, empty data, a debug line;
 - a collector still running from an earlier cycle (a hung NFS read, a stuck gRPC
   call) is not started twice: it is reported failing until it returns.
@@ -208,6 +210,8 @@ class _Tracker:
         # whether a failed run serves the last good data (state that changes rarely) or
         # none (a measurement, untrue exactly while its read hangs: ``_settle``)
         self.keep_last = True
+        # the last run failed but gave part of its data, kept fresh (``_Partial``)
+        self.partial = False
 
     def ok(self, data: Any, duration: float, now: float) -> None:
         if self.ever_ran and not self.success:
@@ -215,6 +219,7 @@ class _Tracker:
         self.success, self.duration_seconds, self.last_success_timestamp = True, duration, now
         self.last_error = ""
         self.data, self.has_data, self.ever_ran = data, True, True
+        self.partial = False
 
     def fail(self, error: str, duration: float, *, timed_out: bool = False) -> None:
         error = error[:MAX_ERROR_CHARS]
@@ -224,6 +229,13 @@ class _Tracker:
         self.timed_out = timed_out
         self.errors_total += 1
         self.last_error = error
+        self.partial = False
+
+    def partly(self, data: Any, error: str, duration: float) -> None:
+        """A failed run that still gave ``data``: failing as ``fail`` says (success 0,
+        an error, logged once per cause), its data served and kept as the last good."""
+        self.fail(error, duration)
+        self.data, self.has_data, self.partial = data, True, True
 
     def status(self) -> CollectorStatus:
         return CollectorStatus(
@@ -325,12 +337,14 @@ class Scheduler:
             except NoData as err:
                 log.debug("%s %s: no data: %s", tracker.kind, tracker.name, err)
                 tracker.ok(empty, time.monotonic() - started, self._clock())
+            except _Partial as err:
+                tracker.partly(err.data, str(err), time.monotonic() - started)
             except Exception as err:  # the boundary: any failure becomes a status
                 log.debug("%s %s raised", tracker.kind, tracker.name, exc_info=True)
                 tracker.fail(_describe(err), time.monotonic() - started)
             else:
                 tracker.ok(data, time.monotonic() - started, self._clock())
-        if tracker.has_data and (tracker.success or tracker.keep_last):
+        if tracker.has_data and (tracker.success or tracker.partial or tracker.keep_last):
             return tracker.data
         return empty
 
@@ -511,14 +525,16 @@ class Scheduler:
         self, got: Mapping[str, Any], taken: set[str]
     ) -> tuple[tuple[str, tuple[Any, ...]], ...]:
         """Each families collector's families for the snapshot, by name. A run that
-        succeeded was checked and its names claimed (``_claim``); a failing one serves
+        succeeded (or gave part of its families) was checked and its names claimed
+        (``_claim``); a failing one serves
         its last good families less those under a name taken since (by the built-ins or
         another collector, which the check then refused it): a name twice is a scrape
         Prometheus rejects whole."""
         out = []
         for name in sorted(self.sources.families):
             families = tuple(got.get(name, ()))
-            if not self._trackers[name].success:
+            tracker = self._trackers[name]
+            if not (tracker.success or tracker.partial):
                 families = tuple(m for m in families if not family_names(m) & taken)
                 taken.update(n for m in families for n in family_names(m))
             out.append((name, families))
@@ -705,16 +721,34 @@ def _unread(last: GpuPoll, tracker: _Tracker) -> GpuPoll:
     return unread_poll(last.devices, failures, last.driver_version)
 
 
+class _Partial(Exception):
+    """A run's result of which a check kept part (``data``): the collector fails
+    (``_Tracker.partly``) with this message, and ``data`` is served."""
+
+    def __init__(self, data: Any, message: str) -> None:
+        super().__init__(message)
+        self.data = data
+
+
 def _claim(taken: set[str]) -> Callable[[Any], tuple[Any, ...]]:
     """The check of a families collector's result (``Scheduler._settle``): its families
-    as ``checked_families`` lets them through, their names added to ``taken``; raises
-    ``FamiliesError`` otherwise, which fails the collector (success 0, logged once per
-    change of cause) instead of every scrape. One ``taken`` per cycle, used in the
-    collectors' name order: of two collectors with one family name, the first keeps it."""
+    as ``checked_families`` lets them through, their names added to ``taken``. A family
+    it skips raises ``_Partial`` with the others (served, the collector failing with
+    the first skipped family's reason, logged once per change of cause: a bug shows on
+    ``collector_success``, its good series stay); output that is no families raises
+    ``FamiliesError``, which fails the collector instead of every scrape. One ``taken``
+    per cycle, used in the collectors' name order: of two collectors with one family
+    name, the first keeps it."""
 
     def check(result: Any) -> tuple[Any, ...]:
-        families = checked_families(result, taken)
+        families, skipped = checked_families(result, taken)
         taken.update(n for metric in families for n in family_names(metric))
+        if skipped:
+            more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+            total = len(families) + len(skipped)
+            raise _Partial(
+                families, f"skipped {len(skipped)} of {total} families: {skipped[0]}{more}"
+            )
         return families
 
     return check

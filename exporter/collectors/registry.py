@@ -8,8 +8,9 @@ of this package, so adding a collector is adding its file (and its test).
 
 A collector of a kind the cycle does not join with others (``kind="families"``) has a
 ``poll()`` that returns ready metric families; the scheduler runs it like any other
-(timeout, status, last good data), checks its families (``checked_families``: output
-that would break the scrape fails the collector) and the exposition appends them.
+(timeout, status, last good data), checks its families (``checked_families``: a
+family that would break the scrape is skipped and fails the collector, its others
+served) and the exposition appends them.
 """
 
 from __future__ import annotations

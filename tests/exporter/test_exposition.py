@@ -396,29 +396,89 @@ def test_a_collectors_family_that_does_not_encode_never_fails_the_scrape() -> No
     [
         (None, "returned NoneType"),
         (_family(), "returned Metric"),  # one family, not a sequence of them
-        (["gpu_eta_x 1"], "str is not a metric family"),
-        ([_family(gpu=0)], "does not encode: TypeError"),
-        ([_family("gpu_eta_gpu_info")], "gpu_eta_gpu_info is exported already"),
-        ([_family("gpu_eta_exporter_collector_errors")], "collector_errors is exported"),
-        ([_family("gpu_eta_exporter_collector_errors", typ="counter")], "is exported"),
-        ([_family(), _family()], "temperature_celsius is exported already"),
-        ([_family("process_open_fds")], "not one this exporter can export"),
-        ([_family("gpu-eta-x")], "not one this exporter can export"),
-        ([_family(typ="info")], "type info is not in the text format"),
     ],
 )
-def test_checked_families_refuses_what_would_break_the_scrape(families, problem: str) -> None:
+def test_checked_families_refuses_output_that_is_no_families(families, problem: str) -> None:
     with pytest.raises(FamiliesError, match=problem):
         checked_families(families, builtin_family_names())
 
 
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ("gpu_eta_x 1", "str is not a metric family"),
+        (_family(gpu=0), "does not encode: TypeError"),
+        (_family("gpu_eta_gpu_info"), "gpu_eta_gpu_info is exported already"),
+        (_family("gpu_eta_exporter_collector_errors"), "collector_errors is exported"),
+        (_family("gpu_eta_exporter_collector_errors", typ="counter"), "is exported"),
+        (_family("gpu_eta_test_fan_ratio"), "fan_ratio is exported already"),  # twice
+        (_family("process_open_fds"), "not one this exporter can export"),
+        (_family("gpu-eta-x"), "not one this exporter can export"),
+        (_family(typ="gaugehistogram"), "type gaugehistogram is not in the text format"),
+    ],
+)
+def test_checked_families_skips_a_family_that_would_break_the_scrape(bad, problem: str) -> None:
+    """One bad family is skipped with its reason; the collector's other families pass
+    (one bug cost every family of the collector)."""
+    good = [_family("gpu_eta_test_fan_ratio"), _family("gpu_eta_test_pump_ratio")]
+    checked = checked_families([good[0], bad, good[1]], builtin_family_names())
+    assert checked.families == tuple(good)
+    assert len(checked.skipped) == 1 and problem in checked.skipped[0], checked.skipped
+
+
 def test_checked_families_passes_good_families_and_a_bad_label_name_is_refused() -> None:
     good = [_family(), _family("gpu_eta_test_fan_failures", typ="counter")]
-    assert checked_families(iter(good), builtin_family_names()) == tuple(good)
+    assert checked_families(iter(good), builtin_family_names()) == (tuple(good), ())
     bad = _family()
     bad.samples[0] = bad.samples[0]._replace(labels={"bad-label": "v"})
-    with pytest.raises(FamiliesError, match="label name"):
-        checked_families([bad])
+    checked = checked_families([bad])
+    assert checked.families == () and "label name" in checked.skipped[0]
+
+
+def _client_python_families() -> list:
+    """One family of each type prometheus_client builds beyond the text format's own,
+    and one relayed through its parser (an ``untyped`` line, which it reads as
+    ``unknown``)."""
+    from prometheus_client.core import (
+        InfoMetricFamily,
+        StateSetMetricFamily,
+        UnknownMetricFamily,
+    )
+    from prometheus_client.parser import text_string_to_metric_families
+
+    info = InfoMetricFamily("gpu_eta_test_build", "Build", value={"version": "1"})
+    unknown = UnknownMetricFamily("gpu_eta_test_thing", "A thing", labels=["gpu"])
+    unknown.add_metric(["0"], 1.0)
+    state = StateSetMetricFamily("gpu_eta_test_mode", "Mode", value={"a": True, "b": False})
+    relayed = text_string_to_metric_families(
+        "# HELP ext_temp_celsius Relayed\n# TYPE ext_temp_celsius untyped\next_temp_celsius 3\n"
+    )
+    return [info, unknown, state, *relayed]
+
+
+def test_checked_families_passes_what_client_python_exports_as_it_writes_it() -> None:
+    """info, unknown (UnknownMetricFamily, or an untyped line read by
+    prometheus_client's parser) and stateset families pass, encoded byte for byte as
+    ``generate_latest`` writes them (info: a gauge ``<name>_info``; unknown: untyped;
+    stateset: a gauge), which Prometheus' parser (promtool) takes."""
+    from gpu_eta.exporter.exposition import encode_text
+
+    families = _client_python_families()
+    checked = checked_families(families, builtin_family_names())
+    assert checked == (tuple(families), ())
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(type("Relay", (), {"collect": lambda self: families})())
+    text = encode_text(checked.families)
+    assert text == generate_latest(registry)
+    assert b"# TYPE gpu_eta_test_build_info gauge\n" in text
+    assert b"# TYPE ext_temp_celsius untyped\n" in text
+    proc = subprocess.run(
+        [find_binary("promtool"), "check", "metrics"], input=text, capture_output=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    # an info family's exposition name is <name>_info: a gauge of that name clashes
+    clash = checked_families([_family("gpu_eta_test_build_info"), families[0]])
+    assert "gpu_eta_test_build_info is exported already" in clash.skipped[0], clash
 
 
 def test_builtin_family_names_hold_every_family_the_exposition_writes() -> None:

@@ -955,6 +955,37 @@ def test_a_families_collectors_bad_output_fails_it_not_the_scrape(
     assert 'gpu_eta_exporter_collector_success{collector="temperature",node="n"} 1.0' in text
 
 
+def test_a_families_collectors_bad_family_is_skipped_and_its_others_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One family that would break the scrape (a label value given as an int) among
+    good ones: the good ones are served fresh, the bad one is skipped, and the
+    collector reads failing (success 0, an error per cycle, logged once) so that the
+    bug shows. Before, the one bad family failed all of the collector's output."""
+    fan = _temperature("0", name="gpu_eta_test_fan_ratio")
+    temperature = Source(fan + _temperature(0))
+    sched, holder = _scheduler(Sources(families={"temperature": temperature}))
+    with caplog.at_level(logging.INFO, logger="gpu_eta.exporter.scheduler"):
+        sched.collect_once()
+        fan[0].samples[0] = fan[0].samples[0]._replace(value=7.0)
+        sched.collect_once()
+    text = SnapshotExposition(holder).exposition().decode()
+    assert 'gpu_eta_test_fan_ratio{gpu="0",node="n"} 7.0' in text  # this cycle's
+    assert "gpu_eta_test_temperature_celsius" not in text
+    assert 'gpu_eta_exporter_collector_success{collector="temperature",node="n"} 0.0' in text
+    errors = 'gpu_eta_exporter_collector_errors_total{collector="temperature",node="n"} 2.0'
+    assert errors in text  # one per cycle that skipped a family
+    assert _promtool_check(text) == ""
+    failed = [r.getMessage() for r in caplog.records if "temperature" in r.getMessage()]
+    assert len(failed) == 1, failed
+    assert "skipped 1 of 2 families" in failed[0] and "does not encode" in failed[0], failed
+    temperature.value = fan + _temperature("0")  # fixed: all served, success 1
+    sched.collect_once()
+    text = SnapshotExposition(holder).exposition().decode()
+    assert 'gpu_eta_test_temperature_celsius{gpu="0",node="n"} 42.0' in text
+    assert 'gpu_eta_exporter_collector_success{collector="temperature",node="n"} 1.0' in text
+
+
 def test_two_families_collectors_with_one_family_name_the_first_keeps_it() -> None:
     """A name twice gives a second HELP line, for which Prometheus rejects the scrape."""
     sources = Sources(
