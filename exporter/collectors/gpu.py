@@ -308,7 +308,8 @@ class NvmlGpuSource:
     def startup_error(self) -> NvmlUnavailable | None:
         """The failure of the first ``nvmlInit`` (made by ``open()`` or the first
         ``poll()``) that ends the start, or None: none, or no answer yet (a call
-        still blocked is no reason to stop). Lock-free, as ``restart_reason``."""
+        still blocked is no reason to stop), or an answer past the poll timeout (the
+        start has gone on: polls ask again). Lock-free, as ``restart_reason``."""
         return self._startup_error
 
     def _init(self) -> None:
