@@ -408,8 +408,8 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 # prometheus_client's family types as the text format 0.0.4 writes them (its
 # ``generate_latest``, which ``encode_text`` follows): OpenMetrics' info is a gauge named
 # ``<name>_info``, stateset a gauge, unknown (what its parser makes of an ``untyped``
-# line) untyped. gaugehistogram is not among them: ``generate_latest`` moves its
-# ``_gsum``/``_gcount`` samples to families of their own, which ``encode_text`` does not.
+# line) untyped, gaugehistogram a histogram (its ``_gsum``/``_gcount`` gauges of their
+# own, ``_MOVED_SUFFIXES``).
 TEXT_FORMAT_TYPES: Mapping[str, str] = {
     "counter": "counter",
     "gauge": "gauge",
@@ -419,9 +419,14 @@ TEXT_FORMAT_TYPES: Mapping[str, str] = {
     "unknown": "untyped",
     "info": "gauge",
     "stateset": "gauge",
+    "gaugehistogram": "histogram",
 }
 # The suffix a family's name takes in the text format, by its type.
 _NAME_SUFFIXES = {"counter": "_total", "info": "_info"}
+# OpenMetrics samples the text format 0.0.4 has no place for in their family (a
+# counter's, histogram's or summary's ``_created``): ``generate_latest`` writes each
+# name as a gauge family of its own after its family, and so does ``encode_text``.
+_MOVED_SUFFIXES = ("_created", "_gsum", "_gcount")
 # Names the exporter's ``/metrics`` appends after the exposition: prometheus_client's
 # ``ProcessCollector`` (``gpu_eta.exporter.runtime``).
 RESERVED_PREFIXES = ("process_",)
@@ -431,10 +436,19 @@ def family_names(metric: Metric) -> frozenset[str]:
     """The names ``metric`` takes in the exposition: the one its HELP and TYPE lines
     carry (a counter's with ``_total``, an info's with ``_info``) and, for a counter,
     its name without: both are that family's, for Prometheus and for prometheus_client
-    alike."""
+    alike; and the names of its samples written as gauges of their own (a
+    ``_created``)."""
+    names = {metric.name + _NAME_SUFFIXES.get(metric.type, "")}
     if metric.type == "counter":
-        return frozenset({metric.name, metric.name + "_total"})
-    return frozenset({metric.name + _NAME_SUFFIXES.get(metric.type, "")})
+        names.add(metric.name)
+    moved = _moved_names(metric)
+    names.update(sample.name for sample in metric.samples if sample.name in moved)
+    return frozenset(names)
+
+
+def _moved_names(metric: Metric) -> frozenset[str]:
+    """The sample names of ``metric`` written as families of their own (``_MOVED_SUFFIXES``)."""
+    return frozenset(metric.name + suffix for suffix in _MOVED_SUFFIXES)
 
 
 class CheckedFamilies(NamedTuple):
@@ -544,14 +558,23 @@ def encode_text(families: Iterable[Metric]) -> bytes:
         doc = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
         kind = TEXT_FORMAT_TYPES.get(metric.type, metric.type)
         append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
+        moved_names = _moved_names(metric)
+        moved: dict[str, list[str]] = {}
         for sample in metric.samples:
             labels = sample.labels
             value = floatToGoString(sample.value)
             if labels:
                 pairs = ",".join(f'{k}="{_escape_value(labels[k])}"' for k in sorted(labels))
-                append(f"{sample.name}{{{pairs}}} {value}\n")
+                line = f"{sample.name}{{{pairs}}} {value}\n"
             else:
-                append(f"{sample.name} {value}\n")
+                line = f"{sample.name} {value}\n"
+            if sample.name in moved_names:
+                moved.setdefault(sample.name, []).append(line)
+            else:
+                append(line)
+        for moved_name in sorted(moved):
+            append(f"# HELP {moved_name} {doc}\n# TYPE {moved_name} gauge\n")
+            out.extend(moved[moved_name])
     return "".join(out).encode("utf-8")
 
 

@@ -379,6 +379,13 @@ def _family(name: str = "gpu_eta_test_temperature_celsius", gpu: object = "0", t
     return family
 
 
+def _mistyped():
+    """A family whose type was set after prometheus_client checked it (a typo)."""
+    family = _family()
+    family.type = "histgram"
+    return family
+
+
 def test_a_collectors_family_that_does_not_encode_never_fails_the_scrape() -> None:
     """The net behind the scheduler's check: the rest of the snapshot is served."""
     snap = _snap(
@@ -414,7 +421,7 @@ def test_checked_families_refuses_output_that_is_no_families(families, problem: 
         (_family("gpu_eta_test_fan_ratio"), "fan_ratio is exported already"),  # twice
         (_family("process_open_fds"), "not one this exporter can export"),
         (_family("gpu-eta-x"), "not one this exporter can export"),
-        (_family(typ="gaugehistogram"), "type gaugehistogram is not in the text format"),
+        (_mistyped(), "type histgram is not in the text format"),
     ],
 )
 def test_checked_families_skips_a_family_that_would_break_the_scrape(bad, problem: str) -> None:
@@ -440,6 +447,7 @@ def _client_python_families() -> list:
     and one relayed through its parser (an ``untyped`` line, which it reads as
     ``unknown``)."""
     from prometheus_client.core import (
+        GaugeHistogramMetricFamily,
         InfoMetricFamily,
         StateSetMetricFamily,
         UnknownMetricFamily,
@@ -450,17 +458,21 @@ def _client_python_families() -> list:
     unknown = UnknownMetricFamily("gpu_eta_test_thing", "A thing", labels=["gpu"])
     unknown.add_metric(["0"], 1.0)
     state = StateSetMetricFamily("gpu_eta_test_mode", "Mode", value={"a": True, "b": False})
+    queue = GaugeHistogramMetricFamily(
+        "gpu_eta_test_queue", "Queue", buckets=[("1", 1.0), ("+Inf", 2.0)], gsum_value=3.0
+    )
     relayed = text_string_to_metric_families(
         "# HELP ext_temp_celsius Relayed\n# TYPE ext_temp_celsius untyped\next_temp_celsius 3\n"
     )
-    return [info, unknown, state, *relayed]
+    return [info, unknown, state, queue, *relayed]
 
 
 def test_checked_families_passes_what_client_python_exports_as_it_writes_it() -> None:
     """info, unknown (UnknownMetricFamily, or an untyped line read by
-    prometheus_client's parser) and stateset families pass, encoded byte for byte as
-    ``generate_latest`` writes them (info: a gauge ``<name>_info``; unknown: untyped;
-    stateset: a gauge), which Prometheus' parser (promtool) takes."""
+    prometheus_client's parser), stateset and gaugehistogram families pass, encoded
+    byte for byte as ``generate_latest`` writes them (info: a gauge ``<name>_info``;
+    unknown: untyped; stateset: a gauge; gaugehistogram: a histogram, its ``_gsum`` and
+    ``_gcount`` gauges of their own), which Prometheus' parser (promtool) takes."""
     from gpu_eta.exporter.exposition import encode_text
 
     families = _client_python_families()
@@ -479,6 +491,35 @@ def test_checked_families_passes_what_client_python_exports_as_it_writes_it() ->
     # an info family's exposition name is <name>_info: a gauge of that name clashes
     clash = checked_families([_family("gpu_eta_test_build_info"), families[0]])
     assert "gpu_eta_test_build_info is exported already" in clash.skipped[0], clash
+
+
+def test_openmetrics_samples_are_written_as_generate_latest_writes_them() -> None:
+    """A family with a ``_created`` sample (prometheus_client's counters, histograms and
+    summaries have one by default): ``generate_latest`` writes it as a gauge family of
+    its own after its family, and so does ``encode_text``. Inline under the counter,
+    it was a series with no HELP (promtool: "no help text"), and its name was claimed
+    by no family: a gauge of that name elsewhere was a second family."""
+    from prometheus_client.core import CounterMetricFamily, SummaryMetricFamily
+
+    from gpu_eta.exporter.exposition import encode_text
+
+    jobs = CounterMetricFamily("gpu_eta_test_jobs", "Jobs", labels=["q"])
+    jobs.add_metric(["a"], 3.0, created=1700000000.0)
+    wait = SummaryMetricFamily("gpu_eta_test_wait_seconds", "Wait", labels=["q"])
+    wait.add_metric(["a"], count_value=2, sum_value=1.5, timestamp=None)
+    wait.samples.append(wait.samples[0]._replace(name="gpu_eta_test_wait_seconds_created"))
+    checked = checked_families([jobs, wait], builtin_family_names())
+    assert checked == ((jobs, wait), ())
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(type("Relay", (), {"collect": lambda self: [jobs, wait]})())
+    text = encode_text(checked.families)
+    assert text == generate_latest(registry)
+    proc = subprocess.run(
+        [find_binary("promtool"), "check", "metrics"], input=text, capture_output=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    clash = checked_families([_family("gpu_eta_test_jobs_created"), jobs])
+    assert "gpu_eta_test_jobs_created is exported already" in clash.skipped[0], clash
 
 
 def test_builtin_family_names_hold_every_family_the_exposition_writes() -> None:
