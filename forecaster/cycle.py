@@ -165,6 +165,10 @@ class Cycle:
         # whether the stall check's last query failed: one WARNING when it starts to
         # fail, not one per cycle while a stuck run keeps asking (_read_util_recent)
         self._util_recent_failing = False
+        # the runs the last cycle forecast stalled: while the stall check's query fails,
+        # a run still silent keeps its verdict (``_stalled_now``), so that one failed
+        # query does not publish 0 and reset the stalled alert's ``for:``
+        self._stalled: frozenset[RunKey] = frozenset()
         # the time of the latest cycle whose Prometheus read failed, until a cycle
         # records again (uncovered_since, unseen_seconds)
         self._failed_at: float | None = None
@@ -423,12 +427,16 @@ class Cycle:
             progress_overdue(stub, view, now, s) for _, stub in planless
         ):
             # the stall check's GPU use, asked only when some run may be stalled
-            view.set_util_recent(self._read_util_recent(window, now, errors))
+            util_recent = self._read_util_recent(window, now, errors)
+            util_failed = util_recent is None
+            view.set_util_recent(util_recent or {})
+        else:
+            util_failed = False
         jobs: list[JobForecast] = []
         for stored in running:
             run = stored.run
             try:
-                stalled = is_stalled(run, view, now, s)
+                stalled = self._stalled_now(run, view, now, util_failed)
                 fc = sanitize(model.predict(run, now, stalled=stalled))
             except Exception as err:  # a bad job must not fail the cycle
                 errors["predict_failed"] += 1
@@ -444,7 +452,7 @@ class Cycle:
         spread = self._planless.spread() if planless else Spread({})
         for found, stub in planless:
             try:
-                stalled = is_stalled(stub, view, now, s)
+                stalled = self._stalled_now(stub, view, now, util_failed)
                 fc = self._forecast_planless(stub, last_progress(stub, view), now, stalled, spread)
             except Exception as err:  # a bad job must not fail the cycle
                 errors["predict_failed"] += 1
@@ -455,6 +463,7 @@ class Cycle:
                 continue
             ends = (now + fc.p10, now + fc.p50, now + fc.p90)
             jobs.append(JobForecast(stub, found.node, fc, ends))
+        self._stalled = frozenset(run_key(j.run) for j in jobs if j.forecast.stalled)
         queue = self._queue_starts(now, instant, jobs, errors, bool(said))
         n_queries = self.client.stats.success + self.client.stats.error - before
         return ForecastSet(
@@ -475,16 +484,31 @@ class Cycle:
             prometheus_clock_offset_seconds=self._measured_offset(),
         )
 
+    def _stalled_now(self, run: Run, view: CycleView, now: float, util_failed: bool) -> bool:
+        """The run's stall verdict this cycle: ``is_stalled``, or, when the stall
+        check's GPU-use query failed and the run is still silent too long for it, the
+        verdict the last cycle published (``_stalled``).
+
+        Why carry it: with the GPU use unknown, ``is_stalled`` says no; publishing that
+        0 for one failed query resets GpuEtaTrainingStalled's ``for:``, whose fallback
+        branch stays suppressed by the published series, so on a flaky server a hung
+        run would never alert. A run with no earlier verdict is not stalled on silence
+        alone, nor is one that has made progress since.
+        """
+        if util_failed and silent_too_long(run, view, now, self.settings):
+            return run_key(run) in self._stalled
+        return is_stalled(run, view, now, self.settings)
+
     def _read_util_recent(
         self, window: float, now: float, errors: Counter[str]
-    ) -> dict[PodKey, float]:
-        """The stall check's recent GPU use per container; empty when its query fails.
+    ) -> dict[PodKey, float] | None:
+        """The stall check's recent GPU use per container; None when its query fails.
 
         Why not fail the cycle: the query is sent after this cycle's read was stored
         (``store.record``, ``store.finish``), and only while some run made no progress,
         so a failure would drop every forecast of a cycle whose history already moved
-        on, and a stuck run on a flaky server would fail every cycle. Empty, no run is
-        stalled this cycle (unknown GPU use is never idle, ``is_stalled``). Counted
+        on, and a stuck run on a flaky server would fail every cycle. None: each run
+        keeps its last verdict while still silent (``_stalled_now``). Counted
         ``stall_check_failed``; one WARNING when it starts failing, DEBUG after.
         """
         query = queries.render(queries.UTIL_RECENT, window, self.settings.idle_window_seconds)
@@ -495,12 +519,12 @@ class Cycle:
             level = logging.DEBUG if self._util_recent_failing else logging.WARNING
             log.log(
                 level,
-                "stall check skipped, its GPU-use query failed (no run is marked stalled "
-                "this cycle): %s",
+                "stall check skipped, its GPU-use query failed (each run still silent "
+                "keeps its last stall verdict): %s",
                 err,
             )
             self._util_recent_failing = True
-            return {}
+            return None
         self._util_recent_failing = False
         return values
 
@@ -1510,18 +1534,24 @@ def progress_overdue(run: Run, view: CycleView, now: float, s: CycleSettings) ->
     return now - last_progress(run, view) > s.stall_after_seconds
 
 
+def silent_too_long(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
+    """No progress for ``max(stall_after, 3 × median epoch)``: the part of
+    ``is_stalled`` that needs no GPU data. Pure."""
+    last = last_progress(run, view)
+    if now - last <= s.stall_after_seconds:  # recent progress (not progress_overdue)
+        return False
+    durations = [b[1] - a[1] for a, b in zip(run.epoch_times, run.epoch_times[1:], strict=False)]
+    typical = statistics.median(durations) if durations else 0.0
+    return now - last > max(s.stall_after_seconds, 3 * typical)
+
+
 def is_stalled(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
     """No progress for ``max(stall_after, 3 × median epoch)`` AND the GPU idle meanwhile.
 
     Pure. Unknown GPU use (no utilisation series for the pod) never counts as idle:
     a run without GPU data is not declared stalled on silence alone.
     """
-    last = last_progress(run, view)
-    if now - last <= s.stall_after_seconds:  # recent progress (not progress_overdue)
-        return False
-    durations = [b[1] - a[1] for a, b in zip(run.epoch_times, run.epoch_times[1:], strict=False)]
-    typical = statistics.median(durations) if durations else 0.0
-    if now - last <= max(s.stall_after_seconds, 3 * typical):
+    if not silent_too_long(run, view, now, s):
         return False
     util = view.util_recent.get((run.namespace, run.pod, run.container))
     if util is None:  # the GPU series may name another container of the pod

@@ -2015,3 +2015,53 @@ def test_a_failed_stall_check_query_loses_only_the_stall_check(
     assert again.job_errors.get("stall_check_failed") == 1
     warned = [r for r in caplog.records if "stall check" in r.getMessage()]
     assert len(warned) == 1 and "HTTP 503" in warned[0].getMessage()
+
+
+def test_a_failed_stall_check_query_keeps_each_runs_last_verdict(store: HistoryStore) -> None:
+    """While the stall check's GPU-use query fails, a run stalled in the last good
+    cycle stays stalled: publishing 0 for one failed query would reset the 10-minute
+    ``for:`` of GpuEtaTrainingStalled (rules/gpu-eta.rules.yaml) and, on a flaky
+    server, keep a hung run from ever alerting. A run with no earlier verdict, or one
+    that has reported since, is not stalled on an unknown GPU use."""
+
+    class Flaky(CannedClient):
+        failing = False
+
+        def instant(self, query: str, at: float | None = None, **kw) -> list[Sample]:
+            if self.failing and "max_over_time(gpu_eta_pod_gpu_utilization_ratio" in query:
+                self._count(query)
+                self.stats.success -= 1
+                self.stats.error += 1
+                raise PromAPIError("http://prom:9090: query failed after 3 attempts: HTTP 503")
+            return super().instant(query, at, **kw)
+
+    old = NOW - 3600
+    idle = {
+        "util_recent": [
+            s(0.0, namespace="ml", pod="pod-stuck", container="c"),
+            s(0.0, namespace="ml", pod="pod-late", container="c"),
+        ]
+    }
+    stuck = job("stuck", 10, [(1, old - 60), (2, old)], old - 120)
+    healthy = job("healthy", 10, [(1, NOW - 60), (2, NOW - 10)], NOW - 120)
+    client = Flaky(merge(healthy, stuck, idle))
+    cycle = make_cycle(client, store, stall_after_seconds=900)
+
+    def stalled(fs: ForecastSet) -> dict[str, bool]:
+        return {j.run.run_id: j.forecast.stalled for j in fs.jobs}
+
+    assert stalled(cycle.run()) == {"healthy": False, "stuck": True}  # the control
+    client.failing = True
+    late = job("late", 10, [(1, old - 60), (2, old)], old - 120)  # first seen failing
+    client.answers = merge(healthy, stuck, late, idle)
+    fs = cycle.run()
+    assert fs.job_errors.get("stall_check_failed") == 1
+    assert stalled(fs) == {"healthy": False, "stuck": True, "late": False}
+    assert stalled(cycle.run()) == {"healthy": False, "stuck": True, "late": False}
+    # the stuck run reports again while the query still fails: no longer stalled
+    client.answers = merge(
+        healthy, job("stuck", 10, [(1, old), (2, NOW - 5)], old - 120), late, idle
+    )
+    assert stalled(cycle.run()) == {"healthy": False, "stuck": False, "late": False}
+    client.failing = False  # answers again: the late run's own verdict
+    assert stalled(cycle.run()) == {"healthy": False, "stuck": False, "late": True}
