@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 
 def utf8_encodable(text: str) -> bool:
@@ -45,10 +46,20 @@ def readable(text: str) -> str:
 
 
 def without_credentials(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced by ``***@``, for a message about a
-    URL (messages end up in logs). A regular expression, not ``urlsplit``: the URL may
-    be one that does not parse, which is often why it is being shown."""
-    return re.sub(r"(?<=//)[^/?#]*@", "***@", url, count=1)
+    """``url`` with its ``user:password@`` replaced by ``***@``, for a message about a
+    URL (messages end up in logs): everything from ``//`` to the last ``@`` before the
+    first ``/`` after it, so a password holding a raw ``?``, ``#`` or ``@`` is hidden
+    whole. An ``@`` still left after that (a password holding a raw ``/``, which ends
+    the authority inside it) shows nothing past ``//``. A regular expression, not
+    ``urlsplit``: the URL may be one that does not parse, which is often why it is
+    being shown."""
+    scheme, sep, rest = url.partition("//")
+    if not sep:
+        return url
+    shown = re.sub(r"^[^/]*@", "***@", rest, count=1)
+    if "@" in shown.removeprefix("***@"):
+        return f"{scheme}//***"
+    return scheme + sep + shown
 
 
 def query_or_fragment(url: str) -> str | None:
@@ -56,16 +67,40 @@ def query_or_fragment(url: str) -> str | None:
     a ``?`` or ``#`` (a query string or fragment), so every request would go to
     ``<url>?…/api/v1/query``, the path inside the query string; None when it holds
     neither. The message shows the URL up to the ``?``/``#``, without credentials, and
-    nothing after it (a token in a query string). Pure."""
-    cut = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=-1)
-    if cut < 0:
+    nothing after it (a token in a query string); one inside the password (urllib
+    splits the URL there too) is told to be percent-encoded. Ask this before parsing
+    the URL: urllib's errors on such a URL quote the password's start. Pure."""
+    if "?" not in url and "#" not in url:
         return None
-    # a password holding a raw '?' or '#' puts its '@' after the cut: show no authority
-    head = without_credentials(url[:cut]) if "@" not in url[cut:] else url.split("//")[0] + "//***"
+    shown = without_credentials(url)
+    cut = min((i for i in (shown.find("?"), shown.find("#")) if i >= 0), default=-1)
+    if cut < 0:  # each '?'/'#' was in the user or password
+        return (
+            f"{shown!r} has a '?' or '#' in its user or password: percent-encode it "
+            "(%3F, %23), or they start a query string or fragment"
+        )
     return (
-        f"{head!r}… has a query string or fragment ('?' or '#'): give the base URL only, "
-        "http(s)://host[:port][/prefix] (the API paths are appended to it)"
+        f"{shown[:cut]!r}… has a query string or fragment ('?' or '#'): give the base URL "
+        "only, http(s)://host[:port][/prefix] (the API paths are appended to it)"
     )
+
+
+def url_parse_problem(url: str) -> str | None:
+    """Why urllib cannot read ``url`` (its port, its IPv6 host), None when it can.
+    Why not urllib's own message: it quotes the text it read as the port, which is a
+    password's start when the password holds a raw ``/``. Pure."""
+    try:
+        urlsplit(url).port  # noqa: B018 - reading it checks it (a number in 0..65535)
+    except ValueError as err:
+        if "IPv6" in str(err):
+            return "its IPv6 host has no closing ']'"
+        if "Port" in str(err):
+            return (
+                "its port is not a number in 0..65535 (a '/', '?' or '#' in the user or "
+                "password must be percent-encoded)"
+            )
+        return "urllib cannot parse it"
+    return None
 
 
 # from a URL's "//" to the last "@" before its path, query or the end of the word

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from gpu_eta.common.durations import duration_seconds
 from gpu_eta.common.listen import parse_listen_address as common_listen_address
-from gpu_eta.common.text import query_or_fragment, without_credentials
+from gpu_eta.common.text import query_or_fragment, url_parse_problem, without_credentials
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.history_space import Retention
@@ -105,21 +105,22 @@ class Config:
     cycle: CycleSettings = field(default_factory=CycleSettings)
 
     def __post_init__(self) -> None:
-        try:  # urlsplit and .port raise a bare ValueError: a traceback at the CLIs
-            parts = urlsplit(self.prometheus_url)
-            parts.port  # noqa: B018 - reading it checks it (a number in 0..65535)
-        except ValueError as err:
+        # the query string first: a raw '?' or '#' in a password splits the URL inside
+        # it, and urllib's error then quotes the password's start (never shown)
+        problem = query_or_fragment(self.prometheus_url)
+        if problem:
+            raise ConfigError(f"--prometheus.url {problem}")
+        problem = url_parse_problem(self.prometheus_url)
+        if problem:  # a bare ValueError from urlsplit would be a traceback at the CLIs
             raise ConfigError(
                 "--prometheus.url must be http(s)://host:port, "
-                f"got {without_credentials(self.prometheus_url)!r}: {err}"
-            ) from None
+                f"got {without_credentials(self.prometheus_url)!r}: {problem}"
+            )
+        parts = urlsplit(self.prometheus_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(
                 f"--prometheus.url must be http(s)://host:port, got {without_credentials(self.prometheus_url)!r}"
             )
-        problem = query_or_fragment(self.prometheus_url)
-        if problem:
-            raise ConfigError(f"--prometheus.url {problem}")
         if self.pushgateway_url is not None:
             try:
                 pg = urlsplit(

@@ -35,7 +35,7 @@ import urllib3.exceptions
 from urllib3.exceptions import InsecureRequestWarning
 
 from gpu_eta.common.retry_after import parse_http_date, parse_retry_after
-from gpu_eta.common.text import query_or_fragment, without_credentials
+from gpu_eta.common.text import query_or_fragment, url_parse_problem, without_credentials
 
 # PromAPIError is defined with the parsers (they raise it) and imported here too:
 # ``from gpu_eta.forecaster.promapi import PromAPIError`` is the client's error.
@@ -129,21 +129,22 @@ class PromClient:
     _warned: dict[int, tuple[int, str]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        try:  # Why here: urlsplit and .port raise a bare ValueError, a traceback at the CLIs
-            parts = urlsplit(self.url)
-            parts.port  # noqa: B018 - reading it checks it (a number in 0..65535)
-        except ValueError as err:
+        # the query string first: a raw '?' or '#' in a password splits the URL inside
+        # it, and urllib's error then quotes the password's start (never shown)
+        problem = query_or_fragment(self.url)
+        if problem:
+            raise PromAPIError(f"Prometheus URL {problem}")
+        problem = url_parse_problem(self.url)
+        if problem:  # Why here: urlsplit's bare ValueError would be a traceback at the CLIs
             raise PromAPIError(
-                f"Prometheus URL {without_credentials(self.url)!r} cannot be parsed: {err}"
-            ) from None
+                f"Prometheus URL {without_credentials(self.url)!r} cannot be parsed: {problem}"
+            )
+        parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise PromAPIError(
                 "Prometheus URL must be http(s)://host[:port][/prefix], "
                 f"got {without_credentials(self.url)!r}"
             )
-        problem = query_or_fragment(self.url)
-        if problem:
-            raise PromAPIError(f"Prometheus URL {problem}")
         try:  # an empty or over-long label: urllib3 would refuse it at every query
             (parts.hostname or "").encode("idna")
         except UnicodeError:

@@ -3007,3 +3007,19 @@ def test_the_documented_number_of_queries_is_the_number_asked() -> None:
     n = len(top_queries.queries())
     assert f"with a fixed set of {n} instant queries per refresh" in doc
     assert f"(a fixed number, {n})" in top_queries.queries.__doc__
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://alice:s3?cret@127.0.0.1:9090",
+        "http://alice:s3#cret@127.0.0.1:9090",
+        "http://alice:s3/cret@127.0.0.1:9090",
+    ],
+)
+def test_a_refused_url_is_shown_without_its_password(url: str) -> None:
+    """A raw '?', '#' or '/' in the password splits the URL inside it: refused as a
+    usage error that shows no part of the password (urllib's error quotes it)."""
+    code, out, err = run_top("--prometheus.url", url, "--once")
+    assert code == 2 and out == ""
+    assert "s3" not in err and "***" in err and "could not be cast" not in err, err
