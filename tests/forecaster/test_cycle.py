@@ -1980,6 +1980,21 @@ def test_a_node_leaving_the_read_while_open_warns_and_one_leaving_closed_does_no
     assert said == ["kube-state-metrics read: no GPU node kept as last read any more"]
 
 
+class StallCheckFailing(CannedClient):
+    """Fails the stall check's GPU-use query (util_recent) while ``failing``, as a
+    flaky server does: counted as a failed query, like PromClient."""
+
+    failing = True
+
+    def instant(self, query: str, at: float | None = None, **kw) -> list[Sample]:
+        if self.failing and "max_over_time(gpu_eta_pod_gpu_utilization_ratio" in query:
+            self._count(query)
+            self.stats.success -= 1
+            self.stats.error += 1
+            raise PromAPIError("http://prom:9090: query failed after 3 attempts: HTTP 503")
+        return super().instant(query, at, **kw)
+
+
 def test_a_failed_stall_check_query_loses_only_the_stall_check(
     store: HistoryStore, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1988,17 +2003,8 @@ def test_a_failed_stall_check_query_loses_only_the_stall_check(
     while a run is stuck) must not fail the cycle. The runs are forecast with their
     GPU use unknown, which is never idle (not stalled); counted and logged once."""
 
-    class Flaky(CannedClient):
-        def instant(self, query: str, at: float | None = None, **kw) -> list[Sample]:
-            if "max_over_time(gpu_eta_pod_gpu_utilization_ratio" in query:
-                self._count(query)
-                self.stats.success -= 1
-                self.stats.error += 1
-                raise PromAPIError("http://prom:9090: query failed after 3 attempts: HTTP 503")
-            return super().instant(query, at, **kw)
-
     old = NOW - 3600
-    client = Flaky(
+    client = StallCheckFailing(
         merge(
             job("healthy", 10, [(1, NOW - 60), (2, NOW - 10)], NOW - 120),
             job("stuck", 10, [(1, old - 60), (2, old)], old - 120),
@@ -2024,17 +2030,6 @@ def test_a_failed_stall_check_query_keeps_each_runs_last_verdict(store: HistoryS
     server, keep a hung run from ever alerting. A run with no earlier verdict, or one
     that has reported since, is not stalled on an unknown GPU use."""
 
-    class Flaky(CannedClient):
-        failing = False
-
-        def instant(self, query: str, at: float | None = None, **kw) -> list[Sample]:
-            if self.failing and "max_over_time(gpu_eta_pod_gpu_utilization_ratio" in query:
-                self._count(query)
-                self.stats.success -= 1
-                self.stats.error += 1
-                raise PromAPIError("http://prom:9090: query failed after 3 attempts: HTTP 503")
-            return super().instant(query, at, **kw)
-
     old = NOW - 3600
     idle = {
         "util_recent": [
@@ -2044,7 +2039,8 @@ def test_a_failed_stall_check_query_keeps_each_runs_last_verdict(store: HistoryS
     }
     stuck = job("stuck", 10, [(1, old - 60), (2, old)], old - 120)
     healthy = job("healthy", 10, [(1, NOW - 60), (2, NOW - 10)], NOW - 120)
-    client = Flaky(merge(healthy, stuck, idle))
+    client = StallCheckFailing(merge(healthy, stuck, idle))
+    client.failing = False
     cycle = make_cycle(client, store, stall_after_seconds=900)
 
     def stalled(fs: ForecastSet) -> dict[str, bool]:
