@@ -563,6 +563,8 @@ def encode_text(families: Iterable[Metric]) -> bytes:
         for sample in metric.samples:
             labels = sample.labels
             value = floatToGoString(sample.value)
+            if sample.timestamp is not None:  # a relayed sample's own time, in ms
+                value = f"{value} {int(float(sample.timestamp) * 1000):d}"
             if labels:
                 pairs = ",".join(f'{k}="{_escape_value(labels[k])}"' for k in sorted(labels))
                 line = f"{sample.name}{{{pairs}}} {value}\n"

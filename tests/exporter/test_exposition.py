@@ -463,6 +463,8 @@ def _client_python_families() -> list:
     )
     relayed = text_string_to_metric_families(
         "# HELP ext_temp_celsius Relayed\n# TYPE ext_temp_celsius untyped\next_temp_celsius 3\n"
+        "# HELP ext_load Relayed with its time\n# TYPE ext_load gauge\n"
+        "ext_load 0.5 1700000000000\n"  # a relayed sample's own timestamp (ms) is kept
     )
     return [info, unknown, state, queue, *relayed]
 
