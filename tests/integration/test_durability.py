@@ -32,6 +32,7 @@ version: 1
 node: sim-durable
 gpus:
   - {index: 0}
+  - {index: 1}
 pods:
   - name: trainer
     namespace: ml
@@ -48,7 +49,7 @@ OTHER_POD = """
     uid: uid-o
     ip: 127.0.0.32
     containers:
-      - {name: main, gpus: [{gpu: 0, utilization: 0.1, memory: 1GiB}]}
+      - {name: main, gpus: [{gpu: 1, utilization: 0.1, memory: 1GiB}]}
 """
 
 
