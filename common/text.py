@@ -47,18 +47,19 @@ def readable(text: str) -> str:
 
 def without_credentials(url: str) -> str:
     """``url`` with its ``user:password@`` replaced by ``***@``, for a message about a
-    URL (messages end up in logs): everything from ``//`` to the last ``@`` before the
-    first ``/`` after it, so a password holding a raw ``?``, ``#`` or ``@`` is hidden
-    whole. An ``@`` still left after that (a password holding a raw ``/``, which ends
-    the authority inside it) shows nothing past ``//``. A regular expression, not
-    ``urlsplit``: the URL may be one that does not parse, which is often why it is
-    being shown."""
+    URL (messages end up in logs): everything from ``//`` (from the start when there is
+    none: ``alice:pw@host:9090`` is refused, and the refusal quotes it) to the last
+    ``@`` before the first ``/`` after it, so a password holding a raw ``?``, ``#`` or
+    ``@`` is hidden whole. An ``@`` still left after that (a password holding a raw
+    ``/``, which ends the authority inside it, or a query string's ``@``: the two read
+    alike) shows nothing past ``//``. A regular expression, not ``urlsplit``: the URL
+    may be one that does not parse, which is often why it is being shown."""
     scheme, sep, rest = url.partition("//")
     if not sep:
-        return url
+        scheme, rest = "", url
     shown = re.sub(r"^[^/]*@", "***@", rest, count=1)
     if "@" in shown.removeprefix("***@"):
-        return f"{scheme}//***"
+        return f"{scheme}{sep}***"
     return scheme + sep + shown
 
 
@@ -67,21 +68,29 @@ def query_or_fragment(url: str) -> str | None:
     a ``?`` or ``#`` (a query string or fragment), so every request would go to
     ``<url>?…/api/v1/query``, the path inside the query string; None when it holds
     neither. The message shows the URL up to the ``?``/``#``, without credentials, and
-    nothing after it (a token in a query string); one inside the password (urllib
-    splits the URL there too) is told to be percent-encoded. Ask this before parsing
-    the URL: urllib's errors on such a URL quote the password's start. Pure."""
+    nothing after it (a token in a query string); one before the last ``@`` ahead of
+    the first ``/`` (inside a password: urllib splits the URL there too) is told to be
+    percent-encoded. Ask this before parsing the URL: urllib's errors on such a URL
+    quote the password's start. Pure."""
     if "?" not in url and "#" not in url:
         return None
     shown = without_credentials(url)
     cut = min((i for i in (shown.find("?"), shown.find("#")) if i >= 0), default=-1)
-    if cut < 0:  # each '?'/'#' was in the user or password
+    if cut >= 0:
         return (
-            f"{shown!r} has a '?' or '#' in its user or password: percent-encode it "
-            "(%3F, %23), or they start a query string or fragment"
+            f"{shown[:cut]!r}… has a query string or fragment ('?' or '#'): give the base "
+            "URL only, http(s)://host[:port][/prefix] (the API paths are appended to it)"
         )
-    return (
-        f"{shown[:cut]!r}… has a query string or fragment ('?' or '#'): give the base URL "
-        "only, http(s)://host[:port][/prefix] (the API paths are appended to it)"
+    if shown.endswith("//***") or shown == "***":  # an '@' after a '/': see above
+        return (
+            "has a query string or fragment ('?' or '#') (not shown: an '@' after its "
+            "first '/' may end a password holding a '/'): give the base URL only, "
+            "http(s)://host[:port][/prefix], and percent-encode a '/', '?' or '#' in a "
+            "user or password (%2F, %3F, %23)"
+        )
+    return (  # each '?'/'#' was before the '@' that ends the user and password
+        f"{shown!r} has a '?' or '#' in its user or password: percent-encode it "
+        "(%3F, %23), or they start a query string or fragment"
     )
 
 
@@ -93,11 +102,14 @@ def url_parse_problem(url: str) -> str | None:
         urlsplit(url).port  # noqa: B018 - reading it checks it (a number in 0..65535)
     except ValueError as err:
         if "IPv6" in str(err):
-            return "its IPv6 host has no closing ']'"
+            return (
+                "its IPv6 host has no closing ']' (a '[' or ']' in the user or password "
+                "must be percent-encoded: %5B, %5D)"
+            )
         if "Port" in str(err):
             return (
-                "its port is not a number in 0..65535 (a '/', '?' or '#' in the user or "
-                "password must be percent-encoded)"
+                "its port is not a number in 0..65535 (a '/', '?', '#', '[' or ']' in the "
+                "user or password must be percent-encoded: %2F, %3F, %23, %5B, %5D)"
             )
         return "urllib cannot parse it"
     return None

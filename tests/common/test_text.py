@@ -23,10 +23,20 @@ def test_without_credentials_hides_a_password_however_spelled(url: str) -> None:
     assert "s3" not in shown and "alice" not in shown and shown.startswith("http://***"), shown
 
 
+@pytest.mark.parametrize(
+    "url", ["alice:s3cret@host:9090", "alice:s3/cret@pg:9091", "alice:s3?cret@host:9090"]
+)
+def test_a_url_without_a_scheme_hides_its_password_too(url: str) -> None:
+    """Without ``//`` the URL is refused, and the refusal quotes it: still masked."""
+    shown = without_credentials(url)
+    assert "s3" not in shown and "alice" not in shown and shown.startswith("***"), shown
+
+
 def test_without_credentials_keeps_what_is_not_a_password() -> None:
     assert without_credentials("http://alice:pw@prom:9090/pfx") == "http://***@prom:9090/pfx"
     assert without_credentials("http://prom:9090/pfx") == "http://prom:9090/pfx"
     assert without_credentials("https://prom/?q=1") == "https://prom/?q=1"
+    assert without_credentials("prom:9090/pfx") == "prom:9090/pfx"
 
 
 @pytest.mark.parametrize("url", ODD_PASSWORDS[:2])
@@ -44,6 +54,16 @@ def test_a_query_string_is_refused_showing_the_url_up_to_it() -> None:
     assert query_or_fragment("http://alice:pw@prom:9090/pfx") is None
 
 
+def test_an_at_sign_in_a_query_string_is_not_called_a_password() -> None:
+    """After a ``/`` an ``@`` may end a password holding a raw ``/`` or be a query's:
+    nothing past ``//`` is shown, and the message names the query string first."""
+    problem = query_or_fragment("http://host:9090/prom?tok=a@b")
+    assert problem is not None and "has a query string" in problem, problem
+    assert "has a '?' or '#' in its user" not in problem and "a@b" not in problem, problem
+    problem = query_or_fragment("http://alice:s3/c?ret@host:9090")
+    assert problem is not None and "s3" not in problem and "alice" not in problem, problem
+
+
 @pytest.mark.parametrize(
     ("url", "said"),
     [
@@ -51,6 +71,8 @@ def test_a_query_string_is_refused_showing_the_url_up_to_it() -> None:
         ("http://prom:abc", "port"),
         ("http://127.0.0.1:99999", "port"),
         ("http://[::1", "IPv6"),
+        ("http://alice:p[w@host:9090", "%5B"),
+        ("http://alice:p]w@host:9090", "%5D"),
     ],
 )
 def test_a_url_urllib_cannot_read_is_described_without_quoting_it(url: str, said: str) -> None:
