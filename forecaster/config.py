@@ -135,6 +135,12 @@ class Config:
                 raise ConfigError(
                     f"--pushgateway.url is not a URL: {without_credentials(self.pushgateway_url)!r}"
                 )
+            if "@" in pg.netloc:  # urllib's push would not send it: printed, never used
+                raise ConfigError(
+                    "--pushgateway.url must not hold a user or password, got "
+                    f"{without_credentials(self.pushgateway_url)!r}: the forecaster pushes "
+                    "without authentication (reach the Pushgateway on a URL that needs none)"
+                )
         # The other --prometheus.* values are checked where the flags are read, once
         # for serve, once and top (cli.prometheus_connection).
         for name, value in (

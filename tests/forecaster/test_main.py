@@ -13,7 +13,15 @@ import pytest
 import requests
 
 from gpu_eta.forecaster.history_space import Retention
-from gpu_eta.forecaster.main import ExitCode, build_parser, config_from_args, main
+from gpu_eta.forecaster.main import (
+    ExitCode,
+    ForecasterError,
+    build_parser,
+    config_from_args,
+    main,
+    push_metrics,
+)
+from gpu_eta.forecaster.publish import ServiceState
 from gpu_eta.forecaster.queue_replay import Toleration
 from gpu_eta.forecaster.secret_file import reveal
 from gpu_eta.launch.prometheus import free_port
@@ -541,6 +549,20 @@ def test_once_with_pushgateway_away_exits_1(empty_prometheus_api, tmp_path) -> N
     assert len(errors) == 1 and "push to" in errors[0] and "Traceback" not in proc.stderr
 
 
+def test_a_pushgateway_password_is_refused_at_start(capsys) -> None:
+    """The push sends no basic auth (urllib ignores a URL's ``user:password@``), and
+    every failed push would print the URL: refused at start, naming the flag."""
+    assert main(["once", "--pushgateway.url", "http://alice:s3cret@pg:9091"]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "--pushgateway.url" in err and "without authentication" in err, err
+
+
+def test_a_failed_push_shows_the_url_without_its_password() -> None:
+    with pytest.raises(ForecasterError) as info:
+        push_metrics(f"http://alice:s3cret@127.0.0.1:{dead_port()}", "j", ServiceState(), True, 5)
+    assert "s3cret" not in str(info.value) and "***@127.0.0.1" in str(info.value), info.value
+
+
 def test_serve_on_a_hostless_address_answers_over_ipv4_and_ipv6(
     empty_prometheus_api, tmp_path
 ) -> None:
@@ -583,6 +605,10 @@ def test_serve_on_a_hostless_address_answers_over_ipv4_and_ipv6(
         ["once", "--prometheus.url", "http://alice:s3?cret@127.0.0.1:9090"],
         ["once", "--prometheus.url", "http://alice:s3#cret@127.0.0.1:9090"],
         ["once", "--prometheus.url", "http://alice:s3/cret@127.0.0.1:9090"],
+        ["serve", "--prometheus.url", "alice:s3cret@prom:9090"],
+        ["once", "--pushgateway.url", "alice:s3/cret@pg:9091"],
+        ["once", "--pushgateway.url", "http://alice:s3cret@pg:9091"],
+        ["once", "--pushgateway.url", "alice:s3cret@pg:9091"],
     ],
 )
 def test_a_refused_url_is_shown_without_its_password(argv, capsys) -> None:
