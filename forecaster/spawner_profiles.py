@@ -296,10 +296,25 @@ def profile_list_hook(
             cause = f"no answer within {timeout_seconds:g} s"
         except Exception as err:  # the boundary: raised here, it is an error page, no server
             cause = one_line(err)
-        log.warning("gpu-eta: no start estimates from %s: %s", prometheus_url, cause)
+        shown = without_credentials(prometheus_url)  # the hub's log: never a password
+        log.warning("gpu-eta: no start estimates from %s: %s", shown, cause)
         return [with_slug(p) for p in profiles]
 
     return hook
+
+
+def without_credentials(url: str) -> str:
+    """``url`` with its ``user:password@`` shown as ``***@`` (nothing past ``//`` when a
+    ``/`` comes before the last ``@``: a password holding a raw ``/``). The rule of
+    ``gpu_eta.common.text.without_credentials``, written again: this file imports
+    nothing of gpu-eta."""
+    scheme, sep, rest = url.partition("//")
+    if not sep:
+        scheme, rest = "", url
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return url
+    return f"{scheme}{sep}***" if "/" in userinfo else f"{scheme}{sep}***@{host}"
 
 
 def one_line(err: BaseException) -> str:

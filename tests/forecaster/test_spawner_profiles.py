@@ -7,6 +7,8 @@ import inspect
 import json
 import logging
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_eta.common import text
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster.spawner_profiles import (
     ProfileError,
@@ -25,6 +28,7 @@ from gpu_eta.forecaster.spawner_profiles import (
     label,
     profile_list_hook,
     start_for,
+    without_credentials,
 )
 from gpu_eta.launch.prometheus import ScrapeJob, free_port
 
@@ -396,6 +400,54 @@ def test_a_broken_answer_shows_the_profiles_unchanged_never_an_error_page(
     (record,) = caplog.records
     assert record.getMessage().startswith(f"gpu-eta: no start estimates from {url}: ")
     assert "\n" not in record.getMessage()
+
+
+def test_the_failure_line_shows_the_url_without_its_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The hub's log is read by more people than its config: a ``user:password@`` in
+    the Prometheus URL is shown as ``***@``."""
+    url = f"http://alice:s3cret@127.0.0.1:{free_port()}"
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.spawner_profiles"):
+        spawn_page(profile_list_hook([profile("CPU only")], url, timeout_seconds=5))
+    (record,) = caplog.records
+    assert "s3cret" not in record.getMessage(), record.getMessage()
+    assert "from http://***@127.0.0.1:" in record.getMessage(), record.getMessage()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://alice:s3cret@prom:9090/pfx",
+        "https://alice:s3?c@r#et@prom/pfx",
+        "http://alice:s3/cret@prom:9090",
+        "alice:s3cret@prom:9090",
+        "http://prom:9090/pfx",
+    ],
+)
+def test_the_hooks_masking_is_gpu_etas(url: str) -> None:
+    """The hook's copy of the rule (its file imports nothing of gpu-eta) masks alike."""
+    assert without_credentials(url) == text.without_credentials(url)
+
+
+def test_the_hook_file_runs_with_the_standard_library_alone(tmp_path: Path) -> None:
+    """docs/pending.md has the hub copy this one file: it must import nothing else."""
+    source = Path(__file__).resolve().parents[2] / "forecaster" / "spawner_profiles.py"
+    (tmp_path / "spawner_profiles.py").write_text(source.read_text())
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            "import sys; sys.path.insert(0, ''); import spawner_profiles",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
 
 
 BAD_SERIES = {
