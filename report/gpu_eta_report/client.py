@@ -182,6 +182,8 @@ def exporter_target(url: str) -> tuple[str, int, str]:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise ValueError("only http:// URLs")
+    if "@" in parts.netloc:  # never sent: the exporter takes no credentials
+        raise ValueError("a user or password, which the exporter takes none of")
     parts.hostname.encode("idna")  # what connecting does: "a..b" never resolves
     port = http.client.HTTP_PORT if parts.port is None else parts.port
     if port == 0:
@@ -929,9 +931,11 @@ class ProgressReporter:
             try:
                 self._target = exporter_target(self.url)
             except ValueError as err:
-                log.warning(
-                    "gpu-eta: bad exporter URL %r (%s); progress not reported", self.url, err
-                )
+                # an '@' may end a password: neither the URL nor urllib's error (which
+                # quotes a password's start as the port) is shown then
+                shown = repr(self.url) if "@" not in self.url else "(not shown: it has an '@')"
+                why = err if "@" not in self.url else "a user or password, never sent"
+                log.warning("gpu-eta: bad exporter URL %s (%s); progress not reported", shown, why)
                 self.url = None
                 return
             with _OPEN_LOCK:

@@ -676,6 +676,20 @@ def test_an_unparsable_exporter_url_disables_quietly(value, monkeypatch, caplog)
     assert not r.enabled and "bad exporter URL" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["http://alice:s3cret@10.0.0.5:9843/progress", "http://alice:s3/cret@10.0.0.5:9843"],
+)
+def test_an_exporter_url_with_a_password_is_refused_without_showing_it(value, monkeypatch, caplog):
+    """The exporter takes no credentials (the reporter never sent them): such a URL
+    disables the reporter, and the training job's log shows neither URL nor password."""
+    monkeypatch.setenv("GPU_ETA_URL", value)
+    r = start(epochs=3)
+    r.end()
+    assert not r.enabled and "bad exporter URL" in caplog.text
+    assert "s3" not in caplog.text and "alice" not in caplog.text, caplog.text
+
+
 def test_numpy_and_torch_scalars_are_reported_as_numbers(listener):
     """Plans and counters straight from array code (``np.int64``, a 0-d tensor):
     ``json`` cannot encode them, which once raised from ``start()`` and lost every
