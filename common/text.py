@@ -115,15 +115,17 @@ def url_parse_problem(url: str) -> str | None:
     return None
 
 
-# from a URL's "//" to the last "@" before its path, query or the end of the word
-_URL_CREDENTIALS = re.compile(r"//[^/?#\s'\"<>]*@")
+# from a URL's "//" to the last "@" before its path or the end of the word: a '?' or
+# '#' may be a password's (a query's "@" then masks a little more than needed)
+_URL_CREDENTIALS = re.compile(r"//[^/\s'\"<>]*@")
 
 
 def masked_credentials(text: str) -> str:
     """``text`` (a library's error message) with the ``user:password@`` of every URL in
     it replaced by ``***@``. Why: requests and urllib3 quote a proxy URL from the
     environment whole in their errors, and those errors end up in logs, probe bodies
-    and ``top``'s screen. A password holding ``@`` is masked to its last one."""
+    and ``top``'s screen. A password holding ``@``, ``?`` or ``#`` is masked to its
+    last ``@``."""
     return _URL_CREDENTIALS.sub("//***@", text)
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_eta.common.text import query_or_fragment, url_parse_problem, without_credentials
+from gpu_eta.common.text import (
+    masked_credentials,
+    query_or_fragment,
+    url_parse_problem,
+    without_credentials,
+)
 
 # passwords holding a raw '?', '#', '/' or '@': the URL splits inside them
 ODD_PASSWORDS = [
@@ -81,3 +86,12 @@ def test_a_url_urllib_cannot_read_is_described_without_quoting_it(url: str, said
     assert "s3" not in problem and "abc" not in problem, problem
     assert "could not be cast" not in problem, problem
     assert url_parse_problem("http://alice:pw@prom:9090/pfx") is None
+
+
+def test_a_library_error_quoting_a_password_with_a_raw_question_mark_is_masked() -> None:
+    """A proxy URL from the environment is quoted whole by requests' errors."""
+    for password in ("s3?cret", "s3#cret"):
+        text = f"Cannot connect to proxy http://alice:{password}@proxy:3128 (refused)"
+        assert masked_credentials(text) == (
+            "Cannot connect to proxy http://***@proxy:3128 (refused)"
+        ), masked_credentials(text)
