@@ -51,6 +51,7 @@ between rows and ``Run`` objects, pure, in ``history_rows``.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import logging
 import math
@@ -158,6 +159,10 @@ NEW_ATTEMPT_SKEW_SECONDS = 10.0
 # A run held at a read whose seconds before were not covered (``record``'s
 # ``uncovered_since``) counts its absence from that read's time less this.
 HELD_OFFSET_SECONDS = 0.001
+# what ``os.link`` raises on a file system without hard links (SMB, FUSE, vfat)
+_NO_HARD_LINKS = frozenset(
+    {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS}
+)
 
 _KEY_FIELDS = ("namespace", "pod", "container", "run_id")  # a RunKey's order
 _MEANS = ("util_sum", "util_weight", "memory_sum", "memory_weight")  # a row's means
@@ -591,12 +596,59 @@ class HistoryStore:
             except FileExistsError:
                 raise
             except OSError as err:
-                raise HistoryError(f"cannot create history file {spath}: {err.strerror}") from None
+                if err.errno not in _NO_HARD_LINKS:
+                    raise HistoryError(
+                        f"cannot link history file {made} to {spath}: {err.strerror}"
+                    ) from None
+                return cls._filled_in_place(spath, source, err)
         finally:
             for own in (made, made + "-journal"):
                 with suppress(OSError):
                     os.unlink(own)
         return cls._open(spath)
+
+    @classmethod
+    def _filled_in_place(
+        cls, spath: str, source: sqlite3.Connection | None, link_error: OSError
+    ) -> HistoryStore:
+        """The store on a new history file created at ``spath`` itself and filled
+        there (``source``: as ``_made_in_place``), for a volume whose file system has
+        no hard links (``link_error``: Azure Files over SMB, gcsfuse, s3fs, vfat).
+        ``FileExistsError`` where anything is at ``spath``; ``HistoryError`` naming
+        the cause where the file cannot be made or filled (then deleted).
+
+        Why ``O_EXCL``: the file is created only where the path is free, so it is
+        this store's and no other writer's; a file at the path is left as it is. The
+        copy is not atomic as a link is: a second forecaster opening the path during
+        the copy could see it half-made, which a single-writer deployment never does."""
+        try:
+            os.close(os.open(spath, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            raise
+        except OSError as err:
+            raise HistoryError(
+                f"cannot create history file {spath}: {err.strerror} (its volume has no "
+                f"hard links: {link_error.strerror})"
+            ) from None
+        try:
+            store = cls._open(spath)
+            try:
+                if not store.persistent:
+                    raise HistoryError(f"history file {spath} is not writable")
+                if source is not None:
+                    source.backup(store._conn)
+            finally:
+                store._conn.close()
+            return cls._open(spath)
+        except (HistoryError, sqlite3.Error) as err:
+            for own in (spath, spath + "-journal"):
+                with suppress(OSError):
+                    os.unlink(own)
+            reason = why(err) if isinstance(err, sqlite3.Error) else str(err)
+            raise HistoryError(
+                f"cannot fill history file {spath} (its volume has no hard links: "
+                f"{link_error.strerror}): {reason}"
+            ) from None
 
     def close(self) -> None:
         """Close the connection (idempotent)."""

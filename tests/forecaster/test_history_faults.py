@@ -11,6 +11,7 @@ What each test guards: nothing already stored is lost or moved aside, the error 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -388,6 +389,53 @@ def test_a_history_file_another_writer_makes_during_the_create_is_kept(
     db.write_bytes(b"not a database" * 100)
     got = in_child(_another_writer_during_create, str(db), room)
     assert got == [False, ["a"], 5, 0, []], got
+
+
+def _without_hard_links(path: str, code: int) -> list[object]:
+    """A damaged file set aside on a volume whose file system refuses hard links with
+    ``code``: first with no room for the new file (every write past 0 bytes fails,
+    ``RLIMIT_FSIZE``), then with room at the next write; then the path already taken
+    by another writer. Why ``os.link`` is replaced: no file system without hard links
+    mounts here (this kernel has no vfat; FUSE would need a server), and the errno is
+    all the store sees of one."""
+
+    def refused(src: str, dst: str) -> None:
+        raise OSError(code, os.strerror(code))
+
+    os.link = refused  # type: ignore[assignment]
+    directory = Path(path).parent
+    limit_file_size(0)
+    store = HistoryStore.open(path)
+    unlimit_file_size()
+    got: list[object] = [store.persistent, sorted(p.name for p in directory.iterdir())]
+    store.record([update("a", [(1, 1100.0)])])
+    got.append(store.persistent)
+    store.close()
+    reopened = HistoryStore.open(path)
+    got.append([s.run.run_id for s in reopened.running()])
+    reopened.close()
+    got.append(sorted(p.name for p in directory.iterdir() if ".corrupt-" not in p.name))
+    mine = HistoryStore._open(":memory:")
+    try:
+        HistoryStore._made_in_place(path, mine._conn)
+    except FileExistsError:
+        got.append("left alone")
+    return got
+
+
+@pytest.mark.parametrize("code", [errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS])
+def test_a_volume_without_hard_links_still_gets_its_history_file(tmp_path: Path, code: int) -> None:
+    """The new file is made beside the path and hard-linked into place; on a volume
+    without hard links (Azure Files over SMB, gcsfuse, s3fs, vfat) the link failed
+    every time, and a damaged file once set aside left the history in memory for
+    good. Now the file is created at the path itself with ``O_EXCL`` (only where the
+    path is free) and filled there; a fill that fails deletes it again; another
+    writer's file at the path is left alone."""
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(b"not a database" * 100)
+    got = in_child(_without_hard_links, str(db), code)
+    assert got[0] is False and [n for n in got[1] if ".corrupt-" not in n] == [], got
+    assert got[2:] == [True, ["a"], ["h.sqlite"], "left alone"], got
 
 
 # -- another process holds the file's lock ------------------------------------------
