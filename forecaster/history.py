@@ -77,8 +77,10 @@ from gpu_eta.forecaster.history_file import (
     prepare,
     probe_write,
     read_only,
+    remove_unfinished_copies,
     rolled_back_copy,
     set_aside,
+    unfinished_copy_name,
     upgrade,
     why,
 )
@@ -386,6 +388,16 @@ class HistoryStore:
                 raise HistoryError(f"history file {spath} is a directory")
             if not p.parent.exists():
                 raise HistoryError(f"history directory {p.parent} does not exist")
+            removed = remove_unfinished_copies(spath)
+            if removed:
+                log.warning(
+                    "removed %d unfinished cop%s of a new history file a forecaster was "
+                    "killed while making, beside %s: %s",
+                    len(removed),
+                    "y" if len(removed) == 1 else "ies",
+                    spath,
+                    ", ".join(removed),
+                )
         try:
             store = cls._open(spath)
         except DamagedHistory as err:
@@ -575,7 +587,9 @@ class HistoryStore:
         delete that could be that writer's. ``os.link`` takes the path only where it is
         free, in one step, and this store deletes only names it made."""
         directory, name = os.path.split(spath)
-        made = os.path.join(directory, f".{name}.new-{os.getpid()}-{secrets.token_hex(4)}")
+        made = os.path.join(
+            directory, unfinished_copy_name(name, os.getpid(), secrets.token_hex(4))
+        )
         try:
             os.close(os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         except OSError as err:

@@ -553,3 +553,74 @@ def rolled_back_copy(path: str) -> sqlite3.Connection:
             return memory_copy(conn)  # its first read rolls the journal back
         finally:
             conn.close()
+
+
+# An unfinished copy a killed forecaster left beside the history file is removed at
+# the next open once it is this old, even where its pid is alive (a restarted pod's
+# new pid namespace reuses the small pids). Why 5 minutes: a copy takes seconds, so a
+# file this old is no one's copy in progress.
+UNFINISHED_COPY_SECONDS = 300.0
+
+
+def unfinished_copy_name(history_name: str, pid: int, token: str) -> str:
+    """The name a new history file is made under beside ``history_name`` before it is
+    linked into place (``HistoryStore._made_in_place``). Pure."""
+    return f".{history_name}.new-{pid}-{token}"
+
+
+def unfinished_copy_pid(name: str, history_name: str) -> int | None:
+    """The pid in ``name`` where it is an unfinished copy beside ``history_name``
+    (``unfinished_copy_name``, 8 lowercase hex digits, optionally ``-journal``); else
+    None. Pure. Why this exact pattern: only names this code makes are ever removed."""
+    prefix = f".{history_name}.new-"
+    if not name.startswith(prefix):
+        return None
+    rest = name[len(prefix) :].removesuffix("-journal")
+    pid, _, token = rest.partition("-")
+    if not (pid.isascii() and pid.isdigit() and len(pid) <= 10):
+        return None
+    if len(token) != 8 or any(c not in "0123456789abcdef" for c in token):
+        return None
+    return int(pid)
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists in this pid namespace."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, another user's
+        return True
+    return True
+
+
+def remove_unfinished_copies(path: str, now: float | None = None) -> list[str]:
+    """Remove the unfinished copies (``unfinished_copy_pid``) beside the history file
+    ``path`` whose process is gone or that are older than ``UNFINISHED_COPY_SECONDS``;
+    the names removed. Why: a forecaster killed between making its copy and linking
+    it into place (OOM, eviction) cannot delete it, and each such copy is a whole
+    history's size left on the volume for ever. Files that cannot be read or removed
+    are left as they are."""
+    directory, history_name = os.path.split(path)
+    now = time.time() if now is None else now
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return []
+    removed = []
+    for name in sorted(names):
+        pid = unfinished_copy_pid(name, history_name)
+        if pid is None:
+            continue
+        full = os.path.join(directory, name)
+        try:
+            old = now - os.lstat(full).st_mtime > UNFINISHED_COPY_SECONDS
+            if old or not _pid_alive(pid):
+                os.unlink(full)
+                removed.append(name)
+        except OSError:
+            continue
+    return removed

@@ -438,6 +438,49 @@ def test_a_volume_without_hard_links_still_gets_its_history_file(tmp_path: Path,
     assert got[2:] == [True, ["a"], ["h.sqlite"], "left alone"], got
 
 
+# A forecaster killed (OOM, eviction) after making its copy, before linking it.
+KILLED_MID_COPY_CHILD = """
+import os, signal, sys
+from gpu_eta.forecaster.history import HistoryStore
+source = HistoryStore.open(":memory:")
+os.link = lambda src, dst: os.kill(os.getpid(), signal.SIGKILL)
+HistoryStore._made_in_place(sys.argv[1], source._conn)
+"""
+
+
+def test_a_copy_left_by_a_forecaster_killed_mid_create_is_removed_at_open(
+    tmp_path: Path, caplog
+) -> None:
+    """A forecaster killed between making its new history file beside the path and
+    linking it into place left ``.<name>.new-<pid>-<random>`` there for ever, a whole
+    history's size each time. The next open removes such a copy whose process is
+    gone, or that is older than a copy takes; a live process's fresh copy and every
+    other name are left as they are."""
+    db = tmp_path / "h.sqlite"
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_MID_COPY_CHILD, str(db)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    killed = [p.name for p in tmp_path.iterdir()]
+    assert len(killed) == 1 and killed[0].startswith(".h.sqlite.new-"), killed
+    (tmp_path / (killed[0] + "-journal")).write_bytes(b"")
+    live = f".h.sqlite.new-{os.getpid()}-0123abcd"
+    old = f".h.sqlite.new-{os.getpid()}-89abcdef"
+    others = [".h.sqlite.new-1-xyz", ".other.sqlite.new-999999-0123abcd", "h.sqlite.new-1-0123abcd"]
+    for name in [live, old, *others]:
+        (tmp_path / name).write_bytes(b"x")
+    os.utime(tmp_path / old, (0, 0))
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.history"):
+        HistoryStore.open(db).close()
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([live, *others, "h.sqlite"]), left
+    assert "removed 3 unfinished copies" in caplog.text, caplog.text
+
+
 # -- another process holds the file's lock ------------------------------------------
 
 
