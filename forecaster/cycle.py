@@ -211,6 +211,18 @@ class Cycle:
         self._offset = self._offset_said = self._stored_offset if following else 0.0
 
     @property
+    def kept_stalled(self) -> frozenset[RunKey]:
+        """The runs the last cycle forecast stalled, whose verdict a run still silent
+        keeps while the stall check's query fails (``_stalled_now``). Set by ``once``
+        from the run before it (``once_counters.load_stalled``): a new process has no
+        last cycle of its own."""
+        return self._stalled
+
+    @kept_stalled.setter
+    def kept_stalled(self, keys: frozenset[RunKey]) -> None:
+        self._stalled = frozenset(keys)
+
+    @property
     def _last_query_time(self) -> float | None:
         """The previous cycle's query time: the stored text this process read or wrote
         (one value, so the two cannot disagree)."""

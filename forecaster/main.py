@@ -667,7 +667,13 @@ def once(config: Config) -> int:
     """One cycle, then push (or print); 1 when either failed."""
     from prometheus_client import exposition
 
-    from gpu_eta.forecaster.once_counters import load_counters, save_counters, start_from
+    from gpu_eta.forecaster.once_counters import (
+        load_counters,
+        load_stalled,
+        save_counters,
+        save_stalled,
+        start_from,
+    )
     from gpu_eta.forecaster.publish import ServiceState, make_registry
     from gpu_eta.forecaster.server import Service
 
@@ -677,10 +683,13 @@ def once(config: Config) -> int:
         # Counters go on from the totals of the runs before (once_counters): each run
         # is a new process, and the same values pushed every run read as no increase.
         start_from(load_counters(store), state.job_errors, state.query_stats)
+        # So are the stall verdicts a failed stall-check query keeps (once_counters).
+        cycle.kept_stalled = load_stalled(store)
         service = Service(cycle, state, config.interval_seconds)
         ok = service.run_once()
         *_, errors, queries = state.snapshot()
         save_counters(store, errors, queries)
+        save_stalled(store, cycle.kept_stalled)
         if not ok:
             # The Pushgateway still holds the previous run's forecasts: mark them stale
             # and push only the self-monitoring series (POST keeps the others).

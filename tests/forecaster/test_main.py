@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import socket
 import subprocess
@@ -691,3 +692,62 @@ def test_following_prometheus_clock_can_be_turned_off() -> None:
     off = config_from_args(build_parser().parse_args(["once", "--no-query.prometheus-clock"]))
     assert on.clock_offset_bound_seconds == OFFSET_BOUND_SECONDS == 30
     assert off.cycle.clock_offset_bound_seconds == math.inf
+
+
+def test_once_keeps_a_silent_runs_stall_verdict_from_the_run_before(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The CronJob variant runs ``once`` every 5 minutes, each a new process: a run the
+    previous run found stalled kept its verdict only within one process, so a run whose
+    stall-check query failed pushed ``gpu_eta_job_stalled`` 0 and reset
+    GpuEtaTrainingStalled's 10-minute ``for:``. The verdicts are carried in the history
+    file as the counters are; a damaged saved value is one WARNING and keeps none.
+    The client is the canned one of the cycle tests (``_open`` builds the real one)."""
+    from gpu_eta.forecaster import main as forecaster_main
+    from gpu_eta.forecaster.history import HistoryStore
+    from gpu_eta.forecaster.once_counters import STALLED_KEY
+    from tests.forecaster.test_cycle import NOW, StallCheckFailing, job, make_cycle, merge, s
+
+    old = NOW - 3600
+    client = StallCheckFailing(
+        merge(
+            job("stuck", 10, [(1, old - 60), (2, old)], old - 120),
+            job("healthy", 10, [(1, NOW - 60), (2, NOW - 10)], NOW - 120),
+            {"util_recent": [s(0.0, namespace="ml", pod="pod-stuck", container="c")]},
+        )
+    )
+    client.close = lambda: None  # type: ignore[attr-defined]
+    db = str(tmp_path / "h.sqlite")
+
+    def opened(config):  # a new process's client, store and cycle each run
+        store = HistoryStore.open(db)
+        return client, store, make_cycle(client, store, stall_after_seconds=900)
+
+    monkeypatch.setattr(forecaster_main, "_open", opened)
+
+    def stalled_pushed() -> list[str]:
+        assert main(["once", "--history.db", db]) == ExitCode.OK
+        out = capsys.readouterr().out
+        return sorted(
+            line.split('run_id="')[1].split('"')[0] + " " + line.rsplit(" ", 1)[1]
+            for line in out.splitlines()
+            if line.startswith("gpu_eta_job_stalled{")
+        )
+
+    client.failing = False
+    assert stalled_pushed() == ["healthy 0.0", "stuck 1.0"]  # the control
+    client.failing = True
+    assert stalled_pushed() == ["healthy 0.0", "stuck 1.0"]
+    assert stalled_pushed() == ["healthy 0.0", "stuck 1.0"]  # and on, run after run
+    store = HistoryStore.open(db)
+    try:
+        store.set_meta(STALLED_KEY, "{damaged")
+    finally:
+        store.close()
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.once_counters"):
+        assert stalled_pushed() == ["healthy 0.0", "stuck 0.0"]  # unknown GPU use: not idle
+    said = [r for r in caplog.records if "once stall verdicts" in r.getMessage()]
+    assert [r.levelname for r in said] == ["WARNING"], said

@@ -9,14 +9,21 @@ from pathlib import Path
 
 import pytest
 
+from gpu_eta.forecaster import once_counters
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.once_counters import (
     COUNTERS_KEY,
+    MAX_KEY_PART_CHARS,
+    STALLED_KEY,
     CountersError,
     dump_counters,
+    dump_stalled,
     load_counters,
+    load_stalled,
     parse_counters,
+    parse_stalled,
     save_counters,
+    save_stalled,
     start_from,
 )
 from gpu_eta.forecaster.series import QueryStats
@@ -114,3 +121,72 @@ def test_a_refusing_store_never_raises(caplog: pytest.LogCaptureFixture) -> None
     assert load_counters(_Refusing()).job_errors == Counter()
     assert save_counters(_Refusing(), Counter({"x": 1}), QueryStats()) is False
     assert len([r for r in caplog.records if r.levelname == "ERROR"]) == 2
+
+
+def test_stall_verdicts_saved_by_one_run_are_those_the_next_keeps(tmp_path: Path) -> None:
+    keys = {("ml", "pod-a", "c", "run-1"), ("ml", "pod-b", "c", 'r\u00e9"2')}
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        assert load_stalled(store) == frozenset()  # nothing saved: none kept
+        assert save_stalled(store, keys)
+    finally:
+        store.close()
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        assert load_stalled(store) == keys
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["{not json", json.dumps({"version": 99, "stalled": []}), json.dumps({"version": 1})],
+)
+def test_unusable_stall_verdicts_keep_none_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str
+) -> None:
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        store.set_meta(STALLED_KEY, text)
+        with caplog.at_level("WARNING"):
+            assert load_stalled(store) == frozenset()
+    finally:
+        store.close()
+    assert [r.levelname for r in caplog.records] == ["WARNING"], caplog.text
+
+
+def test_damaged_stall_verdicts_are_left_out_and_the_others_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    good = ["ml", "p", "c", "r"]
+    entries = [good, ["ml", "p", "c"], ["ml", "p", "c", 7], "x", ["a", "b", "c", "d" * 2000]]
+    text = json.dumps({"version": 1, "stalled": entries})
+    assert parse_stalled(text) == (frozenset({tuple(good)}), 4)
+
+    class Meta:
+        def get_meta(self, key: str) -> str | None:
+            return text
+
+        def set_meta(self, key: str, value: str) -> None:
+            raise AssertionError("not written")
+
+    with caplog.at_level("WARNING"):
+        assert load_stalled(Meta()) == {tuple(good)}
+    assert len(caplog.records) == 1 and "4 damaged entries" in caplog.text
+
+
+def test_saved_stall_verdicts_are_bounded_and_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However many runs are stalled, the saved value is one ``parse_stalled`` reads:
+    at most ``MAX_STALLED_RUNS`` keys within ``MAX_STALLED_CHARS``; a key part too long
+    to read back is left out rather than spoiling the whole value."""
+    monkeypatch.setattr(once_counters, "MAX_STALLED_RUNS", 5)
+    many = {("ml", f"pod-{i:02d}", "c", "r") for i in range(20)}
+    long = ("ml", "p" * (MAX_KEY_PART_CHARS + 1), "c", "r")
+    keys, skipped = parse_stalled(dump_stalled([*many, long]))
+    assert keys == set(sorted(many)[:5]) and skipped == 0
+    monkeypatch.setattr(once_counters, "MAX_STALLED_RUNS", 10_000)
+    monkeypatch.setattr(once_counters, "MAX_STALLED_CHARS", 200)
+    text = dump_stalled(many)
+    assert len(text) <= 200
+    keys, skipped = parse_stalled(text)
+    assert 0 < len(keys) < len(many) and skipped == 0
