@@ -73,6 +73,7 @@ from gpu_eta.forecaster.history_file import (
     VolumeFull,
     connect,
     corrupt,
+    create_new,
     memory_copy,
     prepare,
     probe_write,
@@ -591,20 +592,11 @@ class HistoryStore:
             directory, unfinished_copy_name(name, os.getpid(), secrets.token_hex(4))
         )
         try:
-            os.close(os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            create_new(made)
         except OSError as err:
             raise HistoryError(f"cannot create history file {made}: {err.strerror}") from None
         try:
-            store = cls._open(made)
-            try:
-                if not store.persistent:
-                    raise HistoryError(f"history file {made} is not writable")
-                if source is not None:
-                    source.backup(store._conn)
-            except sqlite3.Error as err:
-                raise HistoryError(f"cannot fill history file {made}: {why(err)}") from None
-            finally:
-                store._conn.close()
+            cls._fill(made, source)
             try:
                 os.link(made, spath)
             except FileExistsError:
@@ -636,7 +628,7 @@ class HistoryStore:
         copy is not atomic as a link is: a second forecaster opening the path during
         the copy could see it half-made, which a single-writer deployment never does."""
         try:
-            os.close(os.open(spath, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            create_new(spath)
         except FileExistsError:
             raise
         except OSError as err:
@@ -645,24 +637,31 @@ class HistoryStore:
                 f"hard links: {link_error.strerror})"
             ) from None
         try:
-            store = cls._open(spath)
-            try:
-                if not store.persistent:
-                    raise HistoryError(f"history file {spath} is not writable")
-                if source is not None:
-                    source.backup(store._conn)
-            finally:
-                store._conn.close()
+            cls._fill(spath, source)
             return cls._open(spath)
-        except (HistoryError, sqlite3.Error) as err:
+        except HistoryError as err:
             for own in (spath, spath + "-journal"):
                 with suppress(OSError):
                     os.unlink(own)
-            reason = why(err) if isinstance(err, sqlite3.Error) else str(err)
             raise HistoryError(
-                f"cannot fill history file {spath} (its volume has no hard links: "
-                f"{link_error.strerror}): {reason}"
+                f"{err} (its volume has no hard links: {link_error.strerror})"
             ) from None
+
+    @classmethod
+    def _fill(cls, spath: str, source: sqlite3.Connection | None) -> None:
+        """The new, empty file at ``spath`` made a history holding what ``source``
+        holds (SQLite's backup API; None: empty), and closed; ``HistoryError`` where it
+        cannot be."""
+        store = cls._open(spath)
+        try:
+            if not store.persistent:
+                raise HistoryError(f"history file {spath} is not writable")
+            if source is not None:
+                source.backup(store._conn)
+        except sqlite3.Error as err:
+            raise HistoryError(f"cannot fill history file {spath}: {why(err)}") from None
+        finally:
+            store._conn.close()
 
     def close(self) -> None:
         """Close the connection (idempotent)."""

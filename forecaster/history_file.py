@@ -495,7 +495,7 @@ def _reserve_aside(path: str) -> str:
         if any(os.path.lexists(aside + suffix) for suffix in _FILE_SUFFIXES[1:]):
             continue
         try:
-            os.close(os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            create_new(aside, 0o600)
         except FileExistsError:
             continue
         except OSError as err:
@@ -503,6 +503,14 @@ def _reserve_aside(path: str) -> str:
                 f"history file {path} is damaged and cannot be moved aside: {err}"
             ) from None
         return aside
+
+
+def create_new(path: str, mode: int = 0o666) -> None:
+    """An empty file created at ``path`` only where nothing is there (``O_EXCL``):
+    ``FileExistsError`` otherwise, ``OSError`` where it cannot be made. Why: a file
+    made so is this process's own, never another writer's, and only such a file is
+    ever written over or deleted."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
 
 
 def probe_write(conn: sqlite3.Connection) -> None:

@@ -393,21 +393,31 @@ def test_a_history_file_another_writer_makes_during_the_create_is_kept(
 
 def _without_hard_links(path: str, code: int) -> list[object]:
     """A damaged file set aside on a volume whose file system refuses hard links with
-    ``code``: first with no room for the new file (every write past 0 bytes fails,
-    ``RLIMIT_FSIZE``), then with room at the next write; then the path already taken
+    ``code``: first with no room for the new file at the path (from the refused link
+    on, every write past 0 bytes fails, ``RLIMIT_FSIZE``), then with room at the next
+    write; then the path already taken
     by another writer. Why ``os.link`` is replaced: no file system without hard links
     mounts here (this kernel has no vfat; FUSE would need a server), and the errno is
     all the store sees of one."""
 
+    room = False
+
     def refused(src: str, dst: str) -> None:
+        if not room:  # the copy beside the path was made; the one at the path fails
+            limit_file_size(0)
         raise OSError(code, os.strerror(code))
 
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("gpu_eta.forecaster.history").addHandler(handler)
     os.link = refused  # type: ignore[assignment]
     directory = Path(path).parent
-    limit_file_size(0)
     store = HistoryStore.open(path)
     unlimit_file_size()
+    room = True
     got: list[object] = [store.persistent, sorted(p.name for p in directory.iterdir())]
+    got.append(any(f"has no hard links: {os.strerror(code)}" in m for m in said))
     store.record([update("a", [(1, 1100.0)])])
     got.append(store.persistent)
     store.close()
@@ -435,7 +445,7 @@ def test_a_volume_without_hard_links_still_gets_its_history_file(tmp_path: Path,
     db.write_bytes(b"not a database" * 100)
     got = in_child(_without_hard_links, str(db), code)
     assert got[0] is False and [n for n in got[1] if ".corrupt-" not in n] == [], got
-    assert got[2:] == [True, ["a"], ["h.sqlite"], "left alone"], got
+    assert got[2:] == [True, True, ["a"], ["h.sqlite"], "left alone"], got
 
 
 # A forecaster killed (OOM, eviction) after making its copy, before linking it.
