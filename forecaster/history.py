@@ -288,6 +288,13 @@ def _recovering(
     return call
 
 
+def _remove_own(made: str) -> None:
+    """Delete a file this store made (and its rollback journal), if still there."""
+    for own in (made, made + "-journal"):
+        with suppress(OSError):
+            os.unlink(own)
+
+
 class HistoryStore:
     """The SQLite file; open with ``HistoryStore.open(path)``, ``close()`` when done.
 
@@ -606,11 +613,10 @@ class HistoryStore:
                     raise HistoryError(
                         f"cannot link history file {made} to {spath}: {err.strerror}"
                     ) from None
+                _remove_own(made)  # before the copy in place: room for one copy, not two
                 return cls._filled_in_place(spath, source, err)
         finally:
-            for own in (made, made + "-journal"):
-                with suppress(OSError):
-                    os.unlink(own)
+            _remove_own(made)
         return cls._open(spath)
 
     @classmethod

@@ -448,6 +448,39 @@ def test_a_volume_without_hard_links_still_gets_its_history_file(tmp_path: Path,
     assert got[2:] == [True, True, ["a"], ["h.sqlite"], "left alone"], got
 
 
+def test_without_hard_links_the_copy_beside_the_path_is_gone_before_the_one_at_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a volume without hard links the copy made beside the path is deleted before
+    the history is copied again at the path itself: kept until the end, the volume
+    needed room for two copies, and one with room for one refused the file at every
+    write."""
+    path = tmp_path / "h.sqlite"
+    source = HistoryStore.open(":memory:")
+    source.record([update("a", [(1, 1100.0)])])
+
+    def refused(src: str, dst: str) -> None:
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    seen: list[list[str]] = []
+    fill = HistoryStore._fill.__func__  # type: ignore[attr-defined]
+
+    def watched(cls: type, target: str, conn: object) -> None:
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        fill(cls, target, conn)
+
+    monkeypatch.setattr(os, "link", refused)
+    monkeypatch.setattr(HistoryStore, "_fill", classmethod(watched))
+    store = HistoryStore._made_in_place(str(path), source._conn)
+    try:
+        assert [s.run.run_id for s in store.running()] == ["a"]
+    finally:
+        store.close()
+        source.close()
+    assert len(seen) == 2 and seen[1] == ["h.sqlite"], seen  # the first copy gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.sqlite"]
+
+
 # A forecaster killed (OOM, eviction) after making its copy, before linking it.
 KILLED_MID_COPY_CHILD = """
 import os, signal, sys
