@@ -44,6 +44,7 @@ when the form comes back and finds the chosen profile by its slug, so a slug mad
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import functools
 import json
@@ -131,10 +132,13 @@ def fetch(prometheus_url: str, timeout_seconds: float = 2.0, after: float = -mat
     raise (OSError, ``http.client.HTTPException``...) and ValueError (``parse_starts``):
     the hook, not this, decides that any of them means no estimate. ``after``:
     as ``parse_starts``."""
-    url = f"{prometheus_url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": QUERY})
+    base, authorization = split_credentials(prometheus_url)
+    url = f"{base.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": QUERY})
+    headers = {"Authorization": authorization} if authorization else {}
     deadline = time.monotonic() + timeout_seconds
     raw = bytearray()
-    with urllib.request.urlopen(url, timeout=timeout_seconds) as resp:
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout_seconds) as resp:
         # the socket timeout bounds each read, not the answer: a trickle would go on
         while chunk := resp.read1(65536):
             raw += chunk
@@ -301,6 +305,32 @@ def profile_list_hook(
         return [with_slug(p) for p in profiles]
 
     return hook
+
+
+def split_credentials(url: str) -> tuple[str, str]:
+    """``url`` without its ``user:password@`` and the ``Authorization: Basic`` value
+    they make ("" without them). ``ValueError`` naming no part of ``url`` when it
+    cannot be read: urllib's own message quotes the text it took for a port, which is
+    the start of a password holding a raw ``/``, ``?`` or ``#``.
+
+    Why: urllib never sends a URL's credentials (it took ``alice:s3cret@host`` for a
+    host name), so a Prometheus behind basic auth gave no estimate, and its error
+    blamed DNS."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - read for its ValueError on a port that is none
+    except ValueError:
+        raise ValueError(
+            "Prometheus URL cannot be read (a '/', '?', '#', '[' or ']' in its user or "
+            "password must be percent-encoded: %2F, %3F, %23, %5B, %5D)"
+        ) from None
+    if parts.username is None and parts.password is None:
+        return url, ""
+    host = parts.netloc.rpartition("@")[2]
+    user = urllib.parse.unquote(parts.username or "")
+    password = urllib.parse.unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return urllib.parse.urlunsplit(parts._replace(netloc=host)), f"Basic {token}"
 
 
 def without_credentials(url: str) -> str:

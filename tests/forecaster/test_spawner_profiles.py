@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
 import json
 import logging
@@ -24,6 +25,7 @@ from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster.spawner_profiles import (
     ProfileError,
     annotate,
+    fetch,
     gpu_request,
     label,
     profile_list_hook,
@@ -413,6 +415,53 @@ def test_the_failure_line_shows_the_url_without_its_password(
     (record,) = caplog.records
     assert "s3cret" not in record.getMessage(), record.getMessage()
     assert "from http://***@127.0.0.1:" in record.getMessage(), record.getMessage()
+
+
+def test_a_prometheus_behind_basic_auth_gives_estimates(monkeypatch) -> None:
+    """A ``user:password@`` in the URL is sent as basic auth (percent-encoded parts
+    decoded), as the forecaster's ``--prometheus.url`` sends it: urllib never sent
+    it, took ``alice:s3cret@host`` for a host name, and every spawn page went without
+    estimates, its log line blaming DNS."""
+    seen: list[str | None] = []
+    start = time.time() + 600
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            body = query_answer(start)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://alice:s3%2Fcret@127.0.0.1:{server.server_port}"
+        starts = fetch(url, timeout_seconds=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    token = base64.b64encode(b"alice:s3/cret").decode()
+    assert seen == [f"Basic {token}"] and list(starts.values()) == [start]
+
+
+@pytest.mark.parametrize("password", ["s3/cret", "s3?cret", "s3#cret"])
+def test_a_url_that_cannot_be_read_is_named_without_its_password(
+    password: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A raw ``/``, ``?`` or ``#`` in the password: urllib's error quoted its start as
+    the port ("nonnumeric port: 's3'"); the line says what to percent-encode."""
+    url = f"http://alice:{password}@127.0.0.1:{free_port()}"
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.spawner_profiles"):
+        spawn_page(profile_list_hook([profile("CPU only")], url, timeout_seconds=5))
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert "s3" not in message and "percent-encoded" in message, message
 
 
 @pytest.mark.parametrize(
