@@ -134,3 +134,10 @@ def first_of(names: Sequence[str], shown: int = 5) -> str:
     log line names a few of a list that can be long (nodes, namespaces, columns)."""
     more = f" and {len(names) - shown:,} more" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of a library's error, at most 200 characters; its type's name
+    when it says nothing (an empty or blank text, which ``splitlines()[0]`` failed on)."""
+    text = str(err)
+    return text.splitlines()[0][:200] if text.strip() else type(err).__name__

@@ -381,11 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return ExitCode.USAGE
-    try:
-        cluster = cluster_config(args)
-    except ClusterConfigError as err:
-        print(f"gpu-eta demo: {err}", file=sys.stderr)
-        return ExitCode.USAGE
+    cluster = cluster_config(args)  # parse_args refused a config it cannot make
     if left:
         try:
             workdirs.clear_previous_demo(args.workdir)

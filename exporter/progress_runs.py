@@ -49,10 +49,6 @@ DERIVED_RUN_REFILL_SECONDS = 5.0
 # full bucket), so a churning container stays tracked. The keys are real containers of
 # pods on this node, so this only guards memory.
 DEFAULT_MAX_KEYS = 4096
-# A time ``CLOCK_STEP_SECONDS`` or more before a bucket's last one is the clock stepped
-# back, not lines read out of order: the bucket goes on from the new time. Why not at
-# any step back: each reset refills the seconds between the two times again, and a log
-# read a little out of order must not refill its bucket line by line.
 
 
 class _Bucket:

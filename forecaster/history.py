@@ -646,9 +646,7 @@ class HistoryStore:
             cls._fill(spath, source)
             return cls._open(spath)
         except HistoryError as err:
-            for own in (spath, spath + "-journal"):
-                with suppress(OSError):
-                    os.unlink(own)
+            _remove_own(spath)
             raise HistoryError(
                 f"{err} (its volume has no hard links: {link_error.strerror})"
             ) from None

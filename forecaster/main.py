@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 # (``missing_extra``).
 from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES, parse_gpu_resources
 from gpu_eta.common.stop_signals import StopSignals
-from gpu_eta.common.text import without_credentials
+from gpu_eta.common.text import first_line, without_credentials
 from gpu_eta.forecaster.config import (
     Config,
     ConfigError,
@@ -525,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _report(err: BaseException, debug: bool, unexpected: bool = False) -> None:
     if debug:
         traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
-    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    text = first_line(err)
     prefix = f"{PREFIX}{type(err).__name__}: " if unexpected else PREFIX
     print(prefix + text, file=sys.stderr)
 
@@ -659,7 +659,7 @@ def push_metrics(url: str, job: str, state: ServiceState, ok: bool, timeout_seco
         push(url, job=job, registry=registry, timeout=timeout_seconds)
     except Exception as err:  # urllib errors: refused, 4xx/5xx
         raise ForecasterError(
-            f"push to {without_credentials(url)} failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+            f"push to {without_credentials(url)} failed: {first_line(err)}"
         ) from None
 
 

@@ -35,7 +35,12 @@ import urllib3.exceptions
 from urllib3.exceptions import InsecureRequestWarning
 
 from gpu_eta.common.retry_after import parse_http_date, parse_retry_after
-from gpu_eta.common.text import query_or_fragment, url_parse_problem, without_credentials
+from gpu_eta.common.text import (
+    first_line,
+    query_or_fragment,
+    url_parse_problem,
+    without_credentials,
+)
 
 # PromAPIError is defined with the parsers (they raise it) and imported here too:
 # ``from gpu_eta.forecaster.promapi import PromAPIError`` is the client's error.
@@ -425,11 +430,11 @@ class PromClient:
                 ) from None
             raise _Retryable(f"timed out after {self.timeout_seconds:g}s") from None
         except requests.exceptions.SSLError as err:
-            raise PromAPIError(f"{self.safe_url}: TLS error: {_first_line(err)}") from None
+            raise PromAPIError(f"{self.safe_url}: TLS error: {first_line(err)}") from None
         except requests.ConnectionError as err:
             raise _Retryable(f"cannot connect ({_socket_reason(err)})") from None
         except requests.RequestException as err:
-            raise PromAPIError(f"{self.safe_url}: request failed: {_first_line(err)}") from None
+            raise PromAPIError(f"{self.safe_url}: request failed: {first_line(err)}") from None
         except (OSError, ValueError) as err:
             # Not wrapped by requests: a --prometheus.ca-file removed after start
             # (OSError from its path check), a proxy variable of an unknown scheme
@@ -439,7 +444,7 @@ class PromClient:
                 raise _Retryable(
                     self._too_slow("response headers", _HEADER_TIMEOUTS, "the request started")
                 ) from None
-            raise PromAPIError(f"{self.safe_url}: request failed: {_first_line(err)}") from None
+            raise PromAPIError(f"{self.safe_url}: request failed: {first_line(err)}") from None
         finally:
             REQUEST_DEADLINE.reset(token)  # the response holds the deadline itself, for the body
         received = time.monotonic()
@@ -568,7 +573,7 @@ class PromClient:
                     raise _Retryable(
                         self._too_slow("response body", _BODY_TIMEOUTS, "its headers")
                     ) from None
-                raise _Retryable(f"reading response failed: {_first_line(err)}") from None
+                raise _Retryable(f"reading response failed: {first_line(err)}") from None
             if not data:
                 break
             wire += len(data)
@@ -678,11 +683,4 @@ def _socket_reason(err: BaseException) -> str:
     found = _ERRNO.search(text)
     if found:
         return found.group(1).strip()
-    return "connection failed" if "Max retries exceeded" in text else _first_line(err)
-
-
-def _first_line(err: BaseException) -> str:
-    """The first line of a library's error, at most 200 characters (credentials in a
-    URL it quotes are masked by ``PromAPIError``, which every such text ends in)."""
-    text = str(err)
-    return text.splitlines()[0][:200] if text.strip() else type(err).__name__
+    return "connection failed" if "Max retries exceeded" in text else first_line(err)

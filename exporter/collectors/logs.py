@@ -438,10 +438,15 @@ class LogProgressCollector:
         self._read_fairly(todo)
         self._bad_directories = bad
         for key in [k for k in self._followers if k not in seen]:
-            del self._followers[key]
-            self._states.pop(key, None)
-            self._last_time.pop(key, None)
-            self._warned_runs.discard("/".join(key))  # a pod re-created may be warned again
+            self._drop(key)
+
+    def _drop(self, key: tuple[str, str, str]) -> None:
+        """Forget a container's follower, parser state and last line time; its runs may
+        be warned of again (a pod re-created under its name)."""
+        self._followers.pop(key, None)
+        self._states.pop(key, None)
+        self._last_time.pop(key, None)
+        self._warned_runs.discard("/".join(key))
 
     def _forget_predecessors(self, pods: Iterable[PodMeta]) -> None:
         """Drop what is held for a pod's name (followers, parser state, last line
@@ -458,10 +463,9 @@ class LogProgressCollector:
             pair = (pod.namespace, pod.name)
             uids[pair] = pod.uid
             if self._uids.get(pair, pod.uid) != pod.uid:
-                for held in (self._followers, self._states, self._last_time):
-                    for key in [k for k in held if k[:2] == pair]:
-                        del held[key]
-                        self._warned_runs.discard("/".join(key))  # may be warned again
+                held = {*self._followers, *self._states, *self._last_time}
+                for key in [k for k in held if k[:2] == pair]:
+                    self._drop(key)
         self._uids = uids
 
     def _still_read(self, listed: Mapping[str, PodMeta]) -> dict[str, PodMeta]:

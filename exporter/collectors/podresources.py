@@ -44,7 +44,6 @@ from gpu_eta.exporter.snapshot import ALLOCATION_SKIP_REASONS
 __all__ = [
     "DEFAULT_SOCKET",
     "MAX_RECEIVE_BYTES",
-    "SKIP_REASONS",
     "Listing",
     "PodResourcesSource",
     "allocations_from_response",
@@ -64,12 +63,11 @@ _MAX_NAME_CHARS = 253
 GPU_RESOURCE_NAMES = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 # Why a GPU device id of a List is left out (``gpu_eta_exporter_allocations_skipped``)
-SKIP_REASONS = ALLOCATION_SKIP_REASONS
 
 
 class Listing(NamedTuple):
     """One ``List`` read: the GPU allocations kept, and the GPU device ids left out
-    by reason (every ``SKIP_REASONS`` key), with the first one's owner for the log."""
+    by reason (every ``ALLOCATION_SKIP_REASONS`` key), with the first one's owner for the log."""
 
     allocations: tuple[Allocation, ...]
     skipped: Mapping[str, int]
@@ -109,7 +107,7 @@ class PodResourcesSource:
         self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
         self._inode: tuple[int, int] | None = None
         # the GPU device ids the last List left out, by reason (``counts``)
-        self._skipped: Mapping[str, int] = dict.fromkeys(SKIP_REASONS, 0)
+        self._skipped: Mapping[str, int] = dict.fromkeys(ALLOCATION_SKIP_REASONS, 0)
 
     def _socket_identity(self) -> tuple[int, int]:
         try:
@@ -190,7 +188,7 @@ class PodResourcesSource:
             log.info("kubelet pod-resources List: no GPU allocation left out any more")
 
     def counts(self) -> Mapping[str, int]:
-        """The GPU device ids the last List left out, by reason (``SKIP_REASONS``)."""
+        """The GPU device ids the last List left out, by reason (``ALLOCATION_SKIP_REASONS``)."""
         return self._skipped
 
     def close(self) -> None:
@@ -221,7 +219,7 @@ def allocations_from_response(
     bad entry does not cost the others theirs.
     """
     out: list[Allocation] = []
-    skipped = dict.fromkeys(SKIP_REASONS, 0)
+    skipped = dict.fromkeys(ALLOCATION_SKIP_REASONS, 0)
     first = ""
 
     def skip(reason: str, n: int, pod: Any, container: Any) -> None:

@@ -735,25 +735,20 @@ MAX_SENDER_IDLE_SECONDS = 120.0
 REPORT_GAPS_KEPT = 8
 
 
-def sender_idle_seconds(
-    gaps: Iterable[float],
-    least: float | None = None,
-    most: float | None = None,
-) -> float:
+def sender_idle_seconds(gaps: Iterable[float]) -> float:
     """How long a sender thread waits for its reporter's next report before it ends:
     twice the longest of ``gaps`` (seconds between the reporter's latest reports) that
-    a wait of at most ``most`` bridges, within [``least``, ``most``]
-    (``SENDER_IDLE_SECONDS``, ``MAX_SENDER_IDLE_SECONDS`` by default).
+    a wait of at most ``MAX_SENDER_IDLE_SECONDS`` bridges, within
+    [``SENDER_IDLE_SECONDS``, ``MAX_SENDER_IDLE_SECONDS``].
 
     Why it follows the gaps: a loop reporting every 6 s against a fixed 5 s wait
     started a thread and connected anew for every report. Twice the gap leaves room
     for a slower epoch; the longest gap, not the last, since a step and an epoch end
     come together (a gap of 0 between them). A gap no wait bridges (a notebook left
     for an hour) says nothing of the next one, and would only keep a thread waiting."""
-    least = SENDER_IDLE_SECONDS if least is None else least
-    most = MAX_SENDER_IDLE_SECONDS if most is None else most
+    most = MAX_SENDER_IDLE_SECONDS
     bridged = [gap for gap in gaps if gap < most]
-    return min(most, max(least, 2 * max(bridged, default=0.0)))
+    return min(most, max(SENDER_IDLE_SECONDS, 2 * max(bridged, default=0.0)))
 
 
 _OPEN: weakref.WeakSet[ProgressReporter] = weakref.WeakSet()
