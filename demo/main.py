@@ -371,6 +371,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workdir is not None and (problem := workdir_problem(args.workdir)):
         print(f"gpu-eta demo: {problem}", file=sys.stderr)
         return ExitCode.USAGE
+    if args.workdir is not None:
+        try:
+            holder = workdirs.claim_workdir(args.workdir)
+        except OSError as err:
+            print(f"gpu-eta demo: --workdir {args.workdir}: {err}", file=sys.stderr)
+            return ExitCode.ERROR
+        if holder is not None:
+            print(
+                f"gpu-eta demo: --workdir {args.workdir} is in use by a running demo"
+                f" (pid {holder.pid}): stop it first, or choose another directory",
+                file=sys.stderr,
+            )
+            return ExitCode.USAGE
+        try:
+            return _claimed(args)
+        finally:
+            workdirs.release_workdir(args.workdir)
+    return _claimed(args)
+
+
+def _claimed(args: argparse.Namespace) -> int:
+    """The demo once its ``--workdir`` (if any) is its own: a previous demo's files
+    there refused or cleared, the parts installed, the stack run."""
     left = [] if args.workdir is None else workdirs.previous_demo_files(args.workdir)
     if left and not args.clear_workdir:
         names = ", ".join(p.name for p in left)

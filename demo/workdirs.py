@@ -212,3 +212,47 @@ def clear_previous_demo(workdir: Path) -> None:
             shutil.rmtree(path)
         else:
             path.unlink()
+
+
+def claim_workdir(workdir: Path, proc: Path = _PROC) -> Owner | None:
+    """Write this process's owner record into ``workdir``; the live demo that holds it
+    instead (nothing written), or None once claimed. A record whose process is gone (a
+    killed demo's) or that does not read is taken over; where ``/proc`` does not say who
+    lives, nothing is claimed and nothing refused.
+
+    Why: two demos in one ``--workdir`` mix their pods' logs and history, and the
+    second one's ``--clear-workdir`` removed the running one's TSDB and history under
+    it. The record goes in through a hard link, which fails where another demo's
+    appeared meanwhile, so two demos starting together do not both claim it.
+    """
+    me = this_process(proc)
+    if me is None:
+        return None
+    record = workdir / OWNER_FILE
+    staged = workdir / f"{OWNER_FILE}.{me.pid}.tmp"
+    staged.write_text(owner_text(me), encoding="utf-8")
+    try:
+        for _ in range(2):
+            try:
+                os.link(staged, record)
+                return None
+            except FileExistsError:
+                holder = parse_owner(_read(record) or "")
+                if holder is not None and holder != me and owner_alive(holder, proc):
+                    return holder
+                record.unlink(missing_ok=True)  # a killed demo's, or unreadable
+            except OSError:  # a filesystem without hard links: claimed without the guard
+                staged.replace(record)
+                return None
+        holder = parse_owner(_read(record) or "")
+        return holder if holder is not None and holder != me else None
+    finally:
+        staged.unlink(missing_ok=True)
+
+
+def release_workdir(workdir: Path, proc: Path = _PROC) -> None:
+    """Remove ``workdir``'s owner record if it is this process's (another demo's claim,
+    taken after this one's was lost, stays)."""
+    record = workdir / OWNER_FILE
+    if (me := this_process(proc)) is not None and parse_owner(_read(record) or "") == me:
+        record.unlink(missing_ok=True)

@@ -17,6 +17,7 @@ import pytest
 
 from gpu_eta.demo import main as cli
 from gpu_eta.demo import stack as demo_stack
+from gpu_eta.demo import workdirs
 from gpu_eta.top.live import Signals
 from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
 
@@ -198,6 +199,22 @@ def test_a_workdir_of_a_previous_demo_is_refused_unless_cleared(
     with redirect_stderr(io.StringIO()):
         assert cli.main(["--workdir", str(tmp_path), "--clear-workdir", "--quiet"]) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_a_workdir_a_running_demo_uses_is_refused(monkeypatch, tmp_path: Path) -> None:
+    """A second demo in a running demo's --workdir (with --clear-workdir it removed the
+    running one's TSDB, history and logs): one line naming the running demo, exit 2,
+    nothing removed."""
+    (tmp_path / "history.sqlite").write_bytes(b"")
+    parent = os.getppid()
+    stat = workdirs.parse_stat(Path(f"/proc/{parent}/stat").read_text())
+    assert stat is not None
+    running = workdirs.Owner(parent, stat[1], workdirs.boot_id())
+    (tmp_path / workdirs.OWNER_FILE).write_text(workdirs.owner_text(running))
+    monkeypatch.setattr(cli, "install_parts", lambda tsdb: False)
+    line = _one_line_exit_2(["--workdir", str(tmp_path), "--clear-workdir", "--quiet"])
+    assert f"pid {parent}" in line and str(tmp_path) in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == [workdirs.OWNER_FILE, "history.sqlite"]
 
 
 def test_real_training_without_torch_is_one_line_exit_2(monkeypatch) -> None:

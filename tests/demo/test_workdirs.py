@@ -194,3 +194,37 @@ def test_a_previous_demos_files_in_a_workdir_are_found_and_cleared_alone(tmp_pat
     workdirs.clear_previous_demo(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
     assert workdirs.previous_demo_files(tmp_path / "missing") == []
+
+
+def test_a_workdir_is_claimed_once_and_released_by_its_owner(tmp_path: Path) -> None:
+    """Two demos in one --workdir: the second's --clear-workdir removed the first's TSDB,
+    history and logs under it. A demo claims the directory (its owner record); a live
+    owner's claim stands, a dead one's is taken over."""
+    assert workdirs.claim_workdir(tmp_path) is None
+    record = tmp_path / workdirs.OWNER_FILE
+    assert workdirs.parse_owner(record.read_text()) == _me()
+    # a second demo (here: another owner alive) is refused and names the holder
+    live = dataclasses.replace(_me(), pid=os.getppid())
+    stat = workdirs.parse_stat(Path(f"/proc/{live.pid}/stat").read_text())
+    assert stat is not None
+    live = dataclasses.replace(live, start_ticks=stat[1])
+    record.write_text(workdirs.owner_text(live))
+    assert workdirs.claim_workdir(tmp_path) == live
+    assert workdirs.parse_owner(record.read_text()) == live  # untouched
+    workdirs.release_workdir(tmp_path)  # not ours: kept
+    assert workdirs.parse_owner(record.read_text()) == live
+    # a killed demo's record is taken over, and the owner's release removes it
+    record.write_text(workdirs.owner_text(_dead()))
+    assert workdirs.claim_workdir(tmp_path) is None
+    assert workdirs.parse_owner(record.read_text()) == _me()
+    workdirs.release_workdir(tmp_path)
+    assert not record.exists()
+    # the record is not a previous demo's file: clearing leaves a live claim alone
+    assert workdirs.claim_workdir(tmp_path) is None
+    assert workdirs.previous_demo_files(tmp_path) == []
+
+
+def test_a_damaged_record_is_taken_over(tmp_path: Path) -> None:
+    (tmp_path / workdirs.OWNER_FILE).write_text("{not json")
+    assert workdirs.claim_workdir(tmp_path) is None
+    assert workdirs.parse_owner((tmp_path / workdirs.OWNER_FILE).read_text()) == _me()
