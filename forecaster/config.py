@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from gpu_eta.common.durations import duration_seconds
@@ -22,6 +23,9 @@ from gpu_eta.forecaster.history_space import Retention
 from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.prom_clock import OFFSET_BOUND_SECONDS
 from gpu_eta.forecaster.secret_file import SecretFile
+
+if TYPE_CHECKING:
+    from gpu_eta.forecaster.push import PushAuth
 
 # The longest cycle interval, lookback or idle window: ten years. Prometheus takes a
 # duration up to ~292 years and answers a longer one with HTTP 400, every cycle; a
@@ -102,6 +106,7 @@ class Config:
     interval_seconds: float = 60.0
     pushgateway_url: str | None = None
     pushgateway_job: str = "gpu-eta-forecaster"  # the job name rules and manifests use
+    pushgateway_auth: PushAuth | None = None  # what a push authenticates with (push.py)
     cycle: CycleSettings = field(default_factory=CycleSettings)
 
     def __post_init__(self) -> None:
@@ -138,8 +143,8 @@ class Config:
             if "@" in pg.netloc:  # urllib's push would not send it: printed, never used
                 raise ConfigError(
                     "--pushgateway.url must not hold a user or password, got "
-                    f"{without_credentials(self.pushgateway_url)!r}: the forecaster pushes "
-                    "without authentication (reach the Pushgateway on a URL that needs none)"
+                    f"{without_credentials(self.pushgateway_url)!r}: give them as "
+                    "--pushgateway.basic-auth-user and --pushgateway.basic-auth-password-file"
                 )
         # The other --prometheus.* values are checked where the flags are read, once
         # for serve, once and top (cli.prometheus_connection).

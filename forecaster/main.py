@@ -20,14 +20,13 @@ import sys
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 # Standard library and gpu-eta modules that need nothing else: the rest (requests,
 # numpy, ...) comes with the extras, imported once the command is known to have them
 # (``missing_extra``).
 from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES, parse_gpu_resources
 from gpu_eta.common.stop_signals import StopSignals
-from gpu_eta.common.text import first_line, without_credentials
+from gpu_eta.common.text import first_line
 from gpu_eta.forecaster.config import (
     Config,
     ConfigError,
@@ -39,10 +38,8 @@ from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.prom_clock import OFFSET_BOUND_SECONDS
 from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
+from gpu_eta.forecaster.push import NO_AUTH, add_push_auth_flags, push_auth, push_metrics
 from gpu_eta.forecaster.queue_replay import parse_toleration
-
-if TYPE_CHECKING:  # publish needs prometheus_client, an extra of serve/once
-    from gpu_eta.forecaster.publish import ServiceState
 
 log = logging.getLogger("forecaster")
 
@@ -173,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="gpu-eta-forecaster",
         help="job label of the pushed group (the name the rules and manifests use)",
     )
+    add_push_auth_flags(once)
     for name, (_, text) in DELEGATED.items():
         sub.add_parser(name, help=text, add_help=False)
     return parser
@@ -470,6 +468,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         interval_seconds=getattr(args, "interval_seconds", 60.0),
         pushgateway_url=getattr(args, "pushgateway_url", None),
         pushgateway_job=getattr(args, "pushgateway_job", "gpu-eta-forecaster"),
+        pushgateway_auth=push_auth(args),
         cycle=settings,
     )
 
@@ -640,29 +639,6 @@ def serve(config: Config) -> int:
     return ExitCode.OK
 
 
-def push_metrics(url: str, job: str, state: ServiceState, ok: bool, timeout_seconds: float) -> None:
-    """Push ``state`` to the Pushgateway at ``url`` under ``job=job``: after a good cycle
-    the whole group (PUT, so finished jobs disappear), after a failed one only the
-    self-monitoring series (POST keeps the forecasts the gateway holds).
-
-    The quantile families go untyped (``make_registry(for_push=True)``): pushed as
-    summaries, the gateway would add a zero ``_sum`` and ``_count`` to each label set.
-    Raises ``ForecasterError`` (one line) when the push fails.
-    """
-    from prometheus_client import exposition
-
-    from gpu_eta.forecaster.publish import make_registry
-
-    registry = make_registry(state, self_only=not ok, for_push=True)
-    try:
-        push = exposition.push_to_gateway if ok else exposition.pushadd_to_gateway
-        push(url, job=job, registry=registry, timeout=timeout_seconds)
-    except Exception as err:  # urllib errors: refused, 4xx/5xx
-        raise ForecasterError(
-            f"push to {without_credentials(url)} failed: {first_line(err)}"
-        ) from None
-
-
 def once(config: Config) -> int:
     """One cycle, then push (or print); 1 when either failed."""
     from prometheus_client import exposition
@@ -706,6 +682,7 @@ def once(config: Config) -> int:
                 state,
                 ok,
                 config.timeout_seconds,
+                config.pushgateway_auth or NO_AUTH,
             )
         else:
             registry = make_registry(state, self_only=not ok)

@@ -122,14 +122,14 @@ def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--prometheus.retries must be >= 0, got {args.retries}")
     if args.max_response_bytes < 1024:
         raise ConfigError("--prometheus.max-response-bytes must be >= 1024")
-    token = _read_secret(args.bearer_token_file, "--prometheus.bearer-token-file")
+    token = read_secret(args.bearer_token_file, "--prometheus.bearer-token-file")
     if token is not None and not token.value():
         # no Authorization header at all would be sent: a 401 at every query
         raise ConfigError(f"--prometheus.bearer-token-file {args.bearer_token_file}: empty")
     basic = None
     if args.basic_auth_user:
-        _check_user(args.basic_auth_user)
-        password = _read_secret(
+        check_user(args.basic_auth_user, "--prometheus.basic-auth-user")
+        password = read_secret(
             args.basic_auth_password_file, "--prometheus.basic-auth-password-file"
         )
         basic = (args.basic_auth_user, password or "")  # no file: an empty password
@@ -153,7 +153,7 @@ def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _check_user(user: str) -> None:
+def check_user(user: str, flag: str) -> None:
     """ConfigError unless ``user`` can be the user part of basic auth: printable ASCII
     (``sendable``: it goes in the Authorization header, which the HTTP client encodes
     as Latin-1, so a non-ASCII one was a UnicodeEncodeError at the first query, a
@@ -162,9 +162,7 @@ def _check_user(user: str) -> None:
     error naming the flag (exit 2). The message shows the user: it is no secret, and a
     look-alike character (a typographic apostrophe) is found by seeing it."""
     if ":" in user or not sendable(user):
-        raise ConfigError(
-            f"--prometheus.basic-auth-user {user!r}: must be printable ASCII without ':'"
-        )
+        raise ConfigError(f"{flag} {user!r}: must be printable ASCII without ':'")
 
 
 def _headers(texts: list[str]) -> dict[str, str]:
@@ -187,7 +185,7 @@ def _headers(texts: list[str]) -> dict[str, str]:
     return headers
 
 
-def _read_secret(path: str | None, flag: str) -> SecretFile | None:
+def read_secret(path: str | None, flag: str) -> SecretFile | None:
     """The secret file of ``flag``, read once here so that a missing or unreadable one
     stops the command at start (the client re-reads it when it changes later)."""
     if not path:

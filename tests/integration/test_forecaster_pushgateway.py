@@ -7,6 +7,7 @@ runs must behave as counters, so the dashboards' ``rate()`` panels read them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -20,7 +21,7 @@ import requests
 
 from gpu_eta.forecaster.main import push_metrics
 from gpu_eta.forecaster.publish import ServiceState
-from gpu_eta.launch.processes import start_http, stop_process
+from gpu_eta.launch.processes import spawn, start_http, stop_process
 from gpu_eta.launch.prometheus import ScrapeJob, find_binary, free_port
 from tests.forecaster.test_publish import NOW, forecast_set
 from tests.forecaster.test_spawner_profiles import (
@@ -162,3 +163,66 @@ def test_the_spawn_page_reads_each_pushed_forecaster_apart(
     )
     prom.wait_for("gpu_eta_forecaster_stale", min_results=2)
     assert_a100_later_and_t4_unknown(prom.url, now)
+
+
+# bcrypt of "s3cret" at cost 4 (Python's crypt with METHOD_BLOWFISH, rounds=16): the
+# Pushgateway's --web.config.file takes bcrypt hashes only
+PUSHER_HASH = "$2b$04$IOCK7XJdC66Th.V3ESgc4.zy9Zbdx47Q7P8F/DzBGAb1z1ArnUN4W"
+
+
+def test_once_pushes_to_a_pushgateway_that_asks_for_basic_auth(tmp_path) -> None:
+    """A Pushgateway with its own basic auth (``--web.config.file``) refused every push
+    (401; the URL's ``user:password@`` is refused at start): ``once`` sends the user
+    and the password file's text, and a wrong password is one line naming the 401."""
+    web = tmp_path / "web.yml"
+    web.write_text(f"basic_auth_users:\n  pusher: '{PUSHER_HASH}'\n")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = spawn(
+        [
+            find_binary("prometheus-pushgateway"),
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--persistence.file=",
+            f"--web.config.file={web}",
+        ],
+        tmp_path / "pushgateway.log",
+    )
+    password = tmp_path / "password"
+
+    def once() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable, "-m", "gpu_eta.forecaster", "once",
+                "--prometheus.url", f"http://127.0.0.1:{dead_port()}",
+                "--prometheus.retries", "0",
+                "--pushgateway.url", url,
+                "--pushgateway.basic-auth-user", "pusher",
+                "--pushgateway.basic-auth-password-file", str(password),
+                "--history.db", str(tmp_path / "h.sqlite"),
+            ],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # /-/ready asks for the credentials too: wait_http cannot send them
+            with contextlib.suppress(requests.ConnectionError):
+                if requests.get(url + "/-/ready", timeout=5, auth=("pusher", "s3cret")).ok:
+                    break
+            assert time.monotonic() < deadline and proc.poll() is None, "no pushgateway"
+            time.sleep(0.1)
+        assert requests.get(url + "/metrics", timeout=5).status_code == 401
+        password.write_text("wrong\n")
+        refused = once()
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr
+        assert "401" in refused.stderr and "wrong" not in refused.stderr, refused.stderr
+        password.write_text("s3cret\n")
+        pushed = once()  # the cycle fails (no Prometheus): the self-monitoring is pushed
+        assert pushed.returncode == 1 and "push to" not in pushed.stderr, pushed.stderr
+        text = requests.get(url + "/metrics", timeout=5, auth=("pusher", "s3cret")).text
+        assert (
+            f'gpu_eta_forecaster_job_errors_total{{instance="",job="{JOB}",reason="cycle_failed"}}'
+            in text
+        )
+    finally:
+        stop_process(proc)

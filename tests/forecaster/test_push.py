@@ -1,0 +1,153 @@
+"""Pushing with credentials (``forecaster/push.py``): the flags, and the header each
+push sends, read from its file at that push."""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster.config import ConfigError
+from gpu_eta.forecaster.errors import ExitCode, ForecasterError
+from gpu_eta.forecaster.main import build_parser, main
+from gpu_eta.forecaster.publish import ServiceState
+from gpu_eta.forecaster.push import NO_AUTH, push_auth, push_metrics
+
+
+@pytest.fixture
+def gateway() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+    """A loopback server taking pushes (PUT and POST, 200): its URL and, per request,
+    the method and the Authorization header it carried."""
+    seen: list[tuple[str, str | None]] = []
+
+    class H(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            seen.append((self.command, self.headers.get("Authorization")))
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_POST = do_PUT
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}", seen
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _auth(*flags: str):
+    args = build_parser().parse_args(["once", *flags])
+    return push_auth(args)
+
+
+def test_without_flags_a_push_carries_no_authorization(gateway) -> None:
+    url, seen = gateway
+    assert _auth() is NO_AUTH
+    push_metrics(url, "j", ServiceState(), True, 5)
+    assert seen == [("PUT", None)]
+
+
+def test_basic_auth_is_sent_and_its_password_file_read_at_each_push(gateway, tmp_path) -> None:
+    url, seen = gateway
+    secret = tmp_path / "password"
+    secret.write_text("s3cret\n")
+    auth = _auth(
+        "--pushgateway.basic-auth-user", "pusher",
+        "--pushgateway.basic-auth-password-file", str(secret),
+    )  # fmt: skip
+    push_metrics(url, "j", ServiceState(), True, 5, auth)
+    secret.write_text("rotated-longer\n")  # a Secret updated while the CronJob lives
+    push_metrics(url, "j", ServiceState(), False, 5, auth)  # a failed cycle: POST
+    expected = [
+        ("PUT", "Basic " + base64.b64encode(b"pusher:s3cret").decode()),
+        ("POST", "Basic " + base64.b64encode(b"pusher:rotated-longer").decode()),
+    ]
+    assert seen == expected
+
+
+def test_a_bearer_token_is_sent(gateway, tmp_path) -> None:
+    url, seen = gateway
+    token = tmp_path / "token"
+    token.write_text("abc.def\n")
+    push_metrics(
+        url, "j", ServiceState(), True, 5, _auth("--pushgateway.bearer-token-file", str(token))
+    )
+    assert seen == [("PUT", "Bearer abc.def")]
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (
+            ["--pushgateway.basic-auth-password-file", "{file}"],
+            "needs --pushgateway.basic-auth-user",
+        ),
+        (
+            ["--pushgateway.basic-auth-user", "a", "--pushgateway.bearer-token-file", "{file}"],
+            "exclusive",
+        ),
+        (["--pushgateway.bearer-token-file", "{empty}"], "empty"),
+        (["--pushgateway.bearer-token-file", "{missing}"], "No such file"),
+        (["--pushgateway.basic-auth-user", "a:b"], "printable ASCII without ':'"),
+        (["--pushgateway.basic-auth-user", "ali\u00e7e"], "--pushgateway.basic-auth-user"),
+    ],
+)
+def test_bad_push_flags_are_usage_errors_naming_the_flag(
+    flags: list[str], needle: str, tmp_path: Path, capsys
+) -> None:
+    (tmp_path / "file").write_text("x\n")
+    (tmp_path / "empty").write_text("\n")
+    paths = {k: str(tmp_path / k) for k in ("file", "empty", "missing")}
+    argv = [f.format(**paths) for f in flags]
+    with pytest.raises(ConfigError, match=None) as info:
+        _auth(*argv)
+    assert needle in str(info.value), info.value
+    # the command itself: one line, exit 2, nothing pushed or queried
+    assert main(["once", "--pushgateway.url", "http://127.0.0.1:9", *argv]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_a_refused_push_is_one_line_without_the_secret(tmp_path) -> None:
+    """A gateway answering 401 (wrong password): ForecasterError naming the status."""
+    import http.server
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    secret = tmp_path / "password"
+    secret.write_text("s3cret\n")
+    auth = _auth(
+        "--pushgateway.basic-auth-user", "pusher",
+        "--pushgateway.basic-auth-password-file", str(secret),
+    )  # fmt: skip
+    try:
+        with pytest.raises(ForecasterError) as info:
+            push_metrics(
+                f"http://127.0.0.1:{srv.server_address[1]}", "j", ServiceState(), True, 5, auth
+            )
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "401" in str(info.value) and "s3cret" not in str(info.value)
+    assert "\n" not in str(info.value)
