@@ -11,6 +11,11 @@ backoff (up to minutes), which would leave us reading nothing long after the
 kubelet is back. So the channel is dropped after any failed call and whenever the
 socket file's inode changes, and the next poll dials afresh.
 
+grpc and the protobuf stubs are imported when a ``PodResourcesSource`` is made, not
+with this module: a simulated node (or any exporter not reading the kubelet) would
+carry about 12 MB of RSS for nothing. Whether they are installed is still checked at
+import, so a build without them lists the collector as unavailable as before.
+
 Which resources are GPUs: ``nvidia.com/gpu``, its time-sliced replicas renamed by the
 device plugin's ``renameByDefault`` (``nvidia.com/gpu.shared``) and MIG slices
 (``nvidia.com/mig-<profile>``), the resources the forecaster counts as GPUs
@@ -24,22 +29,38 @@ filters the same way (``nvidia.com/gpu``, ``nvidia.com/mig-*``, its
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import stat
 import threading
 from collections.abc import Collection, Mapping
-from typing import Any, NamedTuple
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import grpc
-
-from gpu_eta.exporter._proto import api_pb2, api_pb2_grpc
 from gpu_eta.exporter.attribution import MAX_DEVICE_ID_CHARS
 from gpu_eta.exporter.collectors import CollectorError
-from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
+from gpu_eta.exporter.collectors.registry import (
+    BuildContext,
+    Collector,
+    is_ours,
+    register,
+    unavailable,
+)
 from gpu_eta.exporter.config import DEFAULT_COLLECTION_TIMEOUT_SECONDS, DEFAULT_KUBELET_SOCKET
 from gpu_eta.exporter.readings import Allocation
 from gpu_eta.exporter.snapshot import ALLOCATION_SKIP_REASONS
+
+if TYPE_CHECKING:
+    import grpc
+
+    from gpu_eta.exporter._proto import api_pb2, api_pb2_grpc
+
+# What the stubs need, checked (not imported) here: without them this module fails to
+# import as ``import grpc`` would, and the registry lists the collector as unavailable.
+for _needed in ("grpc", "google.protobuf"):
+    if importlib.util.find_spec(_needed) is None:
+        raise ModuleNotFoundError(f"No module named {_needed!r}", name=_needed)
 
 __all__ = [
     "DEFAULT_SOCKET",
@@ -83,6 +104,16 @@ def is_gpu_resource(name: str, extra: Collection[str] = ()) -> bool:
     return name in GPU_RESOURCE_NAMES or name.startswith(MIG_RESOURCE_PREFIX) or name in extra
 
 
+def _grpc_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """grpc and the generated stubs (``api_pb2``, ``api_pb2_grpc``), imported on the
+    first call: only an exporter that reads the kubelet's socket pays for them."""
+    import grpc
+
+    from gpu_eta.exporter._proto import api_pb2, api_pb2_grpc
+
+    return grpc, api_pb2, api_pb2_grpc
+
+
 class PodResourcesSource:
     """Polls the kubelet's ``List`` and returns the allocations of GPU resources
     (``is_gpu_resource``, with ``extra_gpu_resources`` added).
@@ -102,6 +133,7 @@ class PodResourcesSource:
         self.socket_path = socket_path
         self.timeout_seconds = timeout_seconds
         self.extra_gpu_resources = frozenset(extra_gpu_resources)
+        self._grpc, self._api, self._stubs = _grpc_modules()
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
@@ -137,7 +169,7 @@ class PodResourcesSource:
         if self._stub is not None and identity == self._inode:
             return self._stub
         self._drop_channel()
-        self._channel = grpc.insecure_channel(
+        self._channel = self._grpc.insecure_channel(
             f"unix://{os.path.abspath(self.socket_path)}",
             options=[
                 ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
@@ -146,7 +178,7 @@ class PodResourcesSource:
                 ("grpc.max_reconnect_backoff_ms", 2000),
             ],
         )
-        self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
+        self._stub = self._stubs.PodResourcesListerStub(self._channel)
         self._inode = identity
         return self._stub
 
@@ -156,9 +188,9 @@ class PodResourcesSource:
             stub = self._connect()
             try:
                 response = stub.List(
-                    api_pb2.ListPodResourcesRequest(), timeout=self.timeout_seconds
+                    self._api.ListPodResourcesRequest(), timeout=self.timeout_seconds
                 )
-            except grpc.RpcError as err:
+            except self._grpc.RpcError as err:
                 self._drop_channel()
                 code = err.code() if hasattr(err, "code") else None
                 details = err.details() if hasattr(err, "details") else str(err)
@@ -257,11 +289,16 @@ def build(ctx: BuildContext) -> Any:
     or the simulated node's allocations."""
     if ctx.simulated is not None:
         return ctx.simulated.allocations
-    source = PodResourcesSource(
-        ctx.cfg.kubelet_socket,
-        timeout_seconds=ctx.cfg.collection_timeout_seconds,
-        extra_gpu_resources=ctx.cfg.kubelet_gpu_resources,
-    )
+    try:
+        source = PodResourcesSource(
+            ctx.cfg.kubelet_socket,
+            timeout_seconds=ctx.cfg.collection_timeout_seconds,
+            extra_gpu_resources=ctx.cfg.kubelet_gpu_resources,
+        )
+    except ImportError as err:  # installed, but grpc or its stubs fail to import
+        if is_ours(err.name):
+            raise  # a bug of this build, not a packaging choice (``registry.load``)
+        raise unavailable("podresources", __name__, err) from err
     ctx.closers.append(source.close)
     return source
 

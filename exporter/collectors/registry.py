@@ -103,7 +103,7 @@ def load() -> Mapping[str, Collector]:
         try:
             importlib.import_module(module)
         except ImportError as err:
-            if _ours(err.name):
+            if is_ours(err.name):
                 raise
             if name not in _REGISTERED:
                 register(_unavailable(name, module, err))
@@ -113,19 +113,26 @@ def load() -> Mapping[str, Collector]:
     return registered()
 
 
-def _ours(module: str | None) -> bool:
+def is_ours(module: str | None) -> bool:
     """Whether ``module`` (an ``ImportError``'s ``name``) is part of gpu_eta itself,
     which every build ships whole. None (an error raised by a package's own code) is
     not: a package that refuses to load is as missing as one not installed."""
     return module is not None and (module == "gpu_eta" or module.startswith("gpu_eta."))
 
 
+def unavailable(name: str, module: str, err: ImportError) -> StartupError:
+    """The one-line start-up error of collector ``name`` whose ``module`` (or a
+    package it needs, ``err``) cannot be imported: it names the flag that turns it off.
+    Also for a module that imports its packages only once it is built."""
+    return StartupError(
+        f"collector {name} is not available in this build ({module}: {err}); "
+        f"disable it with --no-collector.{name}"
+    )
+
+
 def _unavailable(name: str, module: str, err: ImportError) -> Collector:
     def build(ctx: BuildContext) -> None:
-        raise StartupError(
-            f"collector {name} is not available in this build ({module}: {err}); "
-            f"disable it with --no-collector.{name}"
-        )
+        raise unavailable(name, module, err)
 
     return Collector(name, f"(not available in this build: {err})", "families", build, 1000)
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -414,3 +418,80 @@ def test_left_out_entries_reach_metrics(server: PodResourcesServer) -> None:
     text = SnapshotExposition(holder).exposition().decode()
     assert 'gpu_eta_exporter_allocations_skipped{node="n1",reason="invalid"} 5.0' in text
     assert 'gpu_eta_exporter_allocations_skipped{node="n1",reason="over_limit"} 0.0' in text
+
+
+# -- grpc and protobuf are imported only where pod-resources is read ---------------
+
+ROOT = Path(__file__).resolve().parents[3]
+
+_SIMULATED_START = """
+import json, sys
+from gpu_eta.exporter.main import parse_config
+from gpu_eta.exporter.runtime import Runtime
+from gpu_eta.launch.prometheus import free_port
+
+argv = ["--simulate", "", "--no-collector.logs", "--collection.interval", "60s"]
+argv += ["--web.listen-address", f"127.0.0.1:{free_port()}"]
+argv += ["--progress.listen-address", f"127.0.0.1:{free_port()}"]
+runtime = Runtime(parse_config(argv, env={}), "test")
+runtime.start()
+try:
+    statuses = {s.name: s.success for s in runtime.holder.get().collectors}
+finally:
+    runtime.stop()
+# "google" alone is the namespace package finding google.protobuf imports: no code
+loaded = sorted(m for m in sys.modules if m.startswith(("grpc", "google.")))
+print(json.dumps({"podresources": statuses.get("podresources"), "loaded": loaded}))
+"""
+
+
+def test_a_simulated_start_imports_neither_grpc_nor_protobuf() -> None:
+    """The simulated node stands in for the kubelet, so nothing reads pod-resources:
+    grpc and protobuf (about 12 MB of RSS per exporter) stay unimported, while the
+    podresources collector still runs (on the simulated allocations)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIMULATED_START],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result == {"podresources": True, "loaded": []}
+
+
+_START_BLOCKED = """
+import sys
+sys.modules[sys.argv[1]] = None  # a module that cannot be imported
+from gpu_eta.exporter.main import main
+from gpu_eta.launch.prometheus import free_port
+
+off = ["--no-collector.gpu", "--no-collector.kube", "--no-collector.progress", "--no-collector.logs"]
+sys.exit(main([*off, "--kubelet.socket", sys.argv[2],
+               "--web.listen-address", f"127.0.0.1:{free_port()}"]))
+"""
+
+
+@pytest.mark.parametrize("blocked", ["grpc", "grpc._cython.cygrpc", "google.protobuf"])
+def test_without_grpc_reading_pod_resources_is_a_one_line_startup_error(
+    server: PodResourcesServer, blocked: str
+) -> None:
+    """grpc or protobuf missing (or an import of theirs failing): the exporter that
+    would read the kubelet's socket refuses to start with one line naming the flag
+    that turns the collector off, not a traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _START_BLOCKED, blocked, server.socket_path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "NODE_NAME": "n1"},
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert re.fullmatch(
+        r"gpu-eta exporter: collector podresources is not available in this build "
+        r"\(gpu_eta\.exporter\.collectors\.podresources: [^\n]*\); "
+        r"disable it with --no-collector\.podresources\n",
+        proc.stderr,
+    ), proc.stderr
