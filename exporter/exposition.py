@@ -34,6 +34,7 @@ from gpu_eta.exporter.snapshot import (
     ALLOCATION_SKIP_REASONS,
     LOG_LINE_RESULTS,
     PROGRESS_RESULTS,
+    CollectorFamilies,
     Snapshot,
     SnapshotHolder,
 )
@@ -376,14 +377,20 @@ def render_static(
     snap: Snapshot, *, pod_labels: Sequence[str] = (), version: str = ""
 ) -> list[Metric]:
     """Every family that depends on the snapshot alone (all but the snapshot's age)."""
+    out = _node(snap, pod_labels)
+    for entry in snap.families:  # collectors with their own series
+        out.extend(entry.families)
+    out.extend(_self(snap, version))
+    return out
+
+
+def _node(snap: Snapshot, pod_labels: Sequence[str]) -> list[Metric]:
+    """The families of the node's GPUs, pods and progress (``render_static``'s first)."""
     out: list[Metric] = []
     out.extend(_devices(snap))
     out.extend(_pod_gpus(snap.node, snap.pod_gpus))
     out.extend(_pods(snap, pod_labels))
     out.extend(_progress(snap.node, snap.progress))
-    for _name, families in snap.families:  # collectors with their own series
-        out.extend(families)
-    out.extend(_self(snap, version))
     return out
 
 
@@ -453,10 +460,12 @@ def _moved_names(metric: Metric) -> frozenset[str]:
 
 class CheckedFamilies(NamedTuple):
     """``checked_families``' answer: the families the scrape can carry, in their
-    order, and why each other one was skipped (one line per family)."""
+    order, why each other one was skipped (one line per family), and each kept
+    family's text (``encode_text``), encoded by the check: the exposition serves it."""
 
     families: tuple[Metric, ...]
     skipped: tuple[str, ...]
+    text: tuple[bytes, ...] = ()
 
 
 def checked_families(families: object, taken: Collection[str] = ()) -> CheckedFamilies:
@@ -478,19 +487,21 @@ def checked_families(families: object, taken: Collection[str] = ()) -> CheckedFa
     seen = set(taken)
     out: list[Metric] = []
     skipped: list[str] = []
+    text: list[bytes] = []
     for metric in families:
         try:
-            _check_family(metric, seen)
+            text.append(_check_family(metric, seen))
         except FamiliesError as err:
             skipped.append(str(err))
             continue
         seen |= family_names(metric)
         out.append(metric)
-    return CheckedFamilies(tuple(out), tuple(skipped))
+    return CheckedFamilies(tuple(out), tuple(skipped), tuple(text))
 
 
-def _check_family(metric: object, seen: Collection[str]) -> None:
-    """``FamiliesError`` naming the first reason ``metric`` would break the scrape."""
+def _check_family(metric: object, seen: Collection[str]) -> bytes:
+    """``metric``'s text (``encode_text``), or ``FamiliesError`` naming the first reason
+    it would break the scrape."""
     if not isinstance(metric, Metric):
         raise FamiliesError(f"{type(metric).__name__} is not a metric family")
     name = metric.name
@@ -508,7 +519,7 @@ def _check_family(metric: object, seen: Collection[str]) -> None:
         if bad or any(str(k).startswith("__") for k in sample.labels):
             raise FamiliesError(f"family {name}: label name {sorted(map(str, sample.labels))}")
     try:
-        encode_text([metric])
+        return encode_text([metric])
     except Exception as err:
         raise FamiliesError(f"family {name} does not encode: {type(err).__name__}: {err}") from err
 
@@ -580,6 +591,14 @@ def encode_text(families: Iterable[Metric]) -> bytes:
     return "".join(out).encode("utf-8")
 
 
+def _encoded(entry: CollectorFamilies) -> bytes:
+    """A collector's families as text: the check's (``encode_text`` per family; their
+    concatenation is the text of them all), else encoded now."""
+    if entry.text is None:
+        return encode_text(entry.families)
+    return b"".join(entry.text)
+
+
 class SnapshotExposition:
     """Serves the holder's current snapshot as ready text (``exposition``).
 
@@ -605,12 +624,17 @@ class SnapshotExposition:
         self._cache: tuple[Snapshot, bytes] | None = None
 
     def _static(self, snap: Snapshot) -> bytes:
-        """``render_static`` encoded; without the collectors' own families if they do
-        not encode, self-monitoring alone if the rest does not render. The scheduler
+        """``render_static`` encoded, the collectors' own families as the scheduler's
+        check encoded them (``CollectorFamilies.text``); without those families if they
+        do not encode, self-monitoring alone if the rest does not render. The scheduler
         lets only ``checked_families`` through, so the first is a net for a bug."""
         try:
-            return encode_text(
-                render_static(snap, pod_labels=self._pod_labels, version=self._version)
+            return b"".join(
+                (
+                    encode_text(_node(snap, self._pod_labels)),
+                    *(_encoded(entry) for entry in snap.families),
+                    encode_text(_self(snap, self._version)),
+                )
             )
         except Exception:
             if snap.families:

@@ -61,7 +61,12 @@ from gpu_eta.exporter.collectors import (
     PodSource,
     ProcessResolver,
 )
-from gpu_eta.exporter.exposition import builtin_family_names, checked_families, family_names
+from gpu_eta.exporter.exposition import (
+    CheckedFamilies,
+    builtin_family_names,
+    checked_families,
+    family_names,
+)
 from gpu_eta.exporter.readings import (
     Allocation,
     CollectorStatus,
@@ -74,7 +79,7 @@ from gpu_eta.exporter.readings import (
     Progress,
     unread_poll,
 )
-from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
+from gpu_eta.exporter.snapshot import CollectorFamilies, Snapshot, SnapshotHolder
 
 log = logging.getLogger(__name__)
 
@@ -521,23 +526,28 @@ class Scheduler:
             families=self._families(got, taken),
         )
 
-    def _families(
-        self, got: Mapping[str, Any], taken: set[str]
-    ) -> tuple[tuple[str, tuple[Any, ...]], ...]:
-        """Each families collector's families for the snapshot, by name. A run that
-        succeeded (or gave part of its families) was checked and its names claimed
-        (``_claim``); a failing one serves
+    def _families(self, got: Mapping[str, Any], taken: set[str]) -> tuple[CollectorFamilies, ...]:
+        """Each families collector's families for the snapshot, by name, with the text
+        the check encoded (served as is). A run that succeeded (or gave part of its
+        families) was checked and its names claimed (``_claim``); a failing one serves
         its last good families less those under a name taken since (by the built-ins or
         another collector, which the check then refused it): a name twice is a scrape
         Prometheus rejects whole."""
         out = []
         for name in sorted(self.sources.families):
-            families = tuple(got.get(name, ()))
+            # a run's ``checked_families`` (``_claim``); () for none (NoData, never read)
+            checked = got.get(name) or CheckedFamilies((), ())
+            families, text = checked.families, checked.text
             tracker = self._trackers[name]
             if not (tracker.success or tracker.partial):
-                families = tuple(m for m in families if not family_names(m) & taken)
+                kept = [
+                    (m, t)
+                    for m, t in zip(families, text, strict=True)
+                    if not family_names(m) & taken
+                ]
+                families, text = tuple(m for m, _ in kept), tuple(t for _, t in kept)
                 taken.update(n for m in families for n in family_names(m))
-            out.append((name, families))
+            out.append(CollectorFamilies(name, families, text))
         return tuple(out)
 
     def _kept(
@@ -730,9 +740,10 @@ class _Partial(Exception):
         self.data = data
 
 
-def _claim(taken: set[str]) -> Callable[[Any], tuple[Any, ...]]:
+def _claim(taken: set[str]) -> Callable[[Any], CheckedFamilies]:
     """The check of a families collector's result (``Scheduler._settle``): its families
-    as ``checked_families`` lets them through, their names added to ``taken``. A family
+    as ``checked_families`` lets them through (with their text), their names added to
+    ``taken``. A family
     it skips raises ``_Partial`` with the others (served, the collector failing with
     the first skipped family's reason, logged once per change of cause: a bug shows on
     ``collector_success``, its good series stay); output that is no families raises
@@ -740,16 +751,17 @@ def _claim(taken: set[str]) -> Callable[[Any], tuple[Any, ...]]:
     per cycle, used in the collectors' name order: of two collectors with one family
     name, the first keeps it."""
 
-    def check(result: Any) -> tuple[Any, ...]:
-        families, skipped = checked_families(result, taken)
+    def check(result: Any) -> CheckedFamilies:
+        checked = checked_families(result, taken)
+        families, skipped = checked.families, checked.skipped
         taken.update(n for metric in families for n in family_names(metric))
         if skipped:
             more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
             total = len(families) + len(skipped)
             raise _Partial(
-                families, f"skipped {len(skipped)} of {total} families: {skipped[0]}{more}"
+                checked, f"skipped {len(skipped)} of {total} families: {skipped[0]}{more}"
             )
-        return families
+        return checked
 
     return check
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpu_eta.exporter.readings import (
     CollectorStatus,
@@ -71,6 +71,19 @@ ALLOCATION_SKIP_REASONS = ("invalid", "over_limit")
 _EMPTY_I: Mapping[str, int] = MappingProxyType({})
 
 
+class CollectorFamilies(NamedTuple):
+    """A ``families`` collector's series in a snapshot: its metric families and each
+    one's text, as the scheduler's check encoded it (``exposition.checked_families``).
+
+    Why the text: the check must encode a family to know it does not break the scrape;
+    serving that text spares encoding each family a second time per cycle.
+    ``text`` None: not encoded yet (the exposition encodes the families)."""
+
+    name: str
+    families: tuple[Any, ...]  # prometheus_client ``Metric`` objects
+    text: tuple[bytes, ...] | None = None  # one per family, in order
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one ``/metrics`` answer renders. Immutable; swapped by reference."""
@@ -104,8 +117,8 @@ class Snapshot:
     # malformed id): they get no pod series, so they are counted. None when not
     # computed (no gpu or podresources source, or no GPU reading yet).
     unresolved_allocations: int | None = None
-    # collectors with their own series (registry kind "families"): (name, families)
-    families: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    # collectors with their own series (registry kind "families"), in name order
+    families: tuple[CollectorFamilies, ...] = ()
 
 
 class SnapshotHolder:

@@ -22,6 +22,7 @@ from gpu_eta.exporter.exposition import (
     SnapshotExposition,
     builtin_family_names,
     checked_families,
+    encode_text,
     pod_label_name,
     render,
 )
@@ -35,7 +36,7 @@ from gpu_eta.exporter.readings import (
 )
 from gpu_eta.exporter.scheduler import Scheduler, Sources
 from gpu_eta.exporter.simulated_node import SimulatedNode
-from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
+from gpu_eta.exporter.snapshot import CollectorFamilies, Snapshot, SnapshotHolder
 from gpu_eta.launch.prometheus import find_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -390,7 +391,8 @@ def test_a_collectors_family_that_does_not_encode_never_fails_the_scrape() -> No
     """The net behind the scheduler's check: the rest of the snapshot is served."""
     snap = _snap(
         devices=(DeviceReading(0, "GPU-a", "T4", 0.5, 1, 2),),
-        families=(("temperature", (_family(gpu=0),)),),  # the gpu index as NVML gives it
+        # the gpu index as NVML gives it; text None: encoded by the exposition
+        families=(CollectorFamilies("temperature", (_family(gpu=0),)),),
     )
     text = _exposition(snap)
     assert 'gpu_eta_gpu_utilization_ratio{UUID="GPU-a",gpu="0",node="n1"} 0.5' in text
@@ -435,7 +437,8 @@ def test_checked_families_skips_a_family_that_would_break_the_scrape(bad, proble
 
 def test_checked_families_passes_good_families_and_a_bad_label_name_is_refused() -> None:
     good = [_family(), _family("gpu_eta_test_fan_failures", typ="counter")]
-    assert checked_families(iter(good), builtin_family_names()) == (tuple(good), ())
+    checked = checked_families(iter(good), builtin_family_names())
+    assert checked == (tuple(good), (), tuple(encode_text([f]) for f in good))
     bad = _family()
     bad.samples[0] = bad.samples[0]._replace(labels={"bad-label": "v"})
     checked = checked_families([bad])
@@ -475,15 +478,14 @@ def test_checked_families_passes_what_client_python_exports_as_it_writes_it() ->
     byte for byte as ``generate_latest`` writes them (info: a gauge ``<name>_info``;
     unknown: untyped; stateset: a gauge; gaugehistogram: a histogram, its ``_gsum`` and
     ``_gcount`` gauges of their own), which Prometheus' parser (promtool) takes."""
-    from gpu_eta.exporter.exposition import encode_text
-
     families = _client_python_families()
     checked = checked_families(families, builtin_family_names())
-    assert checked == (tuple(families), ())
+    assert checked[:2] == (tuple(families), ())
     registry = CollectorRegistry(auto_describe=False)
     registry.register(type("Relay", (), {"collect": lambda self: families})())
     text = encode_text(checked.families)
     assert text == generate_latest(registry)
+    assert b"".join(checked.text) == text  # the check's text is what is served
     assert b"# TYPE gpu_eta_test_build_info gauge\n" in text
     assert b"# TYPE ext_temp_celsius untyped\n" in text
     proc = subprocess.run(
@@ -503,19 +505,18 @@ def test_openmetrics_samples_are_written_as_generate_latest_writes_them() -> Non
     by no family: a gauge of that name elsewhere was a second family."""
     from prometheus_client.core import CounterMetricFamily, SummaryMetricFamily
 
-    from gpu_eta.exporter.exposition import encode_text
-
     jobs = CounterMetricFamily("gpu_eta_test_jobs", "Jobs", labels=["q"])
     jobs.add_metric(["a"], 3.0, created=1700000000.0)
     wait = SummaryMetricFamily("gpu_eta_test_wait_seconds", "Wait", labels=["q"])
     wait.add_metric(["a"], count_value=2, sum_value=1.5, timestamp=None)
     wait.samples.append(wait.samples[0]._replace(name="gpu_eta_test_wait_seconds_created"))
     checked = checked_families([jobs, wait], builtin_family_names())
-    assert checked == ((jobs, wait), ())
+    assert checked[:2] == ((jobs, wait), ())
     registry = CollectorRegistry(auto_describe=False)
     registry.register(type("Relay", (), {"collect": lambda self: [jobs, wait]})())
     text = encode_text(checked.families)
     assert text == generate_latest(registry)
+    assert b"".join(checked.text) == text  # the check's text is what is served
     proc = subprocess.run(
         [find_binary("promtool"), "check", "metrics"], input=text, capture_output=True, timeout=60
     )

@@ -1011,7 +1011,7 @@ def test_a_failing_families_collectors_last_good_families_yield_a_name_taken_sin
     second.value = _temperature("1")  # b_fan starts exporting the temperature
     first.value, first.fail = None, CollectorError("fan sensor gone")
     sched.collect_once()
-    assert [(n, [m.name for m in fams]) for n, fams in holder.get().families] == [
+    assert [(e.name, [m.name for m in e.families]) for e in holder.get().families] == [
         ("a_fan", ["gpu_eta_test_fan_ratio"]),
         ("b_fan", ["gpu_eta_test_temperature_celsius"]),
     ]
@@ -1022,3 +1022,90 @@ def test_a_failing_families_collectors_last_good_families_yield_a_name_taken_sin
     assert text.count("# HELP gpu_eta_test_fan_ratio ") == 1
     assert 'gpu_eta_test_fan_ratio{gpu="1",node="n"} 42.0' in text
     assert _promtool_check(text) == ""
+
+
+def _relayed_families() -> list:
+    """A families collector's output of every kind the text format writes differently:
+    a counter with its ``_created``, info, stateset, gaugehistogram, an untyped line
+    read by prometheus_client's parser, a label value to escape."""
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeHistogramMetricFamily,
+        InfoMetricFamily,
+        StateSetMetricFamily,
+    )
+    from prometheus_client.parser import text_string_to_metric_families
+
+    jobs = CounterMetricFamily("gpu_eta_test_jobs", "Jobs", labels=["q"])
+    jobs.add_metric(['a"b\\c\nd'], 3.0, created=1700000000.0)
+    return [
+        jobs,
+        InfoMetricFamily("gpu_eta_test_build", "Build", value={"version": "1"}),
+        StateSetMetricFamily("gpu_eta_test_mode", "Mode", value={"a": True, "b": False}),
+        GaugeHistogramMetricFamily(
+            "gpu_eta_test_queue", "Queue", buckets=[("1", 1.0), ("+Inf", 2.0)], gsum_value=3.0
+        ),
+        *text_string_to_metric_families("# TYPE ext_temp untyped\next_temp 3\n"),
+        *_temperature("0"),
+    ]
+
+
+def test_a_families_collectors_text_is_served_as_generate_latest_writes_it() -> None:
+    """The exposition of a cycle with a families collector is byte for byte
+    prometheus_client's ``generate_latest`` over ``render()`` of that snapshot."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpu_eta.exporter.exposition import render
+
+    class Reference:  # prometheus_client's collector protocol over the pure render()
+        def __init__(self, snapshot: Snapshot) -> None:
+            self.snapshot = snapshot
+
+        def collect(self) -> list:
+            return render(self.snapshot, age_seconds=0.0, version="1.2.3")
+
+    sources = Sources(gpu=Source(GPU), families={"relay": Source(_relayed_families())})
+    holder = SnapshotHolder(Snapshot(node="n", timestamp=0), clock=lambda: 100.0)
+    exposition = SnapshotExposition(holder, version="1.2.3")
+    # wired as the runtime wires it; one clock: the snapshot is 0 s old when served
+    sched = Scheduler("n", sources, holder, clock=lambda: 100.0, prepare=exposition.prepare)
+    for _ in range(2):  # the second cycle: the same family objects, checked again
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(Reference(sched.collect_once()))
+        text = exposition.exposition()
+        assert 'gpu_eta_test_jobs_total{q="a\\"b\\\\c\\nd"} 3.0' in text.decode()
+        assert text == generate_latest(registry)
+
+
+def test_a_families_collectors_family_is_encoded_once_per_cycle() -> None:
+    """The check encodes each family (a family that does not encode is skipped);
+    that text is the one served: encoding it again for the exposition doubled the
+    collector's cost per cycle."""
+    from prometheus_client.metrics_core import Metric
+
+    class Counted(Metric):
+        """A family that counts the encodings of it (each reads its HELP text once)."""
+
+        reads = 0
+
+        @property
+        def documentation(self) -> str:
+            Counted.reads += 1
+            return self._documentation
+
+        @documentation.setter
+        def documentation(self, value: str) -> None:
+            self._documentation = value
+
+    family = Counted("gpu_eta_test_fan_ratio", "A test series", "gauge")
+    family.add_sample("gpu_eta_test_fan_ratio", {"gpu": "0"}, 0.5)
+    holder = SnapshotHolder(Snapshot(node="n", timestamp=0))
+    exposition = SnapshotExposition(holder)
+    sched = Scheduler(
+        "n", Sources(families={"fan": Source([family])}), holder, prepare=exposition.prepare
+    )
+    for cycle in (1, 2):
+        sched.collect_once()
+        assert b'gpu_eta_test_fan_ratio{gpu="0"} 0.5' in exposition.exposition()
+        exposition.exposition()
+        assert Counted.reads == cycle
