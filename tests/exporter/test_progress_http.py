@@ -17,7 +17,7 @@ from gpu_eta.exporter import progress_http
 from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.progress_http import HOST_NETWORK_ANNOTATION, ProgressListener
 from gpu_eta.exporter.progress_store import ProgressStore
-from gpu_eta.exporter.readings import PodMeta
+from gpu_eta.exporter.readings import PodMeta, pod_finished
 from tests.support.clock import Clock
 
 POD_A = PodMeta(
@@ -649,3 +649,115 @@ def test_a_refusal_line_never_carries_a_key_of_the_body(listener, refusal_log):
     assert f"bad field name ({len(secret)} characters)" in lines[0]
     assert "a name of 21 characters must be a number, got str" in lines[1]
     assert not any("s3cr3t" in line for line in lines)
+
+
+class CountedPods(tuple):
+    """A pod list (immutable, as the exporter's pod caches hand it out) that counts
+    how often it is read through."""
+
+    reads = 0
+
+    def __iter__(self):
+        CountedPods.reads += 1
+        return super().__iter__()
+
+
+def test_a_pod_list_is_read_through_once_for_many_senders_it_does_not_index():
+    """The senders the pod cache has no own-IP pod for (a hostNetwork pod, an
+    address of no pod) are looked up in an index of the pod list made once per list
+    it hands out, not by reading all of it again for every request."""
+    agent = PodMeta(
+        "ns",
+        "agent",
+        "u1",
+        ip=NODE_IP,
+        host_network=True,
+        annotations={HOST_NETWORK_ANNOTATION: "true"},
+    )
+    others = [PodMeta("ns", f"p{i}", f"v{i}", ip=f"10.0.0.{i}") for i in range(500)]
+    pods = CountedPods([agent, *others])
+    by_ip = {p.ip: p for p in others}
+    lst = ProgressListener(
+        "127.0.0.1", 0, ProgressStore(), by_ip.get, lambda: pods, allow_host_network=True
+    )
+    CountedPods.reads = 0
+    for _ in range(100):
+        assert lst.sender(NODE_IP) == (agent, "")
+        assert lst.sender("10.9.9.9") == (None, "10.9.9.9 is not a pod on this node")
+    assert CountedPods.reads == 1
+    fewer = CountedPods(others)  # a new list: the agent has gone
+    pods = fewer
+    assert lst.sender(NODE_IP) == (None, f"{NODE_IP} is not a pod on this node")
+    assert CountedPods.reads == 2
+
+
+def _scanned_sender(pod_by_ip, pods, allow_host_network: bool, address: str):
+    """The sender rule read off the whole pod list for each request (the reference
+    the listener's index must agree with)."""
+    pod = pod_by_ip(address)
+    if pod is not None and not pod.host_network:
+        return pod, ""
+    if pod is None:
+        sharing = sum(
+            1 for p in pods if p.ip == address and not p.host_network and not pod_finished(p)
+        )
+        if sharing > 1:
+            return None, f"{address} is the address of {sharing} pods on this node"
+    if not allow_host_network:
+        if pod is None:
+            return None, f"{address} is not a pod on this node"
+        return None, "hostNetwork pods may not report (exporter option off)"
+    on_address = [p for p in pods if p.host_network and p.ip == address and not pod_finished(p)]
+    if pod is None and not on_address:
+        return None, f"{address} is not a pod on this node"
+    candidates = [
+        p for p in on_address if p.annotations.get(HOST_NETWORK_ANNOTATION, "").lower() == "true"
+    ]
+    if len(candidates) != 1:
+        return None, (
+            f"hostNetwork: {len(candidates)} pods annotated {HOST_NETWORK_ANNOTATION}"
+            " on this node (need exactly one)"
+        )
+    return candidates[0], ""
+
+
+@pytest.mark.parametrize("allow_host_network", [False, True])
+def test_the_index_gives_the_answers_of_reading_the_whole_pod_list(allow_host_network: bool):
+    """Every kind of address: a pod's own, one several pods share (the pod cache names
+    none), finished pods', hostNetwork pods' (annotated, "True", not, several, finished),
+    none; answered as a read of the whole list answers, also after the list changes."""
+    import random
+
+    rng = random.Random(7)
+    addresses = [f"10.0.0.{i}" for i in range(12)]
+    annotations = ({}, {HOST_NETWORK_ANNOTATION: "true"}, {HOST_NETWORK_ANNOTATION: "True"})
+    for _round in range(20):
+        pods = tuple(
+            PodMeta(
+                "ns",
+                f"p{i}",
+                f"u{i}",
+                ip=rng.choice([*addresses, None]),
+                host_network=rng.random() < 0.4,
+                phase=rng.choice(["Running", "Running", "Pending", "Succeeded", "Failed"]),
+                annotations=rng.choice(annotations),
+            )
+            for i in range(rng.randrange(0, 30))
+        )
+        owners: dict[str, list[PodMeta]] = {}
+        for p in pods:
+            if p.ip and not p.host_network and not pod_finished(p):
+                owners.setdefault(p.ip, []).append(p)
+        # as kube._address_owners: an address several pods share names none of them
+        by_ip = {ip: ps[0] for ip, ps in owners.items() if len(ps) == 1}
+        lst = ProgressListener(
+            "127.0.0.1",
+            0,
+            ProgressStore(),
+            by_ip.get,
+            lambda p=pods: p,
+            allow_host_network=allow_host_network,
+        )
+        for address in [*addresses, "10.9.9.9"]:
+            expected = _scanned_sender(by_ip.get, pods, allow_host_network, address)
+            assert lst.sender(address) == expected, (address, pods)
