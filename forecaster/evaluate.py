@@ -669,7 +669,7 @@ def _same_file(a: Path, b: Path) -> bool:
     except (OSError, ValueError):
         try:
             return a.resolve() == b.resolve()
-        except (OSError, ValueError):
+        except (OSError, ValueError, RuntimeError):  # RuntimeError: a symlink loop (<3.13)
             return False
 
 
@@ -822,7 +822,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot",
         type=Path,
         metavar="OUT.png",
-        help="draw error and P10–P90 coverage by progress (needs matplotlib)",
+        help="draw error and P10–P90 coverage by progress, as .png, .pdf or .svg by the"
+        " file's suffix (needs matplotlib)",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
@@ -934,7 +935,15 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         print(PREFIX + problem, file=err)
         return ExitCode.USAGE
     if args.plot is not None:
-        from gpu_eta.forecaster.evaluate_plot import PlotUnavailable, require_matplotlib
+        from gpu_eta.forecaster.evaluate_plot import (
+            PlotUnavailable,
+            plot_format,
+            require_matplotlib,
+        )
+
+        if plot_format(args.plot) is None:
+            print(f"{PREFIX}--plot {args.plot}: draws .png, .pdf or .svg files", file=err)
+            return ExitCode.USAGE
 
         try:
             require_matplotlib()

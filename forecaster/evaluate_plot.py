@@ -86,9 +86,22 @@ def error_floor(errors_pct: Sequence[float]) -> float:
     return 10.0 ** (math.floor(math.log10(min(positive))) - 1)
 
 
+FORMATS = {"": "png", ".png": "png", ".pdf": "pdf", ".svg": "svg"}
+"""File suffix (lower case) → the format drawn; a name without one is a PNG."""
+
+
+def plot_format(path: Path) -> str | None:
+    """The format ``path``'s suffix asks for, or None for one not drawn. Pure.
+
+    Why by suffix: ``report.pdf`` holding PNG data opens nowhere; matplotlib's own
+    formats beyond these three need other packages (Pillow for JPEG) or few want them."""
+    return FORMATS.get(path.suffix.lower())
+
+
 def plot_backtest(result: Backtest, path: Path, title: str = "") -> None:
-    """Write the two-panel PNG of ``result`` to ``path`` (atomically: a temp file
-    renamed, removed if anything fails), or raise ``PlotUnavailable``."""
+    """Write the two-panel figure of ``result`` to ``path`` in the format its suffix
+    names (``plot_format``; PNG without one), atomically: a temp file renamed, removed
+    if anything fails; or raise ``PlotUnavailable``."""
     require_matplotlib()
     import matplotlib
 
@@ -99,7 +112,8 @@ def plot_backtest(result: Backtest, path: Path, title: str = "") -> None:
 
     fig = figure(result, title)
     try:  # closed whatever fails: pyplot keeps every open figure alive
-        write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+        kind = plot_format(path) or "png"
+        write_atomically(path, lambda tmp: fig.savefig(tmp, format=kind, dpi=110))
     finally:
         plt.close(fig)
 

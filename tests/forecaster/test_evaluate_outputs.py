@@ -340,3 +340,44 @@ def test_outputs_are_written_through_a_link_and_never_over_a_users_tmp(
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(real.stat().st_mode) == 0o666 & ~umask
+
+
+@pytest.mark.parametrize("flag", ["--predictions", "--plot"])
+def test_a_symlink_loop_as_output_is_not_a_traceback(
+    runs_csv: Path, flag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Path.resolve`` raises RuntimeError on a loop (Python 3.10-3.12): a traceback
+    before the backtest. The loop's name is written over as a file (the rename replaces
+    the link), as any other output path."""
+    (runs_csv.parent / "loop1").symlink_to("loop2")
+    (runs_csv.parent / "loop2").symlink_to("loop1")
+    monkeypatch.setattr(evaluate, "backtest", lambda *a, **k: pytest.fail("backtest ran"))
+    assert evaluate.output_path_error(runs_csv, {flag: runs_csv.parent / "loop1"}) is None
+    # and as the runs file: the output's check against it does not raise either
+    assert (
+        evaluate.output_path_error(runs_csv.parent / "loop1", {flag: runs_csv.parent / "o"}) is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "magic"),
+    [("s.pdf", b"%PDF"), ("s.svg", b"<?xml"), ("s.PNG", b"\x89PNG"), ("s", b"\x89PNG")],
+)
+def test_the_plot_is_drawn_in_the_format_its_name_says(
+    runs_csv: Path, tmp_path: Path, name: str, magic: bytes
+) -> None:
+    """``--plot report.pdf`` wrote PNG data under a .pdf name."""
+    pytest.importorskip("matplotlib")
+    out_file = tmp_path / name
+    code, _out, err = run_cli("--runs", str(runs_csv), "--plot", str(out_file))
+    assert (code, err) == (0, "")
+    assert out_file.read_bytes().startswith(magic)
+
+
+def test_a_plot_format_matplotlib_is_not_asked_for_is_a_usage_error(
+    runs_csv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(evaluate, "backtest", lambda *a, **k: pytest.fail("backtest ran"))
+    code, out, err = run_cli("--runs", str(runs_csv), "--plot", str(runs_csv.parent / "s.jpg"))
+    assert (code, out) == (2, "")
+    assert ".png, .pdf or .svg" in one_line(err)
