@@ -177,6 +177,7 @@ def _pods(snap: Snapshot, pod_labels: Sequence[str]) -> Iterator[Metric]:
             pod_ip=pod.ip or "",
             owner_kind=pod.owner_kind,
             owner_name=pod.owner_name,
+            phase=pod.phase,
         )
         for key, name in label_names:
             if key in pod.labels:

@@ -537,3 +537,21 @@ def test_help_says_cached() -> None:
     helps = dict(re.findall(r"^# HELP (gpu_eta_(?:gpu|pod|training)_\S+) (.*)$", text, re.M))
     assert helps and all("cached" in h for h in helps.values())
     assert not re.search(r"^\S+\{.*\} \S+ \d+$", text, re.M), "no sample timestamps"
+
+
+def test_pod_info_says_the_pods_phase() -> None:
+    """The stall alert's fallback read "its pod still runs" off ``gpu_eta_pod_info``,
+    which a Succeeded or Failed pod keeps (its API object stays until its Job goes): it
+    fired 30 minutes after a run stopped short of its plan in a pod that had exited.
+    The phase lets rules keep to pods that can still run."""
+    pods = (
+        PodMeta("ns", "run", "u1", phase="Running"),
+        PodMeta("ns", "done", "u2", phase="Succeeded"),
+        PodMeta("ns", "oom", "u3", phase="Failed"),
+    )
+    samples = _samples(_exposition(_snap(pods=pods)), "gpu_eta_pod_info")
+    phases = {
+        re.search(r'pod="([^"]+)"', s).group(1): re.search(r'phase="([^"]*)"', s).group(1)
+        for s in samples
+    }
+    assert phases == {"run": "Running", "done": "Succeeded", "oom": "Failed"}
