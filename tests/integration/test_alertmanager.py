@@ -7,15 +7,20 @@ second and evaluating gpu-eta's shipped rules (``for:`` shortened to 1 s by
 Alertmanager. Checked: GpuEtaGpuAllocatedIdle and GpuEtaLongOccupancy reach the
 Alertmanager with their namespace, pod, node and gpu labels and the runbook
 annotation, ``amtool`` lists them, and both resolve once the scenario file no longer
-has the pod (the exporter re-reads it; the series vanish).
+has the pod (the exporter re-reads it; the series vanish). The notebook's last hour
+is backfilled from the exporter's own series (same job and instance): the idle alert
+judges only an hour Prometheus holds from its start.
 """
 
 from __future__ import annotations
 
 import os
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_eta.demo.rules import write_fast_rules
 from gpu_eta.launch.alertmanager import start_alertmanager
@@ -58,6 +63,34 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _hour_before(target: str, job: str, pod: str, path: Path, step: int = 15) -> Path:
+    """OpenMetrics for ``path``: ``pod``'s allocation and utilisation series as the
+    exporter at ``target`` serves them now, under the labels Prometheus' ``job`` gives
+    them, every ``step`` seconds over the 70 minutes up to a minute ago."""
+    with urllib.request.urlopen(f"http://{target}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    wanted = {
+        "gpu_eta_pod_gpu_allocated_since_timestamp_seconds",
+        "gpu_eta_pod_gpu_utilization_ratio",
+    }
+    series = [
+        s
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name in wanted and s.labels.get("pod") == pod
+    ]
+    assert {s.name for s in series} == wanted, series
+    end = int(time.time()) - 60
+    lines = []
+    for s in sorted(series, key=lambda s: s.name):
+        labels = ",".join(
+            f'{k}="{v}"' for k, v in sorted({**s.labels, "job": job, "instance": target}.items())
+        )
+        lines += [f"{s.name}{{{labels}}} {s.value} {t}" for t in range(end - 4200, end + 1, step)]
+    path.write_text("\n".join(lines) + "\n# EOF\n")
+    return path
+
+
 def _ours(am) -> dict[str, dict]:
     """Active alerts about jupyter-dave by name."""
     return {
@@ -74,8 +107,10 @@ def test_alert_reaches_alertmanager_intact_and_resolves(
     am = start_alertmanager(data_dir=tmp_path / "am")
     try:
         rules = write_fast_rules(RULES, tmp_path / "rules.yaml", "1s")
+        hour = _hour_before(exporter.target, "gpu-eta-exporter", "jupyter-dave", tmp_path / "h.om")
         prom = prometheus_factory(
             [ScrapeJob("gpu-eta-exporter", [exporter.target])],
+            backfill_files=[hour],
             rule_files=[str(rules)],
             alertmanagers=[f"127.0.0.1:{am.port}"],
             extra_args=["--rules.alert.resend-delay=1s"],
