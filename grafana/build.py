@@ -1087,9 +1087,11 @@ def exporter_health() -> dict:
             bargauge.Panel()
             .title("Series per node and metric (top 20)")
             .description(
-                "Which gpu-eta metrics cost the most series on which node: the first "
-                "candidates for relabel drops when cardinality matters. Counts the series "
-                "Prometheus stores: an exporter scraped by two jobs counts each twice."
+                "Which exporter metrics cost the most series on which node: the first "
+                "candidates for relabel drops on the exporter's job when cardinality "
+                "matters. Counts the series Prometheus stores from the exporters' scrapes "
+                "(the job and instance of a gpu_eta_exporter_build_info; not the "
+                "forecaster's series): an exporter scraped by two jobs counts each twice."
             )
             .datasource(DS)
             .unit("none")
@@ -1098,7 +1100,9 @@ def exporter_health() -> dict:
             .orientation(common.VizOrientation.HORIZONTAL)
             .with_target(
                 q(
-                    f'topk(20, count by (node, __name__) ({{__name__=~"gpu_eta_.+", {NODE}}}))',
+                    "topk(20, count by (node, __name__) "
+                    f'({{__name__=~"gpu_eta_.+", {NODE}}} and on (job, instance) '
+                    "gpu_eta_exporter_build_info))",
                     "{{node}} {{__name__}}",
                     instant=True,
                 ).format("time_series")

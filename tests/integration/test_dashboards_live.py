@@ -457,6 +457,7 @@ def contract_openmetrics(end: int) -> str:
         # m1: a MIG GPU, no utilisation per instance (NVML gives none without process
         # data); its holders' runs end 9000 and 12000 s in, the GPU's free time the later
         exporter = {"job": "gpu-eta-exporter", "instance": f"{MIG_NODE}:9842", "node": MIG_NODE}
+        put("gpu_eta_exporter_build_info", {**exporter, "version": "0.1.0"}, t, 1)
         device = {**exporter, "gpu": "0", "UUID": MIG_UUID}
         put("gpu_eta_gpu_read_success", device, t, 1)
         ends = []
@@ -747,6 +748,36 @@ def test_free_at_lists_each_mig_instance_at_its_holders_end(contract_prometheus:
         (MIG_NODE, "0 MIG 1"): start + MIG_INSTANCES["1"][1],
         (MIG_NODE, "0 MIG 2"): start + MIG_INSTANCES["2"][1],
     }
+
+
+@pytest.mark.slow
+def test_series_per_node_and_metric_counts_the_exporters_series_only(
+    contract_prometheus: PromAt,
+) -> None:
+    """Exporter health's "Series per node and metric" names candidates for relabel drops
+    on the exporter's job: only the exporter's series count, not the forecaster's that
+    carry a ``node`` (its free times per GPU). Read without the top 20 (the contract's
+    forecaster series might not rank), each (node, metric) as the exporter job has it."""
+    board = json.loads((ROOT / "grafana" / "exporter-health.json").read_text())
+    (panel,) = (p for p in _panels(board) if p["title"] == "Series per node and metric (top 20)")
+    (target,) = panel["targets"]
+    expr = interpolate(target["expr"], {"node": ".*"})
+    assert expr.startswith("topk(20, ") and expr.endswith(")"), expr
+    found = {
+        (s.labels.get("node", ""), s.labels["__name__"]): s.value
+        for s in contract_prometheus.instant(expr[len("topk(20, ") : -1])
+    }
+    exporters = {
+        (s.labels.get("node", ""), s.labels["__name__"]): s.value
+        for s in contract_prometheus.instant(
+            'count by (node, __name__) ({__name__=~"gpu_eta_.+", job="gpu-eta-exporter"})'
+        )
+    }
+    forecasters = contract_prometheus.instant(
+        'count by (node, __name__) ({__name__=~"gpu_eta_.+", job="gpu-eta-forecaster", node!=""})'
+    )
+    assert forecasters, "the contract's forecaster publishes series with a node"
+    assert found == exporters
 
 
 @pytest.mark.slow
