@@ -79,10 +79,15 @@ def dcgm_for_pod(metric: str, scale: str) -> str:
 # on whole GPUs, so the same join works on both). In use + idle + free = seen: an
 # allocated device without a utilisation reading (NVML may not sample a MIG
 # instance) counts as in use, never as idle. Each count takes a device once (the max
-# by its key), however many scrapes bring its series (two jobs on one exporter).
+# by its key), however many scrapes bring its series (two jobs on one exporter). An
+# allocated device must be seen (its gpu_eta_gpu_info): a GPU fallen off the bus has
+# no info and no utilisation while the kubelet keeps its allocation, and counted as in
+# use it broke the sum (GpuEtaGpuReadFailing names it).
 DEVICE = "node, gpu, UUID, GPU_I_ID"
-ALLOCATED_GPUS = f"max by ({DEVICE}) (gpu_eta_pod_gpu_allocated{{{NODE}}})"
 SEEN_GPUS = f"max by ({DEVICE}) (gpu_eta_gpu_info{{{NODE}}})"
+ALLOCATED_GPUS = (
+    f"max by ({DEVICE}) (gpu_eta_pod_gpu_allocated{{{NODE}}}) and on ({DEVICE}) {SEEN_GPUS}"
+)
 GPUS_IN_USE = (
     f"count({ALLOCATED_GPUS} unless on ({DEVICE}) (gpu_eta_gpu_utilization_ratio{{{NODE}}} < 0.05))"
 )

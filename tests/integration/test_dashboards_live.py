@@ -679,7 +679,9 @@ def test_holders_unknown_panels_on_a_failing_node(tmp_path: Path) -> None:
     failed only its last poll (a success within 5 min: its GPU 1 no pod holds is free),
     every series scraped by two jobs: n2's and n3's GPUs are holders unknown, not free,
     in the Cluster overview's stats and its states over time (in use + idle + free +
-    holders unknown = seen), and the free-GPU record leaves n2 and n3 out."""
+    holders unknown = seen), and the free-GPU record leaves n2 and n3 out. n1 has a
+    third GPU fallen off the bus (read failing: no gpu_info, no utilisation) whose
+    allocation the kubelet keeps: not seen, so not in use either."""
     end = int(time.time()) // STEP * STEP - STEP
     lines = []
     nodes = {  # node: (podresources success, unresolved allocations, GPUs allocated)
@@ -705,6 +707,11 @@ def test_holders_unknown_panels_on_a_failing_node(tmp_path: Path) -> None:
                     if index < held:
                         alloc = f'{gpu},namespace="ml",pod="p{index}",container="c"'
                         lines.append(f"gpu_eta_pod_gpu_allocated{{{alloc}}} 1 {t}")
+                if node == "n1":  # the lost GPU: its read fails, its allocation stays
+                    lost = f'{base},gpu="2",UUID="GPU-n1-lost"'
+                    lines.append(f"gpu_eta_gpu_read_success{{{lost}}} 0 {t}")
+                    alloc = f'{lost},namespace="ml",pod="p2",container="c"'
+                    lines.append(f"gpu_eta_pod_gpu_allocated{{{alloc}}} 1 {t}")
     with backfilled(tmp_path, lines) as prom:
         stack = PromAt(prom, float(end))
         board = json.loads((ROOT / "grafana" / "cluster-overview.json").read_text())
