@@ -164,31 +164,46 @@ _DONE_SHARE = (
     " or gpu_eta_training_step{{{sel}}} / gpu_eta_training_steps_planned{{{sel}}}"
 )
 PROGRESS = f"max by (namespace, pod, container, run_id) ({_DONE_SHARE})"
-# The runs in progress with a plan (Cluster overview, "Running training jobs"), as
-# gpu-eta top lists them: below their plan, not at their planned steps (a Hugging Face
-# run planned in both ends at max_steps, maybe before its last epoch), not ended (a run
-# stopped early keeps its plan, and a notebook's series stay while the notebook is up).
-# Without this, the table listed a notebook's finished or stopped run for as long as
-# its pod lived.
-RUNNING_PROGRESS = (
-    f"max by (namespace, pod, container, run_id) ((({_DONE_SHARE}) < 1)"
-    " unless (gpu_eta_training_step{{{sel}}} >= gpu_eta_training_steps_planned{{{sel}}})"
-    " unless gpu_eta_training_run_end_timestamp_seconds{{{sel}}})"
-)
 
-# The forecaster's run series (ETA, method, stalled) carry no ``node``: a run's node is
-# its exporter series'. Joined on (namespace, pod), as a pod runs on one node, to the
-# run's last report on the chosen nodes (every run reports through the exporter, so
-# All, ``.*``, keeps every run the exporters have seen). Over 10 min, not the bare
-# selector: a failing scrape marks the exporter's series stale at once, while the
-# forecaster keeps a run through a 5-min scrape gap (docs/forecaster.md, "Scrape
-# gaps") and a pushed forecast stays until the next push; a range selector skips the
-# staleness markers. The cost: a pod gone less than 10 min ago keeps its node for an
-# ETA the forecaster still publishes, and a run no exporter reported in 10 min is
-# not listed, with All too.
-ON_CHOSEN_NODES = (
-    "and on (namespace, pod) "
-    f"last_over_time(gpu_eta_training_last_report_timestamp_seconds{{{NS}, {NODE}}}[10m])"
+
+def running_progress(sel: str, over: str = "") -> str:
+    """The runs in progress with a plan (Cluster overview, "Running training jobs"), as
+    gpu-eta top lists them, with their share done: below their plan, not at their
+    planned steps (a Hugging Face run planned in both ends at max_steps, maybe before
+    its last epoch), not ended (a run stopped early keeps its plan, and a notebook's
+    series stay while the notebook is up). Without this, the table listed a notebook's
+    finished or stopped run for as long as its pod lived.
+
+    ``sel``: label matchers on every selector. ``over``: a range; each series is then
+    read at its last sample in it (``last_over_time``), so a run keeps its row through a
+    scrape gap that marked its series stale (``RUNNING_RUNS`` says why).
+    """
+
+    def s(name: str) -> str:
+        series = f"gpu_eta_training_{name}{{{sel}}}"
+        return f"last_over_time({series}[{over}])" if over else series
+
+    share = f"{s('epoch')} / {s('epochs_planned')} or {s('step')} / {s('steps_planned')}"
+    return (
+        f"max by (namespace, pod, container, run_id) ((({share}) < 1)"
+        f" unless ({s('step')} >= {s('steps_planned')})"
+        f" unless {s('run_end_timestamp_seconds')})"
+    )
+
+
+# The running jobs table's ETA columns list only the runs its progress column lists (in
+# progress with a plan): the forecaster publishes ETAs for runs without a plan and
+# keeps a finished run's until its next cycle, which the table's merge showed as rows
+# with ETAs and no progress. Its run series carry no ``node``: a run's node is its
+# exporter series', joined on the run's labels (so All, ``.*``, keeps every run the
+# exporters have seen). Over 10 min, not the bare selectors: a failing scrape marks
+# the exporter's series stale at once, while the forecaster keeps a run through a
+# 5-min scrape gap (docs/forecaster.md, "Scrape gaps") and a pushed forecast stays
+# until the next push; a range selector skips the staleness markers. The cost: a pod
+# gone less than 10 min ago keeps its node for an ETA the forecaster still publishes,
+# and a run no exporter reported in 10 min is not listed, with All too.
+RUNNING_RUNS = (
+    f"and on (namespace, pod, container, run_id) {running_progress(f'{NS}, {NODE}', '10m')}"
 )
 
 # ------------------------------------------------------------------ builders
@@ -459,12 +474,12 @@ def cluster_overview() -> dict:
             "Runs in progress with a plan, as gpu-eta top lists them (not ended, below their planned "
             "epochs and steps): progress (epochs or steps done / planned) and the "
             "forecaster's completion time with its P10–P90 interval.",
-            q(RUNNING_PROGRESS.format(sel=f"{NS}, {NODE}"), ref="A", instant=True),
+            q(running_progress(f"{NS}, {NODE}"), ref="A", instant=True),
             *per_quantile(
                 lambda qv: (
                     "max by (namespace, pod, container, run_id) "
                     "(gpu_eta_job_predicted_completion_timestamp_seconds"
-                    f'{{{NS}, quantile="{qv}"}}) * 1000 {ON_CHOSEN_NODES}'
+                    f'{{{NS}, quantile="{qv}"}}) * 1000 {RUNNING_RUNS}'
                 ),
                 refs="BCD",
             ),
@@ -473,7 +488,7 @@ def cluster_overview() -> dict:
                 # as of the forecaster's last cycle (up to 5 min old under the CronJob)
                 "clamp_min(max by (namespace, pod, container, run_id) "
                 "(gpu_eta_job_predicted_completion_timestamp_seconds"
-                f'{{{NS}, quantile="0.5"}}) - time(), 0) {ON_CHOSEN_NODES}',
+                f'{{{NS}, quantile="0.5"}}) - time(), 0) {RUNNING_RUNS}',
                 ref="E",
                 instant=True,
             ),

@@ -923,7 +923,10 @@ def test_running_jobs_table_lists_only_runs_in_progress(tmp_path) -> None:
     progress, as ``gpu-eta top`` does: not once it ended (its
     ``..._run_end_timestamp_seconds``: a notebook's run stopped early keeps its plan and
     its series while the notebook stays up), nor at its plan (epochs, or a Hugging Face
-    run's max_steps before its last epoch). Each series scraped by two jobs."""
+    run's max_steps before its last epoch), nor without a plan. Every column: the
+    forecaster's ETAs too (it may still publish one for a run at its plan until its next
+    cycle, and does for a run without a plan), else the table's merge shows rows with
+    ETAs and no progress. Each series scraped by two jobs."""
     end = int(time.time()) // STEP * STEP - STEP
     runs = {  # run_id: {metric suffix: value}
         "live": {"epoch": 3, "epochs_planned": 10},
@@ -932,25 +935,34 @@ def test_running_jobs_table_lists_only_runs_in_progress(tmp_path) -> None:
         "steps": {"step": 400, "steps_planned": 1000},
         "steps-done": {"step": 1000, "steps_planned": 1000},
         "hf-max-steps": {"epoch": 1, "epochs_planned": 3, "step": 500, "steps_planned": 500},
+        "planless": {"epoch": 3},
     }
     lines = []
     for t in range(end - 900, end + 1, STEP):
         for job in ("a", "b"):
             for run_id, values in runs.items():
-                labels = (
-                    f'job="{job}",node="n1",namespace="ml",pod="nb-{run_id}",container="c",'
-                    f'run_id="{run_id}"'
-                )
+                run = f'namespace="ml",pod="nb-{run_id}",container="c",run_id="{run_id}"'
+                labels = f'job="{job}",node="n1",{run}'
                 for suffix, value in values.items():
                     lines.append(f"gpu_eta_training_{suffix}{{{labels}}} {value} {t}")
+                lines.append(f"gpu_eta_training_last_report_timestamp_seconds{{{labels}}} {t} {t}")
+                for quantile in ("0.1", "0.5", "0.9"):
+                    lines.append(
+                        "gpu_eta_job_predicted_completion_timestamp_seconds"
+                        f'{{job="f{job}",{run},quantile="{quantile}"}} {end + 3600} {t}'
+                    )
     board = json.loads((ROOT / "grafana" / "cluster-overview.json").read_text())
     (panel,) = (p for p in _panels(board) if p.get("title") == "Running training jobs")
-    (expr,) = (t["expr"] for t in panel["targets"] if t["refId"] == "A")
+    exprs = {t["refId"]: t["expr"] for t in panel["targets"]}
     with backfilled(tmp_path, lines) as prom:
-        found = PromAt(prom, float(end)).instant(
-            interpolate(expr, {"namespace": ".*", "node": ".*"})
-        )
-    assert {s.labels["run_id"]: s.value for s in found} == {"live": 0.3, "steps": 0.4}
+        at = PromAt(prom, float(end))
+        found = {
+            ref: at.instant(interpolate(expr, {"namespace": ".*", "node": ".*"}))
+            for ref, expr in exprs.items()
+        }
+    assert {s.labels["run_id"]: s.value for s in found["A"]} == {"live": 0.3, "steps": 0.4}
+    for ref in "BCDE":
+        assert {s.labels["run_id"] for s in found[ref]} == {"live", "steps"}, ref
 
 
 @pytest.mark.slow

@@ -1075,11 +1075,14 @@ def test_forecasts_elsewhere_list_each_run_once_however_the_forecaster_is_scrape
     the Training job board, evaluated by promtool with forecaster 10.0.0.1 scraped by
     two jobs and a second replica 10.0.0.2 publishing the same forecasts: each run, pod
     and request size once, at its one value (a sum or a bare selector reads it thrice)."""
+    # the run as its exporter reports it: in progress with a plan (the running jobs table
+    # lists only such runs)
     series: list[tuple[str, object]] = [
-        (
-            "gpu_eta_training_last_report_timestamp_seconds"
-            f'{{job="gpu-eta-exporter",instance="n1",node="n1",{_RUN}}}',
-            540,
+        (f'{name}{{job="gpu-eta-exporter",instance="n1",node="n1",{_RUN}}}', value)
+        for name, value in (
+            ("gpu_eta_training_last_report_timestamp_seconds", 540),
+            ("gpu_eta_training_epoch", 3),
+            ("gpu_eta_training_epochs_planned", 10),
         )
     ]
     for n, jobs in ((1, ["servicemonitor", "kubernetes-pods"]), (2, ["servicemonitor"])):
