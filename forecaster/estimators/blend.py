@@ -28,7 +28,7 @@ from gpu_eta.forecaster.estimators.base import (
     stall_widen,
 )
 from gpu_eta.forecaster.estimators.prior import PriorEstimator
-from gpu_eta.forecaster.estimators.rate import own_rate, rate_sigma
+from gpu_eta.forecaster.estimators.rate import measured_points, own_rate, rate_sigma, watched
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
 
@@ -60,7 +60,7 @@ class Components:
     prior_n: int
     rate: tuple[float, float, float, int] | None
     remaining: float
-    done: float
+    done: float  # the progress the rate watched (``rate.watched``)
     prior_level: str = ""  # PriorEstimate.level: "job_batch", "job", "regression", …
     rate_floor: float = 0.0  # the cluster's measured error of own rates (EtaModel sets it)
     prior_floor: float = 0.0  # the same for a same-job prior (EtaModel sets it)
@@ -268,7 +268,7 @@ class BlendEstimator:
         if not hasattr(self, "prior_"):
             raise NotFittedError("BlendEstimator used before fit")
         mu_p, s_p, est = self.prior_.log_remaining(run, before)
-        m, done = remaining_epochs(run), run.epochs_done
+        m, done = remaining_epochs(run), watched(measured_points(run))
         warm = self.prior_.warmup_excess(run, before) if len(run.epoch_times) < 4 else 0.0
         out = []
         for c in huber_cs:

@@ -249,6 +249,30 @@ def significant_points(run: Run) -> Run:
     return dataclasses.replace(run, epoch_times=tuple(kept))
 
 
+def measured_points(run: Run) -> Run:
+    """``run`` read from its last progress point stamped at its start (less than
+    ``MIN_INTERVAL_SECONDS`` after it); ``run`` itself when only epoch 0 is.
+
+    Why: a run whose first report already counts progress (no start event: the
+    exporter stamps the run's start and that epoch's end at the same instant, as a
+    first ``curl`` or a log picked up part-way does) has epochs behind it whose time
+    is unknown, not zero. Read as an interval, it would be ~1 ms per epoch and the
+    forecast "done in under a second" for a run with minutes left. Its progress is
+    real (the epochs left are fewer), so the point is kept and only the rate starts
+    there: with nothing after it, the run has no interval yet and the prior and the
+    analogs answer, as at a run's start; the first interval after it is no warm-up
+    (that epoch was before the report).
+    """
+    times = run.epoch_times
+    start = times[0][1]
+    origin = 0
+    while origin + 1 < len(times) and times[origin + 1][1] - start < MIN_INTERVAL_SECONDS:
+        origin += 1
+    if origin == 0:
+        return run
+    return dataclasses.replace(run, epoch_times=times[origin:])
+
+
 def own_rate(
     run: Run,
     *,
@@ -266,9 +290,10 @@ def own_rate(
 
     Returns ``(log_seconds_per_epoch, scale, n_eff, n_intervals)`` or ``None`` when the
     run has no completed interval yet (a step below ``NEGLIGIBLE_PROGRESS_SHARE`` of the
-    plan is none: ``significant_points``).
+    plan is none: ``significant_points``; nor is one from the start to an epoch end
+    stamped at it: ``measured_points``).
     """
-    run = significant_points(run)
+    run = measured_points(significant_points(run))
     n = len(run.epoch_times) - 1
     if n <= 0:
         return None
@@ -587,8 +612,14 @@ def drifts_list(logs: Sequence[float], stretch: int) -> bool:
 
 
 def _ahead(run: Run, n: int) -> float:
-    """``intervals_ahead`` of ``run`` with ``n`` reported intervals."""
-    return intervals_ahead(remaining_epochs(run), run.epochs_done, n)
+    """``intervals_ahead`` of ``run`` with ``n`` reported intervals since its first
+    point (epoch 0, or the last stamped at its start: ``measured_points``)."""
+    return intervals_ahead(remaining_epochs(run), watched(run), n)
+
+
+def watched(run: Run) -> float:
+    """The progress ``run``'s intervals span: from its first point to its last."""
+    return run.epochs_done - run.epoch_times[0][0]
 
 
 def intervals_ahead(remaining: float, done: float, n: int) -> float:
@@ -632,7 +663,8 @@ def rate_log_remaining(
     if est is None:
         return None
     center, scale, n_eff, n = est
-    return center + math.log(m), rate_sigma(scale, n_eff, m, run.epochs_done, drift, n), n
+    done = watched(measured_points(run))
+    return center + math.log(m), rate_sigma(scale, n_eff, m, done, drift, n), n
 
 
 class RateEstimator:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -120,3 +121,18 @@ def test_combine_many_reads_columns_read_once_as_it_reads_components() -> None:
         for k, c in enumerate(parts):
             raw = c.combine(drift, prior_scale, job_scale)
             assert got[0][k] == pytest.approx(raw.center) and got[1][k] == pytest.approx(raw.sigma)
+
+
+def test_a_first_report_already_counting_an_epoch_is_forecast_from_history() -> None:
+    """No start event: the exporter stamps the run's start and its first epoch end at
+    the same instant. The run's own rate has nothing yet; the prior answers as for a
+    run at its start (a zero-length interval once read as ~1 ms per epoch)."""
+    blend = BlendEstimator().fit(job_history(30, seed=4))
+    fresh = make_run("n", [], planned=20, job_name="a", batch_size=64)
+    t0 = fresh.start_timestamp
+    run = dataclasses.replace(fresh, epoch_times=((0.0, t0), (1.0, t0)))
+    raw = blend.raw(run)
+    assert raw.method == "prior"
+    prior_alone = blend.prior_.log_remaining(run)[0]
+    assert raw.center == pytest.approx(prior_alone)
+    assert blend.predict(run, t0).p50 > 19 * 3.0  # job a: ~5 s per epoch, 19 left

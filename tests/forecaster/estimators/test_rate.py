@@ -521,3 +521,37 @@ def test_a_negligible_progress_step_never_breaks_the_maths(tiny: float, steps: i
         assert est is not None and all(math.isfinite(v) for v in est)
         forecast = RateEstimator().fit([]).predict(run, now=times[-1][1] + 1.0)
         assert all(math.isfinite(q) for q in (forecast.p10, forecast.p50, forecast.p90))
+
+
+def _first_report_at_start(ends: list[tuple[float, float]], planned: float = 20.0) -> Run:
+    """A run whose first report already counted an epoch: no start event, so the
+    exporter stamped the run's start and that epoch's end at the same instant."""
+    t0 = 1_700_000_000.0
+    return Run("z", planned, ((0.0, t0), *((e, t0 + t) for e, t in ends)))
+
+
+def test_an_epoch_end_stamped_at_the_start_is_no_measurement() -> None:
+    """A zero-length interval from the start says nothing of the speed: read, it was
+    ~1 ms per epoch and the forecast 'done in under a second' for minutes of work."""
+    assert own_rate(_first_report_at_start([(1.0, 0.0)])) is None
+    assert own_rate(_first_report_at_start([(1.0, 0.0), (2.0, 0.0)])) is None
+    run = _first_report_at_start([(1.0, 0.0), (2.0, 10.0)])
+    est = own_rate(run, warmup_excess=math.log(3.0))  # epoch 2 is no warm-up epoch
+    assert est is not None
+    assert math.exp(est[0]) == pytest.approx(10.0)
+    assert est[3] == 1  # one measured interval
+    f = RateEstimator().fit([]).predict(run, run.last_timestamp)
+    assert f.p50 == pytest.approx(10.0 * 18, rel=0.2)
+
+
+@pytest.mark.parametrize("n", [3, 80])  # both paths: lists, and numpy beyond SMALL_INTERVALS
+def test_a_run_first_seen_late_is_read_from_its_first_report(n: int) -> None:
+    """The epochs stamped at the start are behind the run, and the intervals after them
+    are its speed, on either path (a late first report: epoch 5 at the start)."""
+    run = _first_report_at_start(
+        [(5.0, 0.0), *((5.0 + k, 10.0 * k) for k in range(1, n + 1))], planned=200.0
+    )
+    est = own_rate(run)
+    assert est is not None
+    assert math.exp(est[0]) == pytest.approx(10.0)
+    assert est[3] == n
