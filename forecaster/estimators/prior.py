@@ -173,6 +173,16 @@ def log_batch(run: Run) -> float:
     return math.log(value) if value > 0 else math.nan
 
 
+def batch_key(run: Run, digits: int) -> float | None:
+    """``log_batch`` rounded to ``digits`` as a dict key, None when unknown.
+
+    Why not the NaN itself: NaN is not equal to itself, so every run without a batch
+    size was a key of its own (the live job cache never hit and grew by an entry per
+    forecast)."""
+    value = log_batch(run)
+    return round(value, digits) if math.isfinite(value) else None
+
+
 @dataclass(frozen=True)
 class _JobGroup:
     """One job's earlier runs, ordered by end time (for temporal prefixes)."""
@@ -362,7 +372,7 @@ class PriorEstimator:
                 continue
             start, stop = self._window(group, run, before)
             if before is None:  # the live path: once per job, batch and campaign
-                cache_key = (key, transfer, round(log_batch(run), 9), run.epochs_done > 0, start)
+                cache_key = (key, transfer, batch_key(run, 9), run.epochs_done > 0, start)
                 hit = self._job_cache.get(cache_key)
                 if hit is None:
                     hit = self._job_level(run, group, start, stop, transfer)

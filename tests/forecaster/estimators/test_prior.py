@@ -440,3 +440,19 @@ def test_a_jobs_runs_counted_in_steps_are_not_pooled_with_its_runs_in_epochs() -
     assert math.exp(prior.per_epoch(new).log_seconds) == pytest.approx(60.0)
     by_steps = dataclasses.replace(new, features={**new.features, "progress_unit": "steps"})
     assert math.exp(prior.per_epoch(by_steps).log_seconds) == pytest.approx(0.6)
+
+
+def test_a_job_without_a_batch_size_is_answered_from_the_job_cache() -> None:
+    """The live job level is computed once per job, batch size and campaign: a run
+    without a batch size (its log batch NaN, never equal to itself) once missed the
+    cache every time and grew it by an entry per forecast (10,000 after 200 jobs ×
+    50 cycles)."""
+    history = [
+        make_run(f"h{i}", [10.0] * 5, start=1e9 + 100.0 * i, job_name="a") for i in range(10)
+    ]
+    prior = PriorEstimator().fit(history)
+    first, again = (
+        prior.per_epoch(make_run("q", [10.0] * k, planned=5, start=2e9, job_name="a"))
+        for k in (1, 2)
+    )
+    assert again is first
