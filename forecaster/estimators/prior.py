@@ -152,9 +152,12 @@ def log_steady_seconds_per_epoch(run: Run) -> float:
 
 
 def log_warmup_excess(run: Run) -> float:
-    """How much slower the first interval ran than the rest (log ratio), NaN if unknown.
+    """How much slower than the rest a first interval one unit of progress wide would
+    have run, holding this run's warm-up (log ratio), NaN if unknown.
 
     Needs at least three intervals: the first, and two to measure the steady rate.
+    Measured on the first interval whatever its width (``first_width``) and spread
+    over one unit (``per_unit``): a warm-up costs seconds, not a share of the interval.
     """
     times = run.epoch_times
     if len(times) < 4:
@@ -164,7 +167,44 @@ def log_warmup_excess(run: Run) -> float:
     if first_w <= 0 or first_t <= 0:
         return math.nan
     steady = log_steady_seconds_per_epoch(run)
-    return math.log(first_t / first_w) - steady
+    return per_unit(math.log(first_t / first_w) - steady, first_w)
+
+
+def first_width(run: Run) -> float:
+    """The width of ``run``'s first interval in units of progress, not below one (1
+    before any): what ``per_width`` and ``per_unit`` spread a warm-up over.
+
+    Why not below one: a first interval a fraction of a unit wide (Hugging Face's
+    fractional epochs) is mostly warm-up, and an excess learned on wider ones would be
+    multiplied by up to the inverse of its width there: a run that warmed up faster
+    than its job's earlier ones would read many times faster than it is. Narrower
+    intervals keep the excess of one unit wide."""
+    times = run.epoch_times
+    return max(1.0, times[1][0] - times[0][0]) if len(times) >= 2 else 1.0
+
+
+def per_width(excess: float, width: float) -> float:
+    """The log excess of a first interval ``width`` (≥ 1) units wide, from ``excess``,
+    that of one a unit wide, holding the same warm-up.
+
+    Why: a warm-up is a fixed cost, ``W`` seconds on top of the steady ``r`` a unit. One
+    unit wide it makes the first interval ``1 + W/r`` times the rest
+    (``excess = log(1 + W/r)``); ``width`` units wide, ``1 + W/(width·r)``. Taken off a
+    first interval as one ratio whatever its width, the excess learned on one-epoch
+    intervals (20 s of warm-up before 10 s epochs) would read a run first seen at epoch
+    8 at 4.2 s an epoch. A negative excess (a first interval faster than the rest: a neighbour's doing, no
+    warm-up) is returned as it is."""
+    if excess <= 0.0 or width <= 1.0:
+        return excess
+    return math.log1p(math.expm1(excess) / width)
+
+
+def per_unit(excess: float, width: float) -> float:
+    """``per_width``'s inverse: the log excess one unit wide from ``excess`` measured on
+    a first interval ``width`` units wide (below one: as one, see ``first_width``)."""
+    if excess <= 0.0 or width <= 1.0:
+        return excess
+    return math.log1p(math.expm1(excess) * width)
 
 
 def log_batch(run: Run) -> float:
@@ -510,17 +550,20 @@ class PriorEstimator:
         return PriorEstimate(mu, max(MIN_SIGMA, math.sqrt(var)), level, k)
 
     def warmup_excess(self, run: Run, before: float | None = None) -> float:
-        """Log excess of a first epoch over the steady rate, for this run's job.
+        """Log excess of ``run``'s first interval over the steady rate, for its job.
 
-        The median over the job's earlier runs (those that ended before ``before``),
-        shrunk toward the pooled excess ``warmup_`` with the weight of two runs; the
-        pooled excess alone for a new job. Never negative: a warm-up only costs
-        time (a first epoch faster than the rest means the run slowed later). The own rate divides a first interval by
-        it while that interval is most of what a run has shown (10 %).
+        The median over the job's earlier runs (those that ended before ``before``) of
+        the excess one unit wide (``log_warmup_excess``), shrunk toward the pooled
+        excess ``warmup_`` with the weight of two runs; the pooled excess alone for a
+        new job; both spread over the width of ``run``'s first interval (``per_width``,
+        ``first_width``). Never negative: a warm-up only costs time (a first epoch
+        faster than the rest means the run slowed later). The own rate divides a first
+        interval by it while that interval is most of what a run has shown (10 %).
         """
         self._check()
+        width = first_width(run)
         group = self.groups_.get(group_key(run))
-        pooled = getattr(self, "warmup_", 0.0)
+        pooled = per_width(getattr(self, "warmup_", 0.0), width)
         if group is None:
             return pooled
         start, stop = self._window(group, run, before)
@@ -528,7 +571,7 @@ class PriorEstimator:
         w = w[np.isfinite(w)]
         if len(w) == 0:
             return pooled
-        job = float(np.median(w))
+        job = per_width(float(np.median(w)), width)
         # a warm-up only ever costs time: a first epoch faster than the rest means the
         # run slowed later (a neighbour), which is not the first epoch's doing
         return max(0.0, (len(w) * job + 2.0 * pooled) / (len(w) + 2.0))

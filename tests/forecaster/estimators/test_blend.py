@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 
 import pytest
 
@@ -136,3 +137,23 @@ def test_a_first_report_already_counting_an_epoch_is_forecast_from_history() -> 
     prior_alone = blend.prior_.log_remaining(run)[0]
     assert raw.center == pytest.approx(prior_alone)
     assert blend.predict(run, t0).p50 > 19 * 3.0  # job a: ~5 s per epoch, 19 left
+
+
+@pytest.mark.parametrize("first", [1, 2, 4, 8])
+def test_the_own_rate_of_a_run_first_seen_after_several_epochs_is_its_speed(first: int) -> None:
+    """The learned warm-up is taken off a lone first interval as the seconds it cost,
+    whatever the interval's width (as a ratio it read 6.7 / 5.0 / 4.2 s an epoch for
+    10 at widths 2 / 4 / 8)."""
+    history = [
+        make_run(f"h{i}", [30.0] + [10.0] * 19, start=1e9 + 1000.0 * i, job_name="j", batch_size=64)
+        for i in range(6)
+    ]
+    blend = BlendEstimator().fit(history)
+    t0 = 2e9
+    live = make_run("live", [], planned=20, start=t0, job_name="j", batch_size=64)
+    live = dataclasses.replace(
+        live, epoch_times=((0.0, t0), (float(first), t0 + 20.0 + 10.0 * first))
+    )
+    rate = blend.components(live).rate
+    assert rate is not None
+    assert math.exp(rate[0]) == pytest.approx(10.0)

@@ -10,6 +10,7 @@ import pytest
 
 from gpu_eta.forecaster.estimators.base import DEFAULT_RUN_SECONDS
 from gpu_eta.forecaster.estimators.prior import PriorEstimator
+from gpu_eta.forecaster.runs import Run
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
 
@@ -456,3 +457,54 @@ def test_a_job_without_a_batch_size_is_answered_from_the_job_cache() -> None:
         for k in (1, 2)
     )
     assert again is first
+
+
+def _started_late(first: int, start_up: float = 20.0, per_epoch: float = 10.0, **kw) -> Run:
+    """A run whose first epoch end seen is epoch ``first``: ``start_up`` seconds of
+    warm-up, then ``per_epoch`` seconds an epoch."""
+    t0 = 2e9
+    return Run(
+        "live",
+        20.0,
+        ((0.0, t0), (float(first), t0 + start_up + per_epoch * first)),
+        features={"job_name": "j", "batch_size": 64, **kw},
+    )
+
+
+def _warm_history(first_width: int = 1, n: int = 6) -> list[Run]:
+    """Runs of job j: 20 s of start-up in the first epoch, then 10 s an epoch; their
+    first epoch end seen is epoch ``first_width``."""
+    runs = []
+    for i in range(n):
+        t0 = 1e9 + 1000.0 * i
+        ends = [(float(k), t0 + 20.0 + 10.0 * k) for k in range(first_width, 21)]
+        runs.append(
+            Run(
+                f"h{i}",
+                20.0,
+                ((0.0, t0), *ends),
+                features={"job_name": "j", "batch_size": 64},
+                completed=True,
+            )
+        )
+    return runs
+
+
+def test_the_warm_up_excess_is_a_fixed_cost_spread_over_the_first_intervals_width() -> None:
+    """A warm-up costs seconds, not a share of the first interval: learned on first
+    intervals one epoch wide (30 s for 10 s epochs: log 3), a first interval four
+    epochs wide (60 s) holds the same 20 s, log 1.5 of it; a lone one-epoch first
+    interval is corrected as before."""
+    prior = PriorEstimator().fit(_warm_history(first_width=1))
+    assert prior.warmup_excess(_started_late(1)) == pytest.approx(math.log(3.0))
+    for first in (2, 4, 8):
+        expected = math.log((20.0 + 10.0 * first) / (10.0 * first))
+        assert prior.warmup_excess(_started_late(first)) == pytest.approx(expected)
+
+
+def test_the_warm_up_is_learned_from_first_intervals_of_any_width() -> None:
+    """History whose first epoch end seen is epoch 2 (40 s over two epochs: log 2 on
+    that width) holds the same 20 s warm-up as one seen at epoch 1."""
+    prior = PriorEstimator().fit(_warm_history(first_width=2))
+    assert prior.warmup_excess(_started_late(1)) == pytest.approx(math.log(3.0))
+    assert prior.warmup_excess(_started_late(2)) == pytest.approx(math.log(2.0))
