@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from email.message import Message
+from typing import IO, TYPE_CHECKING, NoReturn
 
 from gpu_eta.common.text import first_line, without_credentials
 from gpu_eta.forecaster.config import ConfigError
@@ -80,6 +83,11 @@ def push_auth(args: argparse.Namespace) -> PushAuth:
     user = getattr(args, "pushgateway_user", None)
     password_file = getattr(args, "pushgateway_password_file", None)
     token_file = getattr(args, "pushgateway_token_file", None)
+    if (user or password_file or token_file) and not getattr(args, "pushgateway_url", None):
+        raise ConfigError(
+            "--pushgateway credentials need --pushgateway.url (without it the metrics are"
+            " printed, not pushed)"
+        )
     if (user or password_file) and token_file:
         raise ConfigError(
             "--pushgateway.bearer-token-file and --pushgateway basic auth are exclusive:"
@@ -103,9 +111,36 @@ def push_auth(args: argparse.Namespace) -> PushAuth:
     return NO_AUTH
 
 
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect answered to a push is its failure, never followed.
+
+    Why: urllib re-sends a redirected POST (a failed cycle's push) as a GET to the new
+    place, so the push "succeeded" with nothing pushed; and a login page or https
+    upgrade elsewhere would have got the credentials (an unredirected header is not
+    re-sent, but the redirect still ends the push without pushing)."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: Message,
+        newurl: str,
+    ) -> NoReturn:
+        raise urllib.error.HTTPError(
+            req.full_url,
+            code,
+            f"{msg}, redirected to {without_credentials(newurl)}: not followed "
+            "(give --pushgateway.url the gateway's own address)",
+            headers,
+            fp,
+        )
+
+
 def _handler(auth: PushAuth) -> Callable[..., Callable[[], None]]:
-    """prometheus_client's push handler, adding ``auth``'s Authorization header."""
-    from prometheus_client.exposition import default_handler
+    """prometheus_client's push handler, with ``auth``'s Authorization header (sent to
+    the URL given only) and redirects refused (``_RefuseRedirects``)."""
 
     def handler(
         url: str,
@@ -114,9 +149,18 @@ def _handler(auth: PushAuth) -> Callable[..., Callable[[], None]]:
         headers: list[tuple[str, str]],
         data: bytes,
     ) -> Callable[[], None]:
-        value = auth.header()
-        sent = [*headers, ("Authorization", value)] if value is not None else headers
-        return default_handler(url, method, timeout, sent, data)
+        def handle() -> None:
+            request = urllib.request.Request(url, data=data, method=method)
+            for name, value in headers:
+                request.add_header(name, value)
+            if (value := auth.header()) is not None:
+                request.add_unredirected_header("Authorization", value)
+            opener = urllib.request.build_opener(_RefuseRedirects)
+            with opener.open(request, timeout=timeout) as resp:
+                if resp.code >= 400:  # urllib raises for these; kept as prometheus_client does
+                    raise OSError(f"error talking to pushgateway: {resp.code} {resp.msg}")
+
+        return handle
 
     return handler
 

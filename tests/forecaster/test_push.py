@@ -47,7 +47,7 @@ def gateway() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
 
 
 def _auth(*flags: str):
-    args = build_parser().parse_args(["once", *flags])
+    args = build_parser().parse_args(["once", "--pushgateway.url", "http://pg:9091", *flags])
     return push_auth(args)
 
 
@@ -151,3 +151,49 @@ def test_a_refused_push_is_one_line_without_the_secret(tmp_path) -> None:
         srv.server_close()
     assert "401" in str(info.value) and "s3cret" not in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_a_redirected_push_fails_and_the_credentials_stay(gateway, tmp_path, ok: bool) -> None:
+    """A gateway answering 302 elsewhere (a login page, an https upgrade): urllib
+    re-sent a failed cycle's POST as a GET there, Authorization included, and the push
+    "succeeded" with nothing pushed. Now the redirect is the push's failure."""
+    elsewhere, seen = gateway
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(302)
+            self.send_header("Location", elsewhere + "/login")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_POST = do_PUT
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    token = tmp_path / "token"
+    token.write_text("SECRET-TOKEN\n")
+    auth = _auth("--pushgateway.bearer-token-file", str(token))
+    try:
+        with pytest.raises(ForecasterError) as info:
+            push_metrics(
+                f"http://127.0.0.1:{srv.server_address[1]}", "j", ServiceState(), ok, 5, auth
+            )
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "302" in str(info.value) and "not followed" in str(info.value)
+    assert "SECRET" not in str(info.value)
+    assert seen == []  # nothing reached the other place
+
+
+def test_credentials_without_a_pushgateway_url_are_a_usage_error(tmp_path, capsys) -> None:
+    """Without --pushgateway.url once prints the metrics: the credentials were ignored."""
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    assert main(["once", "--pushgateway.bearer-token-file", str(token)]) == ExitCode.USAGE
+    assert "need --pushgateway.url" in capsys.readouterr().err
