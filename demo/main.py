@@ -373,21 +373,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.USAGE
     if args.workdir is not None:
         try:
-            holder = workdirs.claim_workdir(args.workdir)
-        except OSError as err:
-            print(f"gpu-eta demo: --workdir {args.workdir}: {err}", file=sys.stderr)
-            return ExitCode.ERROR
-        if holder is not None:
+            claim = workdirs.claim_workdir(args.workdir)
+        except workdirs.WorkdirBusy as busy:
             print(
-                f"gpu-eta demo: --workdir {args.workdir} is in use by a running demo"
-                f" (pid {holder.pid}): stop it first, or choose another directory",
+                f"gpu-eta demo: --workdir {args.workdir} {busy}: stop it first, or choose"
+                " another directory",
                 file=sys.stderr,
             )
             return ExitCode.USAGE
+        except OSError as err:
+            print(f"gpu-eta demo: --workdir {args.workdir}: {err}", file=sys.stderr)
+            return ExitCode.ERROR
         try:
             return _claimed(args)
         finally:
-            workdirs.release_workdir(args.workdir)
+            claim.release()
     return _claimed(args)
 
 

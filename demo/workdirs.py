@@ -24,6 +24,8 @@ whether a process lives, nothing is removed.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -214,45 +216,103 @@ def clear_previous_demo(workdir: Path) -> None:
             path.unlink()
 
 
-def claim_workdir(workdir: Path, proc: Path = _PROC) -> Owner | None:
-    """Write this process's owner record into ``workdir``; the live demo that holds it
-    instead (nothing written), or None once claimed. A record whose process is gone (a
-    killed demo's) or that does not read is taken over; where ``/proc`` does not say who
-    lives, nothing is claimed and nothing refused.
+@dataclass
+class Claim:
+    """A ``--workdir`` held by this demo (``claim_workdir``): the owner record's open
+    descriptor, locked, or None where the filesystem has no locks (nothing guarded)."""
+
+    workdir: Path
+    fd: int | None
+
+    def release(self) -> None:
+        """Remove the record and let go of the lock (removed first, while still held,
+        so a demo waiting for it never locks a record about to go)."""
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.workdir / OWNER_FILE)
+        os.close(self.fd)
+        self.fd = None
+
+
+class WorkdirBusy(Exception):
+    """Another demo, or a killed demo's child still shutting down, uses the workdir."""
+
+
+def _ancestors(proc: Path) -> set[int]:
+    """This process and its parents (their command lines name the workdir too)."""
+    seen, pid = set(), os.getpid()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        fields = (_read(proc / str(pid) / "stat") or "").rpartition(")")[2].split()
+        if len(fields) < 2 or not fields[1].isdigit():
+            break
+        pid = int(fields[1])
+    return seen
+
+
+def _user_of(workdir: Path, proc: Path) -> int | None:
+    """A process outside this demo's own (its parents, its process group: ``tee`` in
+    the same pipeline) whose command line names ``workdir``: a killed demo's child."""
+    mine = _ancestors(proc)
+    group = os.getpgrp()
+    needle = os.fsencode(str(workdir))
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) in mine:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            if needle not in cmdline or os.getpgid(int(entry.name)) == group:
+                continue
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        return int(entry.name)
+    return None
+
+
+def claim_workdir(workdir: Path, proc: Path = _PROC) -> Claim:
+    """Hold ``workdir`` for this demo: its owner record, created if missing, locked
+    (``flock``) for as long as the demo runs. Raises ``WorkdirBusy`` naming the demo
+    that holds it, or a killed demo's child still using it; ``OSError`` when the
+    record cannot be made.
 
     Why: two demos in one ``--workdir`` mix their pods' logs and history, and the
     second one's ``--clear-workdir`` removed the running one's TSDB and history under
-    it. The record goes in through a hard link, which fails where another demo's
-    appeared meanwhile, so two demos starting together do not both claim it.
+    it. Why a lock: the kernel lets go of it when its demo dies however it dies, so a
+    killed demo's record needs no judging and two demos starting together cannot both
+    hold it. A record another demo removed between our open and our lock is opened
+    again. Where the filesystem has no locks, or ``/proc`` does not say who lives,
+    the claim guards nothing (``Claim.fd`` None).
     """
+    record = workdir / OWNER_FILE
     me = this_process(proc)
-    if me is None:
-        return None
-    record = workdir / OWNER_FILE
-    staged = workdir / f"{OWNER_FILE}.{me.pid}.tmp"
-    staged.write_text(owner_text(me), encoding="utf-8")
-    try:
-        for _ in range(2):
-            try:
-                os.link(staged, record)
-                return None
-            except FileExistsError:
-                holder = parse_owner(_read(record) or "")
-                if holder is not None and holder != me and owner_alive(holder, proc):
-                    return holder
-                record.unlink(missing_ok=True)  # a killed demo's, or unreadable
-            except OSError:  # a filesystem without hard links: claimed without the guard
-                staged.replace(record)
-                return None
-        holder = parse_owner(_read(record) or "")
-        return holder if holder is not None and holder != me else None
-    finally:
-        staged.unlink(missing_ok=True)
-
-
-def release_workdir(workdir: Path, proc: Path = _PROC) -> None:
-    """Remove ``workdir``'s owner record if it is this process's (another demo's claim,
-    taken after this one's was lost, stays)."""
-    record = workdir / OWNER_FILE
-    if (me := this_process(proc)) is not None and parse_owner(_read(record) or "") == me:
-        record.unlink(missing_ok=True)
+    for _ in range(5):
+        fd = os.open(record, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = parse_owner(os.read(fd, 4096).decode("utf-8", "replace"))
+            os.close(fd)
+            raise WorkdirBusy(
+                "is in use by a running demo"
+                + (f" (pid {holder.pid})" if holder is not None else "")
+            ) from None
+        except OSError:  # no locks on this filesystem (some FUSE and SMB mounts)
+            os.close(fd)
+            return Claim(workdir, None)
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(record))
+        except OSError:
+            same = False
+        if not same:  # removed or replaced by the demo that held it: open it again
+            os.close(fd)
+            continue
+        if me is not None and (user := _user_of(workdir, proc)) is not None:
+            os.close(fd)
+            raise WorkdirBusy(
+                f"is still used by pid {user} (a stopped demo's process shutting down?)"
+            )
+        os.ftruncate(fd, 0)
+        os.write(fd, owner_text(me).encode() if me is not None else b"")
+        return Claim(workdir, fd)
+    raise WorkdirBusy("is being claimed and released by other demos")

@@ -205,15 +205,17 @@ def test_a_workdir_a_running_demo_uses_is_refused(monkeypatch, tmp_path: Path) -
     """A second demo in a running demo's --workdir (with --clear-workdir it removed the
     running one's TSDB, history and logs): one line naming the running demo, exit 2,
     nothing removed."""
+    from tests.demo.test_workdirs import hold_workdir
+
     (tmp_path / "history.sqlite").write_bytes(b"")
-    parent = os.getppid()
-    stat = workdirs.parse_stat(Path(f"/proc/{parent}/stat").read_text())
-    assert stat is not None
-    running = workdirs.Owner(parent, stat[1], workdirs.boot_id())
-    (tmp_path / workdirs.OWNER_FILE).write_text(workdirs.owner_text(running))
+    running = hold_workdir(tmp_path)
     monkeypatch.setattr(cli, "install_parts", lambda tsdb: False)
-    line = _one_line_exit_2(["--workdir", str(tmp_path), "--clear-workdir", "--quiet"])
-    assert f"pid {parent}" in line and str(tmp_path) in line
+    try:
+        line = _one_line_exit_2(["--workdir", str(tmp_path), "--clear-workdir", "--quiet"])
+    finally:
+        running.kill()
+        running.wait()
+    assert f"pid {running.pid}" in line and str(tmp_path) in line
     assert sorted(p.name for p in tmp_path.iterdir()) == [workdirs.OWNER_FILE, "history.sqlite"]
 
 

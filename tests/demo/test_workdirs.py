@@ -196,35 +196,95 @@ def test_a_previous_demos_files_in_a_workdir_are_found_and_cleared_alone(tmp_pat
     assert workdirs.previous_demo_files(tmp_path / "missing") == []
 
 
-def test_a_workdir_is_claimed_once_and_released_by_its_owner(tmp_path: Path) -> None:
-    """Two demos in one --workdir: the second's --clear-workdir removed the first's TSDB,
-    history and logs under it. A demo claims the directory (its owner record); a live
-    owner's claim stands, a dead one's is taken over."""
-    assert workdirs.claim_workdir(tmp_path) is None
-    record = tmp_path / workdirs.OWNER_FILE
-    assert workdirs.parse_owner(record.read_text()) == _me()
-    # a second demo (here: another owner alive) is refused and names the holder
-    live = dataclasses.replace(_me(), pid=os.getppid())
-    stat = workdirs.parse_stat(Path(f"/proc/{live.pid}/stat").read_text())
-    assert stat is not None
-    live = dataclasses.replace(live, start_ticks=stat[1])
-    record.write_text(workdirs.owner_text(live))
-    assert workdirs.claim_workdir(tmp_path) == live
-    assert workdirs.parse_owner(record.read_text()) == live  # untouched
-    workdirs.release_workdir(tmp_path)  # not ours: kept
-    assert workdirs.parse_owner(record.read_text()) == live
-    # a killed demo's record is taken over, and the owner's release removes it
-    record.write_text(workdirs.owner_text(_dead()))
-    assert workdirs.claim_workdir(tmp_path) is None
-    assert workdirs.parse_owner(record.read_text()) == _me()
-    workdirs.release_workdir(tmp_path)
-    assert not record.exists()
-    # the record is not a previous demo's file: clearing leaves a live claim alone
-    assert workdirs.claim_workdir(tmp_path) is None
-    assert workdirs.previous_demo_files(tmp_path) == []
+HOLD = """
+import sys, time
+from pathlib import Path
+from gpu_eta.demo import workdirs
+claim = workdirs.claim_workdir(Path(sys.argv[1]))
+print("held", flush=True)
+time.sleep(60)
+"""
 
 
-def test_a_damaged_record_is_taken_over(tmp_path: Path) -> None:
-    (tmp_path / workdirs.OWNER_FILE).write_text("{not json")
-    assert workdirs.claim_workdir(tmp_path) is None
+def hold_workdir(workdir: Path) -> subprocess.Popen:
+    """Another demo holding ``workdir`` (its claim), until killed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(workdir)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_a_workdir_is_held_by_one_demo_and_free_once_it_dies(tmp_path: Path) -> None:
+    """Two demos in one --workdir: the second's --clear-workdir removed the first's
+    TSDB, history and logs. The claim is a lock the kernel drops when its demo dies,
+    however it dies (a SIGKILL here), so the next demo takes the directory at once."""
+    other = hold_workdir(tmp_path)
+    try:
+        with pytest.raises(workdirs.WorkdirBusy, match=f"pid {other.pid}"):
+            workdirs.claim_workdir(tmp_path)
+        assert workdirs.parse_owner((tmp_path / workdirs.OWNER_FILE).read_text()).pid == other.pid
+    finally:
+        other.kill()
+        other.wait()
+    claim = workdirs.claim_workdir(tmp_path)
     assert workdirs.parse_owner((tmp_path / workdirs.OWNER_FILE).read_text()) == _me()
+    assert workdirs.previous_demo_files(tmp_path) == []  # the record is no demo file
+    claim.release()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_demos_starting_together_claim_the_workdir_once(tmp_path: Path) -> None:
+    """Each read a killed demo's record, judged it stale and replaced it: both claimed
+    (4 in 40 trials). A lock is held by one."""
+    (tmp_path / workdirs.OWNER_FILE).write_text(workdirs.owner_text(_dead()))
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom gpu_eta.demo import workdirs\n"
+        "try:\n    c = workdirs.claim_workdir(Path(sys.argv[1]))\n"
+        "except workdirs.WorkdirBusy:\n    print('busy', flush=True)\nelse:\n"
+        "    print('claimed', flush=True)\n    sys.stdin.read()\n"
+    )
+    for _ in range(5):
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(tmp_path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        answers = sorted(p.stdout.readline().strip() for p in procs)
+        for p in procs:
+            p.communicate("")
+        assert answers == ["busy", "busy", "claimed"]
+
+
+def test_a_killed_demos_child_still_using_the_workdir_keeps_it(tmp_path: Path) -> None:
+    """A demo killed with SIGKILL: its Prometheus takes seconds to stop in the
+    directory, and --clear-workdir removed its TSDB under it."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", f"--storage={tmp_path}/prometheus"],
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 10  # until its command line reads as the program's
+    while str(tmp_path).encode() not in Path(f"/proc/{child.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    try:
+        with pytest.raises(workdirs.WorkdirBusy, match=f"pid {child.pid}"):
+            workdirs.claim_workdir(tmp_path)
+    finally:
+        child.kill()
+        child.wait()
+    workdirs.claim_workdir(tmp_path).release()
+
+
+def test_a_filesystem_without_locks_is_claimed_unguarded(monkeypatch, tmp_path: Path) -> None:
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr(workdirs.fcntl, "flock", no_locks)
+    claim = workdirs.claim_workdir(tmp_path)
+    assert claim.fd is None
+    claim.release()
