@@ -241,6 +241,21 @@ def schedules_on(pod: dict, node_labels: dict[str, str]) -> bool:
     )
 
 
+# GPU Operator's label for third-party GPU clients. Its driver manager (k8s-driver-manager,
+# internal/kubernetes/client.go WaitForPodsWithNodeSelector) and its MIG manager wait,
+# before a driver unload or a MIG change, for the DaemonSet pods of the node whose
+# spec.nodeSelector has this key; a pod placed there through node affinity is not waited
+# for, so its deletion races the unload.
+GPU_OPERATOR_CLIENT_LABEL = "nvidia.com/gpu.deploy.client"
+
+
+def gpu_operator_waits_for(pod: dict) -> bool:
+    """Would GPU Operator's driver and MIG managers wait for a DaemonSet pod with this
+    spec to go before unloading the driver or changing MIG mode (their filter: the
+    client label's key in the pod's nodeSelector, whatever its value)?"""
+    return GPU_OPERATOR_CLIENT_LABEL in (pod.get("nodeSelector") or {})
+
+
 # ------------------------------------------------------------ NetworkPolicy
 #
 # The NetworkPolicy API's rules (networking.k8s.io/v1 reference): a pod is isolated

@@ -448,6 +448,30 @@ def test_gpu_node_labels_are_ored_and_a_site_label_joins_them() -> None:
                                    "followGpuOperator": False})  # fmt: skip
 
 
+def test_gpu_operator_client_node_selector_is_opt_in_and_keeps_the_sites_own() -> None:
+    """``exporter.gpuOperatorClientNodeSelector`` (GPU Operator 26.7 and later): the
+    client label in the pod's nodeSelector, the only place GPU Operator's driver and MIG
+    managers look for the pods to wait for, beside ``exporter.nodeSelector``; off by
+    default (where GPU Operator never sets the label the exporter must still run)."""
+    waits = k8s.gpu_operator_waits_for
+    label = k8s.GPU_OPERATOR_CLIENT_LABEL
+
+    def spec(values: dict) -> dict:
+        objects = k8s.helm_template({"exporter": values})
+        assert not k8s.validate_all(objects)
+        return pod_spec(find(objects, "DaemonSet", "gpu-eta-exporter"))
+
+    assert not waits(spec({}))
+    assert not waits(spec({"nodeSelector": {"pool": "gpu"}}))
+    on = spec({"gpuOperatorClientNodeSelector": True, "nodeSelector": {"pool": "gpu"}})
+    assert waits(on)
+    assert on["nodeSelector"] == {label: "true", "pool": "gpu"}
+    gpu = {"nvidia.com/gpu.present": "true", "pool": "gpu"}
+    assert k8s.schedules_on(on, {**gpu, label: "true"})
+    assert not k8s.schedules_on(on, gpu)
+    assert not k8s.schedules_on(on, {**gpu, label: "paused-for-driver-upgrade"})
+
+
 def test_a_device_list_strategy_the_chart_does_not_know_fails_the_render() -> None:
     """``exporter.deviceListStrategy`` takes the device plugin's two names for how a
     container's GPUs reach the toolkit; anything else (a typo, the plugin's CDI

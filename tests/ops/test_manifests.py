@@ -35,6 +35,7 @@ COMPONENTS = {
     "system-node-critical": "components/system-node-critical",
     "egress-networkpolicies": "components/egress-networkpolicies",
     "egress-networkpolicies-openshift": "components/egress-networkpolicies-openshift",
+    "gpu-operator-client": "components/gpu-operator-client",
 }
 _COMBOS: dict[str, list[dict]] = {}
 
@@ -325,6 +326,47 @@ def test_item1_exporter_leaves_nodes_gpu_operator_pauses_for_driver_or_mig() -> 
             node = {**GPU_NODES[gpu_node], **labels}
             assert k8s.schedules_on(spec, node) is expected, (name, case, node)
         assert not k8s.schedules_on(spec, {"nvidia.com/gpu.deploy.client": "true"})  # no GPU
+
+
+def test_gpu_operator_client_component_makes_gpu_operator_wait_for_the_exporter(
+    tmp_path: Path,
+) -> None:
+    """By default the client label is a node-affinity term ("true" or absent: GPU
+    Operator before 26.7 and sites without it keep their exporter), which GPU Operator
+    does not wait for. components/gpu-operator-client (GPU Operator 26.7 and later)
+    puts the label in the pod's nodeSelector: the driver and MIG managers wait for the
+    exporter, which runs where the label is "true" only, and a nodeSelector of the
+    site's own is kept beside it."""
+    label = k8s.GPU_OPERATOR_CLIENT_LABEL
+    for name in OVERLAYS:
+        spec, _ = _exporter(build_overlay(name))
+        assert not k8s.gpu_operator_waits_for(spec), name
+    site = {
+        "patches": [
+            {
+                "target": {"kind": "DaemonSet", "name": "gpu-eta-exporter"},
+                "patch": "apiVersion: apps/v1\nkind: DaemonSet\n"
+                "metadata: {name: gpu-eta-exporter}\n"
+                "spec: {template: {spec: {nodeSelector: {pool: gpu}}}}",
+            }
+        ]
+    }
+    for extra in ({}, site):
+        spec, _ = _exporter(_combo(tmp_path, ("gpu-operator-client",), **extra))
+        assert k8s.gpu_operator_waits_for(spec)
+        pool = {"pool": "gpu"} if extra else {}
+        assert spec["nodeSelector"] == {label: "true", **pool}
+        for gpu_node in GPU_NODES:
+            node = {**gpu_node, **pool}
+            assert k8s.schedules_on(spec, {**node, label: "true"}), node
+            for labels in (
+                {},  # GPU Operator before 26.7: the component is not for it
+                {label: "paused-for-driver-upgrade"},
+                {label: "paused-for-mig-change"},
+                {label: "true", "gpu-eta.io/exporter": "false"},
+            ):
+                assert not k8s.schedules_on(spec, {**node, **labels}), labels
+        assert not k8s.schedules_on(spec, {label: "true", **pool})  # no GPU
 
 
 def test_documented_mig_change_takes_the_exporter_off_the_node_and_back() -> None:
