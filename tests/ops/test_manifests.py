@@ -877,6 +877,35 @@ def test_chart_egress_value_lets_the_same_connections_out() -> None:
         assert all(needs.values()), (mode, [k for k, v in needs.items() if not v])
 
 
+@pytest.mark.parametrize("mode", ["deployment", "cronjob"])
+def test_chart_egress_does_not_hang_on_the_ingress_policies(mode: str) -> None:
+    """``networkPolicy.enabled=false`` (every scraper admitted) leaves the egress
+    policies ``networkPolicy.egress.enabled`` asks for, as the kustomize component
+    stands apart from the base's ingress policies: a default-deny site still lets the
+    exporter and the forecaster out (the Pushgateway's ingress is then the site's own
+    business, as every other port's). Their Prometheus peers are the scraper
+    namespaces, so an empty list fails the render there too (``to: null`` would be any
+    address)."""
+    values = {
+        "networkPolicy": {"enabled": False, "egress": {"enabled": True}},
+        "forecaster": {"mode": mode},
+    }
+    objects = k8s.helm_template(values)
+    names = {o["metadata"]["name"] for o in objects if o["kind"] == "NetworkPolicy"}
+    assert names == {"gpu-eta-exporter-egress", "gpu-eta-forecaster-egress"}
+    needs = _egress_needs(objects)
+    assert ("forecaster pushgateway" in needs) == (mode == "cronjob")
+    needs.pop("forecaster pushgateway", None)  # its ingress side: no ingress policy
+    assert all(needs.values()), [k for k, v in needs.items() if not v]
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"] + [DEFAULT_DENY]
+    forecaster = k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-forecaster"})
+    gateway = k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-pushgateway"})
+    assert k8s.egress_allowed(policies, forecaster, gateway, 9091)
+    values["networkPolicy"]["scraperNamespaceSelectors"] = []
+    with pytest.raises(k8s.RenderError, match=r"networkPolicy\.scraperNamespaceSelectors is empty"):
+        k8s.helm_template(values)
+
+
 OPENSHIFT_DNS = k8s.Endpoint(
     "openshift-dns", {"dns.operator.openshift.io/daemonset-dns": "default"}
 )

@@ -158,6 +158,10 @@ gpu-eta.gpuResourceRegex (.path: the file under the chart, .root: the top contex
 {{- if and .Values.networkPolicy.enabled (empty .Values.networkPolicy.scraperNamespaceSelectors) -}}
 {{- fail "networkPolicy.scraperNamespaceSelectors is empty: the NetworkPolicy would admit every source to the metrics port; list the scrapers' namespaces, or set networkPolicy.enabled=false" -}}
 {{- end -}}
+{{- /* and `to: null` in the forecaster's egress: Prometheus' port at any address */ -}}
+{{- if and .Values.networkPolicy.egress.enabled (empty .Values.networkPolicy.scraperNamespaceSelectors) -}}
+{{- fail "networkPolicy.scraperNamespaceSelectors is empty: the forecaster's egress policy would let it reach port 9090 at any address; list the namespaces where Prometheus runs" -}}
+{{- end -}}
 {{- /* the rules of common/gpu_resources.py parse_gpu_resources (at most 32 distinct
 names, each an extended resource name as common/k8s_names.is_extended_resource_name
 and Kubernetes' IsExtendedResourceName have it), checked here so that a typo fails the
