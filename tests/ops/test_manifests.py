@@ -906,6 +906,53 @@ def test_chart_egress_does_not_hang_on_the_ingress_policies(mode: str) -> None:
         k8s.helm_template(values)
 
 
+# The API server's port behind the kubernetes Service on clusters whose control plane
+# listens on neither 443 nor 6443.
+MICROK8S_API = (k8s.Endpoint(ip="192.168.1.10"), 16443)
+MINIKUBE_API = (k8s.Endpoint(ip="192.168.49.2"), 8443)
+
+
+def test_chart_egress_opens_the_api_server_ports_the_site_names() -> None:
+    """``networkPolicy.egress.apiServerPorts``: 443 and 6443 by default (neither
+    MicroK8s' 16443 nor minikube's 8443); the ports listed replace them. An empty list
+    fails the render (a rule without ports opens every port), as does no port number."""
+    exporter = k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-exporter"})
+
+    def out(values: dict, dest: k8s.Endpoint, port: int) -> bool:
+        egress = k8s.helm_merge({"enabled": True}, values)
+        objects = k8s.helm_template({"networkPolicy": {"egress": egress}})
+        policies = [o for o in objects if o["kind"] == "NetworkPolicy"] + [DEFAULT_DENY]
+        return k8s.egress_allowed(policies, exporter, dest, port)
+
+    assert all(out({}, *api) for api in API_SERVER)
+    assert not out({}, *MICROK8S_API) and not out({}, *MINIKUBE_API)
+    microk8s = {"apiServerPorts": [443, 16443]}
+    assert out(microk8s, *MICROK8S_API) and out(microk8s, *API_SERVER[0])
+    assert not out(microk8s, *API_SERVER[1]) and not out(microk8s, *MINIKUBE_API)
+    for ports in ([], [70000], ["https"]):
+        values = {"networkPolicy": {"egress": {"enabled": True, "apiServerPorts": ports}}}
+        with pytest.raises(k8s.RenderError, match=r"networkPolicy\.egress\.apiServerPorts"):
+            k8s.helm_template(values)
+
+
+def test_docs_kustomize_api_server_port_snippet_adds_only_its_port(tmp_path: Path) -> None:
+    """docs/deploy.md's policy for an API server on another port (MicroK8s), beside the
+    egress component: the exporter reaches that port, the forecaster does not, and
+    nothing else opens."""
+    (snippet,) = _doc_yaml_blocks("kind: NetworkPolicy", "apiserver-egress.yaml")
+    component = _combo(tmp_path, ("egress-networkpolicies",))
+    objects = [*component, snippet]
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"] + [DEFAULT_DENY]
+    exporter = k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-exporter"})
+    forecaster = k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-forecaster"})
+    alone = [o for o in component if o["kind"] == "NetworkPolicy"] + [DEFAULT_DENY]
+    assert not k8s.egress_allowed(alone, exporter, *MICROK8S_API)
+    assert k8s.egress_allowed(policies, exporter, *MICROK8S_API)
+    assert not k8s.egress_allowed(policies, forecaster, *MICROK8S_API)
+    assert not k8s.egress_allowed(policies, exporter, *MINIKUBE_API)
+    assert all(_egress_needs(objects).values())
+
+
 OPENSHIFT_DNS = k8s.Endpoint(
     "openshift-dns", {"dns.operator.openshift.io/daemonset-dns": "default"}
 )

@@ -158,6 +158,17 @@ gpu-eta.gpuResourceRegex (.path: the file under the chart, .root: the top contex
 {{- if and .Values.networkPolicy.enabled (empty .Values.networkPolicy.scraperNamespaceSelectors) -}}
 {{- fail "networkPolicy.scraperNamespaceSelectors is empty: the NetworkPolicy would admit every source to the metrics port; list the scrapers' namespaces, or set networkPolicy.enabled=false" -}}
 {{- end -}}
+{{- /* an empty port list opens every port */ -}}
+{{- if .Values.networkPolicy.egress.enabled -}}
+{{- if empty .Values.networkPolicy.egress.apiServerPorts -}}
+{{- fail "networkPolicy.egress.apiServerPorts is empty: the exporter's egress rule would open every port; list the API server's (kubectl get endpointslice -n default -l kubernetes.io/service-name=kubernetes)" -}}
+{{- end -}}
+{{- range .Values.networkPolicy.egress.apiServerPorts -}}
+{{- if or (not (regexMatch "^[0-9]+$" (toString .))) (lt (int .) 1) (gt (int .) 65535) -}}
+{{- fail (printf "networkPolicy.egress.apiServerPorts: %v is not a port (1-65535)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* and `to: null` in the forecaster's egress: Prometheus' port at any address */ -}}
 {{- if and .Values.networkPolicy.egress.enabled (empty .Values.networkPolicy.scraperNamespaceSelectors) -}}
 {{- fail "networkPolicy.scraperNamespaceSelectors is empty: the forecaster's egress policy would let it reach port 9090 at any address; list the namespaces where Prometheus runs" -}}
