@@ -953,6 +953,39 @@ def test_docs_kustomize_api_server_port_snippet_adds_only_its_port(tmp_path: Pat
     assert all(_egress_needs(objects).values())
 
 
+def test_docs_tenant_policy_lets_training_pods_report_progress(tmp_path: Path) -> None:
+    """docs/deploy.md's policy for a training namespace under a default deny of its
+    own (Kyverno puts one in every new namespace, tenants' included): without it the
+    progress POST never leaves the trainer's pod, though the exporter's ingress admits
+    it; with it the trainer reaches the exporter's progress port and DNS (the Service
+    name), and nothing else: not the exporter's metrics port, not another pod on 9843,
+    not another tenant."""
+    (snippet,) = _doc_yaml_blocks("kind: NetworkPolicy", "tenant-progress-egress.yaml")
+    assert not k8s.validate_all([snippet])
+    namespace = snippet["metadata"]["namespace"]
+    tenant_deny = {**DEFAULT_DENY, "metadata": {"name": "default-deny", "namespace": namespace}}
+    gpu_eta = [o for o in _combo(tmp_path, ()) if o["kind"] == "NetworkPolicy"]
+    trainer = k8s.Endpoint(namespace, {"app": "train", "job-name": "resnet"})
+    exporter = k8s.Endpoint(
+        "gpu-eta", {"app.kubernetes.io/name": "gpu-eta-exporter"}, port_names={"progress": 9843}
+    )
+    before = [*gpu_eta, DEFAULT_DENY, tenant_deny]
+    assert k8s.ingress_allowed(before, trainer, exporter, 9843)
+    assert not k8s.egress_allowed(before, trainer, exporter, 9843)
+    after = [*before, snippet]
+
+    def out(dest: k8s.Endpoint, port: int, protocol: str = "TCP") -> bool:
+        return k8s.egress_allowed(after, trainer, dest, port, protocol)
+
+    assert out(exporter, 9843) and k8s.ingress_allowed(after, trainer, exporter, 9843)
+    assert out(DNS, 53, "UDP") and out(DNS, 53)
+    assert out(NODELOCAL_DNS, 53, "UDP") and out(NODELOCAL_DNS, 53)
+    assert not out(exporter, 9842)
+    assert not out(k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-forecaster"}), 9843)
+    assert not out(k8s.Endpoint("team-b", {"app": "db"}), 5432)
+    assert not out(k8s.Endpoint(ip="8.8.8.8"), 53, "UDP")
+
+
 OPENSHIFT_DNS = k8s.Endpoint(
     "openshift-dns", {"dns.operator.openshift.io/daemonset-dns": "default"}
 )
