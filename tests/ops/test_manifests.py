@@ -1205,6 +1205,37 @@ def test_item7_cronjob_and_operator_combine(tmp_path: Path) -> None:
     assert job["spec"]["concurrencyPolicy"] == "Forbid"
 
 
+KIND_NAMES = {
+    k.lower(): k for k in ("Deployment", "Service", "NetworkPolicy", "CronJob", "ServiceAccount")
+}
+
+
+def test_documented_switch_between_deployment_and_cronjob_removes_what_apply_leaves() -> None:
+    """``kubectl apply -k`` never deletes: switching an install to the CronJob variant
+    (or back) leaves the objects only the other form has (the old Deployment holding the
+    history's ReadWriteOnce claim). Section 4's delete commands name exactly those, in
+    each direction."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    section = text[text.index("## 4. ") : text.index("## 5. ")]
+    blocks = [
+        b
+        for b in re.findall(r"```sh\n(.*?)```", section, re.S)
+        if " delete " in b and "kubectl apply -k" in b
+    ]
+    assert len(blocks) == 2, "section 4: one block per direction"
+    deployment = {(o["kind"], o["metadata"]["name"]) for o in build_overlay("plain-prometheus")}
+    cronjob = {(o["kind"], o["metadata"]["name"]) for o in build_overlay("forecaster-cronjob")}
+    for block, left in zip(blocks, (deployment - cronjob, cronjob - deployment), strict=True):
+        deleted = {
+            (KIND_NAMES[kind], name)
+            for kinds, name in re.findall(r"kubectl -n gpu-eta delete (\S+) (\S+)", block)
+            for kind in kinds.split(",")
+        }
+        assert deleted == left
+        # deleted before the apply that brings the other form's writer of the claim
+        assert block.index(" delete ") < block.index("kubectl apply -k")
+
+
 def test_item9_installing_into_another_namespace(tmp_path: Path) -> None:
     """Item 9: an overlay `namespace: monitoring` over the base renames no Namespace
     object (nothing for `kubectl delete -k` to delete) and the ClusterRoleBinding's
