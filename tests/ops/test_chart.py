@@ -9,6 +9,7 @@ apart from Helm's own two labels. So the chart and the manifests cannot drift.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 import shutil
@@ -1007,6 +1008,94 @@ def test_gpu_resources_given_as_a_string_is_taken_as_that_name(value: str) -> No
         assert any(f"--kubelet.gpu-resource={value}" in a for a in args)
     else:  # `--set gpuResources=` clears them: none, as null
         assert not [a for a in args if "gpu-resource" in a]
+
+
+# (part, value, flag, value as given, the text Helm renders it as): durations the
+# exporter's parser takes or refuses (exporter/config.py parse_duration: one number and
+# one of ms/s/m/h, the interval at least 50ms), and `serve`'s --cycle.interval (a float,
+# finite, > 0, at most ten years).
+INTERVALS = [
+    *[
+        ("exporter", "collectionInterval", "--collection.interval", v, str(v))
+        for v in ("15s", "500ms", "1.5s", "2m", "1h", "15", "50ms", " 5 s")
+    ],
+    ("exporter", "collectionInterval", "--collection.interval", 15, "15"),
+    ("exporter", "collectionInterval", "--collection.interval", 0.5, "0.5"),
+    ("exporter", "collectionInterval", "--collection.interval", 1000000, "1e+06"),
+    *[
+        ("exporter", "collectionInterval", "--collection.interval", v, v)
+        for v in ("1m30s", "1d", "10ms", "0s", "0", "-5s", "", "5sec", "9" * 400 + "s")
+    ],
+    *[
+        ("exporter", "collectionTimeout", "--collection.timeout", v, v)
+        for v in ("10s", "4.5s", "10ms", "1m30s", "0s", "1d")
+    ],
+    ("forecaster", "cycleInterval", "--cycle.interval", 60, "60"),
+    ("forecaster", "cycleInterval", "--cycle.interval", 90.5, "90.5"),
+    ("forecaster", "cycleInterval", "--cycle.interval", 315360000, "3.1536e+08"),
+    ("forecaster", "cycleInterval", "--cycle.interval", 400000000, "4e+08"),
+    ("forecaster", "cycleInterval", "--cycle.interval", 0, "0"),
+    ("forecaster", "cycleInterval", "--cycle.interval", -5, "-5"),
+    *[
+        ("forecaster", "cycleInterval", "--cycle.interval", v, v)
+        for v in ("60", "+60", "1e3", ".5", "1_000", "2m", "60s", "inf", "nan", "1e400", "")
+    ],
+]
+
+
+def _program_takes(part: str, flag: str, text: str) -> bool:
+    """Does the program (the exporter, or the forecaster's ``serve``) take FLAG=TEXT in
+    place of the chart's default, as its container would pass it?"""
+    program = f"gpu-eta-{part}"
+    (invocation,) = [
+        i for i in container_args.invocations(k8s.helm_defaults()) if i.program == program
+    ]
+    args = [a for a in invocation.args if not a.startswith(f"{flag}=")]
+    assert len(args) == len(invocation.args) - 1, f"{program}: no {flag} to replace"
+    try:
+        container_args.parse(dataclasses.replace(invocation, args=[*args, f"{flag}={text}"]))
+    except AssertionError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("part", "key", "flag", "value", "text"), INTERVALS, ids=lambda v: repr(v)[:24]
+)
+def test_the_chart_takes_the_intervals_its_programs_take_and_no_other(
+    part: str, key: str, flag: str, value: object, text: str
+) -> None:
+    """An interval the exporter or ``serve`` would refuse fails the install naming the
+    value, instead of an install whose pods crash-loop; one they take renders as that
+    argument. The chart's check and the programs' parsers agree on each value."""
+    takes = _program_takes(part, flag, text)
+    try:
+        objects = k8s.helm_template({part: {key: value}})
+    except k8s.RenderError as err:
+        assert not takes, f"the chart refuses {value!r}, which {part} takes: {err}"
+        assert f"{part}.{key}" in str(err)
+        return
+    assert takes, f"the chart renders {flag}={text}, which {part} refuses"
+    (invocation,) = [
+        i for i in container_args.invocations(objects) if i.program == f"gpu-eta-{part}"
+    ]
+    assert f"{flag}={text}" in invocation.args
+
+
+def test_interval_cases_go_both_ways() -> None:
+    """INTERVALS holds values each program takes and values it refuses."""
+    for part in ("exporter", "forecaster"):
+        results = {_program_takes(p, f, t) for p, _, f, _, t in INTERVALS if p == part}
+        assert results == {True, False}, part
+
+
+def test_a_cronjob_passes_no_cycle_interval_so_the_chart_asks_none() -> None:
+    """``once`` takes no --cycle.interval: in cronjob mode forecaster.cycleInterval is only
+    the Pushgateway's scrape interval, a Prometheus duration such as 2m."""
+    values = {"forecaster": {"mode": "cronjob", "cycleInterval": "2m"}}
+    assert _scrape_intervals(values)["gpu-eta-forecaster"] == "2m"
+    with pytest.raises(k8s.RenderError, match=r"forecaster\.cycleInterval"):
+        k8s.helm_template({"forecaster": {"cycleInterval": "2m"}})
 
 
 def test_more_gpu_resources_than_the_programs_take_fail_the_install() -> None:

@@ -173,6 +173,35 @@ gpu-eta.gpuResourceRegex (.path: the file under the chart, .root: the top contex
 {{- if and .Values.networkPolicy.egress.enabled (empty .Values.networkPolicy.scraperNamespaceSelectors) -}}
 {{- fail "networkPolicy.scraperNamespaceSelectors is empty: the forecaster's egress policy would let it reach port 9090 at any address; list the namespaces where Prometheus runs" -}}
 {{- end -}}
+{{- /* the exporter's --collection.interval and --collection.timeout as its parser
+(exporter/config.py parse_duration, validate) takes them: one number and one unit of
+ms, s, m, h (none: seconds), above 0, the interval at least 50ms; checked here, as the
+GPU resources below, so that a value it refuses fails the install instead of
+crash-looping every exporter ("1m30s", "1d": Prometheus durations it does not read) */ -}}
+{{- range $key, $min := dict "collectionInterval" 0.05 "collectionTimeout" 0.0 -}}
+{{- $text := toString (index $.Values.exporter $key) -}}
+{{- $seconds := 0.0 -}}
+{{- if regexMatch "^\\s*[0-9]+([.][0-9]+)?\\s*(ms|s|m|h)?\\s*$" $text -}}
+{{- $unit := regexFind "(ms|s|m|h)$" (trim $text) | default "s" -}}
+{{- $seconds = mulf (regexFind "[0-9]+([.][0-9]+)?" $text | float64) (get (dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0) $unit) -}}
+{{- end -}}
+{{- if or (not (gt $seconds 0.0)) (lt $seconds $min) -}}
+{{- fail (printf "exporter.%s: %q is no duration the exporter takes: a number and one unit of ms, s, m or h, like 15s or 500ms, above 0%s" $key $text (ternary ", at least 50ms" "" (gt $min 0.0))) -}}
+{{- end -}}
+{{- end -}}
+{{- /* serve's --cycle.interval: a float as Python reads one (forecaster/main.py,
+type=float), finite, above 0 and at most ten years (forecaster/config.py
+MAX_WINDOW_SECONDS); a CronJob's `once` takes none */ -}}
+{{- if eq .Values.forecaster.mode "deployment" -}}
+{{- $text := toString .Values.forecaster.cycleInterval | trim -}}
+{{- $digits := "[0-9](_?[0-9])*" -}}
+{{- $number := printf "^[+-]?(%s([.](%s)?)?|[.]%s)([eE][+-]?%s)?$" $digits $digits $digits $digits -}}
+{{- $seconds := 0.0 -}}
+{{- if regexMatch $number $text }}{{ $seconds = $text | replace "_" "" | float64 }}{{ end -}}
+{{- if or (not (gt $seconds 0.0)) (gt $seconds 315360000.0) -}}
+{{- fail (printf "forecaster.cycleInterval: %q is no --cycle.interval serve takes: a number of seconds above 0 and at most ten years, like 60 (no unit)" $text) -}}
+{{- end -}}
+{{- end -}}
 {{- /* the rules of common/gpu_resources.py parse_gpu_resources (at most 32 distinct
 names, each an extended resource name as common/k8s_names.is_extended_resource_name
 and Kubernetes' IsExtendedResourceName have it), checked here so that a typo fails the
