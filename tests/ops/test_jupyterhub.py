@@ -124,7 +124,7 @@ def test_documented_hostport_rule_opens_the_nodes_progress_port_only() -> None:
     destination is the node; the documented ipBlock rule admits the nodes' 9843 and
     no other port of theirs (the kubelet's 10250) nor any other private address."""
     values = _values()
-    (rule,) = _doc_yaml("ipBlock", "9843")
+    (rule,) = _doc_yaml("ipBlock", "9843", "your GPU nodes' addresses")
     values["singleuser"]["networkPolicy"]["egress"].append(rule)
     assert "HOST_IP" in _doc_yaml("status.hostIP")["singleuser"]["extraEnv"]
     policies = [z2jh.singleuser_policy(values)]
