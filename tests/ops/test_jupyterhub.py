@@ -8,6 +8,7 @@ evaluated with the NetworkPolicy API's rules, egress and ingress (tests/ops/k8s.
 
 from __future__ import annotations
 
+import logging
 import re
 import urllib.parse
 from pathlib import Path
@@ -15,8 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpu_eta_report import ProgressReporter
 from tests.ops import k8s, z2jh
 from tests.ops.k8s import ROOT, Endpoint, egress_allowed, find, pod_spec, template_labels
+from tests.support.net import dead_port
 
 VALUES = ROOT / "jupyterhub" / "z2jh-values.yaml"
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
@@ -175,3 +178,26 @@ def test_the_z2jh_snippet_for_the_spawn_page_hook_mounts_it_where_z2jh_imports_f
     (config,) = hub["extraConfig"].values()
     assert f"from {path.stem} import profile_list_hook" in config
     assert "c.KubeSpawner.profile_list = profile_list_hook(" in config
+
+
+def test_documented_sign_of_a_notebooks_dropped_reports_is_what_the_client_gives(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """docs/deploy.md says how a notebook whose reports z2jh's policy drops shows it: the
+    client's WARNING, quoted, and the reporter's ``stats`` count (a property: no call).
+    Both as a real reporter gives them, sending to a port nothing listens on."""
+    text = DEPLOY_DOC.read_text()
+    start = text.index("### Notebooks on Zero to JupyterHub")
+    section = text[start : text.index("```", start)]
+    quoted = re.search(r"`(gpu-eta: cannot send progress to)\s+http[^`]*`", section)
+    assert quoted, "the z2jh section quotes the client's warning"
+    assert '`reporter.stats["failed"]`' in section
+    assert not re.findall(r"stats\(\)", text), "stats is a property"
+    reporter = ProgressReporter(f"http://127.0.0.1:{dead_port()}", epochs=3, timeout_seconds=0.5)
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.report"):
+        reporter.epoch_end(0)
+        reporter.close(flush_timeout_seconds=3)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(m.startswith(quoted.group(1)) for m in warnings), warnings
+    assert isinstance(type(reporter).stats, property)
+    assert reporter.stats["failed"] >= 1
