@@ -1521,3 +1521,41 @@ def test_item8_forecaster_probes_readiness_and_liveness_apart() -> None:
     (container,) = pod_spec(deployment)["containers"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+MEBIBYTES = {"Mi": 1, "Gi": 1024}
+
+
+def _mebibytes(quantity: str) -> int:
+    """A memory quantity in Mi or Gi (the ones the manifests write) as MiB."""
+    match = re.fullmatch(r"([0-9]+)(Mi|Gi)", quantity)
+    assert match, f"{quantity}: not a whole Mi or Gi quantity"
+    return int(match.group(1)) * MEBIBYTES[match.group(2)]
+
+
+def test_forecaster_memory_request_covers_its_measured_baseline() -> None:
+    """The forecaster's memory request is above the RSS docs/forecaster.md measures for
+    an idle process (a pod using more than it requests is among the first evicted under
+    node memory pressure), below its limit, and one value in the Deployment, the
+    CronJob and the chart's two modes, as the docs' values table gives it."""
+    text = (ROOT / "docs" / "forecaster.md").read_text()
+    (baseline,) = {int(n) for n in re.findall(r"over a ([0-9]+) MiB baseline", text)}
+    workloads = [
+        find(build_overlay("plain-prometheus"), "Deployment", "gpu-eta-forecaster"),
+        find(build_overlay("forecaster-cronjob"), "CronJob", "gpu-eta-forecaster"),
+        find(k8s.helm_defaults(), "Deployment", "gpu-eta-forecaster"),
+        find(
+            k8s.helm_template({"forecaster": {"mode": "cronjob"}}), "CronJob", "gpu-eta-forecaster"
+        ),
+    ]
+    resources = {
+        json.dumps(pod_spec(w)["containers"][0]["resources"], sort_keys=True) for w in workloads
+    }
+    assert len(resources) == 1, resources
+    (resources_json,) = resources
+    memory = json.loads(resources_json)
+    request = _mebibytes(memory["requests"]["memory"])
+    assert baseline < request < _mebibytes(memory["limits"]["memory"])
+    deploy = (ROOT / "docs" / "deploy.md").read_text()
+    row = re.search(r"\| `forecaster\.resources` \| requests (\S+) / (\S+), limits", deploy)
+    assert row and row.groups() == (memory["requests"]["cpu"], memory["requests"]["memory"])
