@@ -186,7 +186,7 @@ crash-looping every exporter ("1m30s", "1d": Prometheus durations it does not re
 {{- $seconds = mulf (regexFind "[0-9]+([.][0-9]+)?" $text | float64) (get (dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0) $unit) -}}
 {{- end -}}
 {{- if or (not (gt $seconds 0.0)) (lt $seconds $min) -}}
-{{- fail (printf "exporter.%s: %q is no duration the exporter takes: a number and one unit of ms, s, m or h, like 15s or 500ms, above 0%s" $key $text (ternary ", at least 50ms" "" (gt $min 0.0))) -}}
+{{- fail (printf "exporter.%s: %q is no duration the exporter takes: a number and one unit of ms, s, m or h, like 15s or 500ms, %s" $key $text (ternary "at least 50ms" "above 0" (gt $min 0.0))) -}}
 {{- end -}}
 {{- end -}}
 {{- /* serve's --cycle.interval: a float as Python reads one (forecaster/main.py,
