@@ -106,10 +106,19 @@ def is_gpu_resource(name: str, extra: Collection[str] = ()) -> bool:
 
 def _grpc_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
     """grpc and the generated stubs (``api_pb2``, ``api_pb2_grpc``), imported on the
-    first call: only an exporter that reads the kubelet's socket pays for them."""
-    import grpc
+    first call: only an exporter that reads the kubelet's socket pays for them.
 
-    from gpu_eta.exporter._proto import api_pb2, api_pb2_grpc
+    Any failure of those imports is an ImportError (``build`` makes it the one-line
+    start-up error): a protobuf the stubs do not match raises TypeError ("Descriptors
+    cannot be created directly"), grpc's compiled part can raise others."""
+    try:
+        import grpc
+
+        from gpu_eta.exporter._proto import api_pb2, api_pb2_grpc
+    except ImportError:
+        raise
+    except Exception as err:  # any failure to load is "not available"
+        raise ImportError(f"{type(err).__name__}: {err}") from err
 
     return grpc, api_pb2, api_pb2_grpc
 

@@ -495,3 +495,44 @@ def test_without_grpc_reading_pod_resources_is_a_one_line_startup_error(
         r"disable it with --no-collector\.podresources\n",
         proc.stderr,
     ), proc.stderr
+
+
+_START_MISMATCHED = """
+import sys, types
+class Refuse:
+    '''A protobuf too new for the generated stubs: their import raises TypeError.'''
+    def find_spec(self, name, path=None, target=None):
+        if name == "gpu_eta.exporter._proto.api_pb2":
+            raise TypeError("Descriptors cannot be created directly.")
+        return None
+sys.meta_path.insert(0, Refuse())
+from gpu_eta.exporter.main import main
+from gpu_eta.launch.prometheus import free_port
+
+off = ["--no-collector.gpu", "--no-collector.kube", "--no-collector.progress", "--no-collector.logs"]
+sys.exit(main([*off, "--kubelet.socket", sys.argv[1],
+               "--web.listen-address", f"127.0.0.1:{free_port()}"]))
+"""
+
+
+def test_stubs_a_protobuf_cannot_load_are_a_one_line_startup_error(
+    server: PodResourcesServer,
+) -> None:
+    """A protobuf the generated stubs do not match (the most common broken protobuf)
+    raises TypeError, not ImportError, as they load: that was a traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _START_MISMATCHED, server.socket_path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "NODE_NAME": "n1"},
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert re.fullmatch(
+        r"gpu-eta exporter: collector podresources is not available in this build "
+        r"\(gpu_eta\.exporter\.collectors\.podresources: TypeError: Descriptors cannot be "
+        r"created directly\.\); disable it with --no-collector\.podresources\n",
+        proc.stderr,
+    ), proc.stderr
