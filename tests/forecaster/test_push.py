@@ -4,6 +4,7 @@ push sends, read from its file at that push."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,20 +16,24 @@ from gpu_eta.forecaster.config import ConfigError
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.main import build_parser, main
 from gpu_eta.forecaster.publish import ServiceState
-from gpu_eta.forecaster.push import NO_AUTH, push_auth, push_metrics
+from gpu_eta.forecaster.push import NO_AUTH, PushAuth, push_auth, push_metrics
 
 
-@pytest.fixture
-def gateway() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
-    """A loopback server taking pushes (PUT and POST, 200): its URL and, per request,
-    the method and the Authorization header it carried."""
+@contextlib.contextmanager
+def gateway_answering(
+    status: int = 200, headers: tuple[tuple[str, str], ...] = ()
+) -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+    """A loopback server answering every push (PUT, POST) with ``status`` and
+    ``headers``: its URL and, per request, the method and Authorization it carried."""
     seen: list[tuple[str, str | None]] = []
 
     class H(BaseHTTPRequestHandler):
         def do_PUT(self) -> None:
             seen.append((self.command, self.headers.get("Authorization")))
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(200)
+            self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -46,7 +51,22 @@ def gateway() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
         srv.server_close()
 
 
-def _auth(*flags: str):
+@pytest.fixture
+def gateway() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+    """A gateway taking every push (200)."""
+    with gateway_answering() as answer:
+        yield answer
+
+
+def _basic_auth(tmp_path: Path) -> tuple[Path, PushAuth]:
+    """User ``pusher`` with the password file (``s3cret``) written under ``tmp_path``."""
+    secret = tmp_path / "password"
+    secret.write_text("s3cret\n")
+    flags = ["--pushgateway.basic-auth-user", "pusher"]
+    return secret, _auth(*flags, "--pushgateway.basic-auth-password-file", str(secret))
+
+
+def _auth(*flags: str) -> PushAuth:
     args = build_parser().parse_args(["once", "--pushgateway.url", "http://pg:9091", *flags])
     return push_auth(args)
 
@@ -60,12 +80,7 @@ def test_without_flags_a_push_carries_no_authorization(gateway) -> None:
 
 def test_basic_auth_is_sent_and_its_password_file_read_at_each_push(gateway, tmp_path) -> None:
     url, seen = gateway
-    secret = tmp_path / "password"
-    secret.write_text("s3cret\n")
-    auth = _auth(
-        "--pushgateway.basic-auth-user", "pusher",
-        "--pushgateway.basic-auth-password-file", str(secret),
-    )  # fmt: skip
+    secret, auth = _basic_auth(tmp_path)
     push_metrics(url, "j", ServiceState(), True, 5, auth)
     secret.write_text("rotated-longer\n")  # a Secret updated while the CronJob lives
     push_metrics(url, "j", ServiceState(), False, 5, auth)  # a failed cycle: POST
@@ -121,34 +136,9 @@ def test_bad_push_flags_are_usage_errors_naming_the_flag(
 
 def test_a_refused_push_is_one_line_without_the_secret(tmp_path) -> None:
     """A gateway answering 401 (wrong password): ForecasterError naming the status."""
-    import http.server
-
-    class Refuse(http.server.BaseHTTPRequestHandler):
-        def do_PUT(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(401)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    secret = tmp_path / "password"
-    secret.write_text("s3cret\n")
-    auth = _auth(
-        "--pushgateway.basic-auth-user", "pusher",
-        "--pushgateway.basic-auth-password-file", str(secret),
-    )  # fmt: skip
-    try:
-        with pytest.raises(ForecasterError) as info:
-            push_metrics(
-                f"http://127.0.0.1:{srv.server_address[1]}", "j", ServiceState(), True, 5, auth
-            )
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    _, auth = _basic_auth(tmp_path)
+    with gateway_answering(401) as (url, _), pytest.raises(ForecasterError) as info:
+        push_metrics(url, "j", ServiceState(), True, 5, auth)
     assert "401" in str(info.value) and "s3cret" not in str(info.value)
     assert "\n" not in str(info.value)
 
@@ -159,33 +149,12 @@ def test_a_redirected_push_fails_and_the_credentials_stay(gateway, tmp_path, ok:
     re-sent a failed cycle's POST as a GET there, Authorization included, and the push
     "succeeded" with nothing pushed. Now the redirect is the push's failure."""
     elsewhere, seen = gateway
-
-    class Redirect(BaseHTTPRequestHandler):
-        def do_PUT(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(302)
-            self.send_header("Location", elsewhere + "/login")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        do_POST = do_PUT
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
     token = tmp_path / "token"
     token.write_text("SECRET-TOKEN\n")
     auth = _auth("--pushgateway.bearer-token-file", str(token))
-    try:
-        with pytest.raises(ForecasterError) as info:
-            push_metrics(
-                f"http://127.0.0.1:{srv.server_address[1]}", "j", ServiceState(), ok, 5, auth
-            )
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    redirect = (("Location", elsewhere + "/login"),)
+    with gateway_answering(302, redirect) as (url, _), pytest.raises(ForecasterError) as info:
+        push_metrics(url, "j", ServiceState(), ok, 5, auth)
     assert "302" in str(info.value) and "not followed" in str(info.value)
     assert "SECRET" not in str(info.value)
     assert seen == []  # nothing reached the other place

@@ -473,6 +473,18 @@ sys.exit(main([*off, "--kubelet.socket", sys.argv[2],
 """
 
 
+def _start(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """An exporter started by ``script`` (its stderr is the start-up error)."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "NODE_NAME": "n1"},
+    )
+
+
 @pytest.mark.parametrize("blocked", ["grpc", "grpc._cython.cygrpc", "google.protobuf"])
 def test_without_grpc_reading_pod_resources_is_a_one_line_startup_error(
     server: PodResourcesServer, blocked: str
@@ -480,14 +492,7 @@ def test_without_grpc_reading_pod_resources_is_a_one_line_startup_error(
     """grpc or protobuf missing (or an import of theirs failing): the exporter that
     would read the kubelet's socket refuses to start with one line naming the flag
     that turns the collector off, not a traceback."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _START_BLOCKED, blocked, server.socket_path],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env={**os.environ, "NODE_NAME": "n1"},
-    )
+    proc = _start(_START_BLOCKED, blocked, server.socket_path)
     assert proc.returncode == 1, proc.stderr
     assert re.fullmatch(
         r"gpu-eta exporter: collector podresources is not available in this build "
@@ -520,14 +525,7 @@ def test_stubs_a_protobuf_cannot_load_are_a_one_line_startup_error(
 ) -> None:
     """A protobuf the generated stubs do not match (the most common broken protobuf)
     raises TypeError, not ImportError, as they load: that was a traceback."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _START_MISMATCHED, server.socket_path],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env={**os.environ, "NODE_NAME": "n1"},
-    )
+    proc = _start(_START_MISMATCHED, server.socket_path)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     assert re.fullmatch(
