@@ -936,10 +936,17 @@ MID_FRACTIONS = (0.5, 0.9, 0.99)
 MID_GRID = tuple((i + 0.5) / 10 for i in range(10))
 
 
+def start_key(share: float) -> str:
+    """``MidEpoch``'s key of a run's start forecast asked ``share`` of the way to its
+    first report: kept apart from the progress points', whose figures it would move."""
+    return f"start {share:g}"
+
+
 @dataclass
 class MidEpoch:
     """P10–P90 hits and P50 errors (in % of the true remaining time) per moment:
-    ``0.0`` at the point, each of ``MID_FRACTIONS``, and ``"spread"`` for ``MID_GRID``."""
+    ``0.0`` at the point, each of ``MID_FRACTIONS``, and ``"spread"`` for ``MID_GRID``;
+    a run's start, at ``start_key`` of each of ``MID_FRACTIONS``."""
 
     hits: dict[float | str, list[bool]] = field(default_factory=dict)
     errors: dict[float | str, list[float]] = field(default_factory=dict)
@@ -972,14 +979,21 @@ def mid_epoch_coverage(runs: Sequence[Run], refit_fraction: float = 0.05) -> Mid
     honest and the median close. The same replay as ``evaluate`` (``Replay``,
     ``replay_events``), once: the model at a point is the one every moment after it
     in the interval is asked of.
+
+    A run's start forecast is asked again on the way to its first report, apart (no
+    epoch is in progress there, but a start-up, data loading and compilation, waits
+    with no report at all).
     """
     replay = Replay(runs, refit_fraction=refit_fraction)
     out = MidEpoch()
     for ts, point, part, run in replay_events(runs):
-        if point == 0:
-            continue  # no epoch in progress to be part-way into
         model = replay.model_at(ts)
         next_end = run.epoch_times[len(part.epoch_times)][1]
+        if point == 0:
+            for x in MID_FRACTIONS:
+                now = ts + x * (next_end - ts)
+                out.add(start_key(x), model.predict(part, now), run.last_timestamp - now)
+            continue
         for key, shares in (
             (0.0, (0.0,)),
             *((x, (x,)) for x in MID_FRACTIONS),
@@ -995,16 +1009,25 @@ def mid_epoch(parts: Iterable[tuple[str, Sequence[Run]]], refit_fraction: float)
     """Per file: coverage (and P50's median error) at progress points, half-way, 90 %
     and 99 % of the way to the next one, and at moments spread evenly inside the
     intervals (on MLPerf's thinned runs a point is 5 % of the run: thousands of
-    samples or several epochs)."""
-    keys: tuple[float | str, ...] = (0.0, *MID_FRACTIONS, "spread")
+    samples or several epochs); then of the start forecasts half-way, 90 % and 99 %
+    of the way to the first report, and their number."""
+    keys: tuple[float | str, ...] = (
+        0.0,
+        *MID_FRACTIONS,
+        "spread",
+        *(start_key(x) for x in MID_FRACTIONS),
+    )
     print(
         "P10–P90 coverage (P50 median error) · file | at a progress point"
         " | 50 % to the next | 90 % | 99 % | spread evenly | n"
+        " | from the start, 50 % to the first report | 90 % | 99 % | starts"
     )
     for label, runs in parts:
         res = mid_epoch_coverage(runs, refit_fraction)
-        cells = " | ".join(f"{res.coverage(k):.1%} ({res.error(k):.1%})" for k in keys)
-        print(f"{label} | {cells} | {res.n}", flush=True)
+        cells = [f"{res.coverage(k):.1%} ({res.error(k):.1%})" for k in keys]
+        starts = len(res.hits.get(start_key(MID_FRACTIONS[0]), []))
+        row = [*cells[:5], str(res.n), *cells[5:], str(starts)]
+        print(f"{label} | {' | '.join(row)}", flush=True)
 
 
 # -- command line --------------------------------------------------------------------

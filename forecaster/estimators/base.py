@@ -245,12 +245,21 @@ def _log_ratio(upper: float, lower: float) -> float:
 
 def next_report_increments(run: Run, last: int = 5) -> list[float]:
     """Progress the run's next report may add: each of its last ``last`` increments
-    (the start's first report included; 1 before it has any) and twice their median.
+    (the start's first report included) and twice their median; before it has any,
+    the whole rest of its plan.
 
     Why these: reports come at the trainer's pace (each epoch, each logged step, each
     evaluation block) but not always evenly (a read thinned to a few points a run
     lands between them), and one missed scrape doubles a single gap. Not numpy: this
     runs for every forecast, on at most ``last`` values.
+
+    Why the whole rest before the first report: nothing says how far on it comes nor
+    when (a start-up of data loading and compilation takes what it takes), and any
+    fixed share of the plan is a unit's: one or two units of a plan of steps or
+    samples put the first report due within seconds, and the whole forecast, held as
+    the rest after it, slid later with the clock through the start-up (1,000 steps
+    forecast to end an hour on: 10 minutes on, the end 11 minutes later). Read as one
+    interval, the forecast counts down while the start-up lasts, whatever the unit.
     """
     epochs = [e for e, _t in run.epoch_times[-(last + 1) :]]
     floor = run.epochs_planned * NEGLIGIBLE_PROGRESS_SHARE
@@ -258,7 +267,7 @@ def next_report_increments(run: Run, last: int = 5) -> list[float]:
     # divided by what remains it underflowed to 0, whose log raised
     steps = [b - a for a, b in itertools.pairwise(epochs) if b - a >= floor]
     if not steps:
-        return [1.0, 2.0]
+        return [remaining_epochs(run)]
     return [*steps, 2.0 * statistics.median(steps)]
 
 

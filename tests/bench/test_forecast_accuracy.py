@@ -339,6 +339,24 @@ def test_mid_epoch_asks_each_forecast_at_the_point_part_way_and_spread_evenly() 
     assert math.isnan(fa.MidEpoch().coverage(0.5)) and fa.MidEpoch().n == 0
 
 
+def test_mid_epoch_asks_each_start_forecast_again_on_the_way_to_the_first_report() -> None:
+    """A start-up (here 60 s before the first epoch end) is waited through with no
+    report: each run's start forecast is asked at each of ``MID_FRACTIONS`` of the way
+    to its first report, apart from the moments at progress points."""
+    runs = [
+        make_run(f"r{i}", [70.0] + [10.0] * 7, start=1_700_000_000.0 + 200 * i, job_name="j")
+        for i in range(8)
+    ]
+    res = fa.mid_epoch_coverage(runs)
+    starts = sum(1 for r in runs if r.completed)
+    for x in fa.MID_FRACTIONS:
+        assert len(res.hits[fa.start_key(x)]) == starts
+        assert 0.0 <= res.coverage(fa.start_key(x)) <= 1.0
+        assert math.isfinite(res.error(fa.start_key(x)))
+    # past the start the grid is unchanged: the start's moments are kept apart
+    assert len(res.hits["spread"]) == len(fa.MID_GRID) * res.n
+
+
 @pytest.mark.parametrize(
     ("fraction", "refused"),
     [("-0.5", True), ("nan", True), ("inf", True), ("0", False), ("2", False)],

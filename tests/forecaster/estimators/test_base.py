@@ -124,3 +124,34 @@ def test_a_millisecond_after_the_report_a_wide_lower_side_moves_nothing_but_p10(
     assert p50 == pytest.approx(q[1], rel=1e-2)  # was 1.904 → 3.746 s, 1000 → 1172 s
     assert p90 == pytest.approx(q[2], rel=1e-2)
     assert q[0] <= p10 <= q[1] / 9 + 1e-3
+
+
+@pytest.mark.parametrize("planned", [1.0, 10.0, 1000.0, 1e6])
+def test_before_the_first_report_the_time_waited_counts_whatever_the_unit(planned: float) -> None:
+    """A run at its start, no report yet (data loading, compilation), forecast to end
+    in an hour: 10 minutes later the same end stands, whether the run counts 1 or 10
+    epochs, 1,000 steps or 10⁶ samples. Read as due one unit on, the first report was
+    overdue within seconds for a run counting steps or samples, the whole forecast held
+    as the rest after it, and the end slid later with the clock (P50 3,675 s left after
+    600 s for 1,000 steps, 3,088 s for 10 epochs)."""
+    start = 1_700_000_000.0
+    run = Run("start", planned, ((0.0, start),))
+    q = (2400.0, 3600.0, 5400.0)
+    p10, p50, p90 = at_now(q, run, start + 600.0)
+    assert p50 == pytest.approx(3000.0, abs=1.0)
+    assert p10 == pytest.approx(1800.0, abs=15.0)
+    assert p90 == pytest.approx(4800.0, abs=15.0)
+
+
+def test_before_the_first_report_a_start_up_past_the_forecast_moves_the_end_later() -> None:
+    """Once the time waited passes the forecast's median with no report, the run is
+    later than foreseen: the end moves past the first forecast's, P50 keeps a width."""
+    start = 1_700_000_000.0
+    run = Run("start", 1000.0, ((0.0, start),))
+    q = (2400.0, 3600.0, 5400.0)
+    ends = []
+    for waited in (3600.0, 5400.0, 9000.0):
+        p10, p50, p90 = at_now(q, run, start + waited)
+        assert 0.0 < p10 < p50 < p90
+        ends.append(waited + p50)
+    assert 3600.0 < ends[0] < ends[1] < ends[2]
