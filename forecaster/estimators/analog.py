@@ -88,7 +88,7 @@ from gpu_eta.forecaster.estimators.base import (
     stall_widen,
 )
 from gpu_eta.forecaster.estimators.campaign import latest_runs
-from gpu_eta.forecaster.estimators.rate import median_list
+from gpu_eta.forecaster.estimators.rate import median_list, significant_points
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
 
@@ -692,6 +692,10 @@ class AnalogEstimator:
         curves = self.analogs(run, before)
         if not curves or remaining_epochs(run) <= 0:
             return None
+        # a step too small to be one is merged into the next, as the run's own rate
+        # does: read over it, an analog's time was a fraction of a second whose ratio
+        # made the rest 1e302 s (``rate.significant_points``)
+        run = significant_points(run)
         # Python floats throughout: ≤ 10 analogs, where numpy's per-call overhead was
         # most of the cost (the same arithmetic; tests/forecaster/estimators/test_analog.py)
         at_start = run.epochs_done <= 0 or run.last_timestamp <= run.start_timestamp

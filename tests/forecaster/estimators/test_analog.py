@@ -584,3 +584,31 @@ def test_contract() -> None:
         assert 0 < f.p10 <= f.p50 <= f.p90
     with pytest.raises(InsufficientData):
         est.predict(truncate(shaped("n", 2e6, 1.0, job_name="new"), 0.5), 2e6)
+
+
+def test_progress_steps_too_small_to_be_steps_are_merged_before_the_analogs_read_them() -> None:
+    """Steps of 1e-300 epochs (untrusted input, far under ``NEGLIGIBLE_PROGRESS_SHARE``
+    of the plan) are no progress: the analogs read the run as at its start, as the run's
+    own rate does (``rate.significant_points``). Read as steps, the analogs' time over
+    the same 1e-300 epochs was a tiny fraction of a second, and their ratio made the
+    rest ~1e302 s (30 years once clamped)."""
+    history = [shaped(f"h{i}", 1e6 + i * 1e3, 1.0) for i in range(4)]
+    est = AnalogEstimator().fit(history)
+    start = 2e6
+    at_start = est.estimate(make_run("now", [], planned=10, start=start, **CONFIG))
+    assert at_start is not None
+    for steps in ([1e-300], [1e-300, 2e-300]):
+        times = ((0.0, start), *((e, start + 10.0 * (k + 1)) for k, e in enumerate(steps)))
+        run = Run("now", 10.0, times, features=CONFIG)
+        got = est.estimate(run)
+        assert got is not None
+        assert got.log_remaining == pytest.approx(at_start.log_remaining)
+        assert got.log_weighed == pytest.approx(at_start.log_weighed)
+    # mid-run, merged into the next step: the run's time still counts there
+    run = shaped("now", start, 1.5)
+    part = truncate(run, 0.3)
+    (e1, t1), (e2, t2) = part.epoch_times[-2:]
+    noisy = dataclasses.replace(
+        part, epoch_times=(*part.epoch_times[:-1], (e1 + 1e-300, (t1 + t2) / 2), (e2, t2))
+    )
+    assert est.estimate(noisy) == est.estimate(part)
