@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from gpu_eta.common.progress_bound import MAX_PROGRESS
 from gpu_eta.forecaster.errors import ForecasterError
 
 Feature = float | str
@@ -143,8 +144,31 @@ STATED_PLAN = "epochs_planned_stated"
 """The feature holding the plan a run stated while it ran when it ended short of it
 (early stopping: plan 10, ended after 6): its ``epochs_planned`` is what it reached
 (``runs_from_series.ended_plan``), this what every live forecast of it was made to.
-Read only by the replay (``estimators/replay.py`` ``as_seen_live``), never a regressor:
-the estimators read features by name (``pooled.REGRESSORS``, ``analog.identity``)."""
+Read only through ``as_seen_live`` (the replay, the analogs' curves), never a
+regressor: the estimators read features by name (``pooled.REGRESSORS``,
+``analog.identity``)."""
+
+
+def as_seen_live(run: Run) -> Run:
+    """``run`` with the plan it was forecast to while it ran: the plan it stated
+    (feature ``epochs_planned_stated``, ``STATED_PLAN``) when that is past what it
+    reached, else ``run`` itself. The feature is left out: live, the run had none.
+
+    Why: a run that ended short of its plan (early stopping: plan 10, ended after 6) is
+    stored completed at what it reached (``runs_from_series.ended_plan``), but every
+    live forecast of it was made to 10 until it stopped. Replayed to 6, known from its
+    start, the calibration (interval widths, job shifts) never saw that overshoot, and
+    the intervals of a job whose runs stop early were too narrow. Its truth stays its
+    realised end (``run.last_timestamp``)."""
+    stated = run.features.get(STATED_PLAN)
+    if (
+        not isinstance(stated, float | int)
+        or isinstance(stated, bool)
+        or not (math.isfinite(stated) and run.epochs_planned < stated <= MAX_PROGRESS)
+    ):
+        return run
+    features = MappingProxyType({k: v for k, v in run.features.items() if k != STATED_PLAN})
+    return replace(run, epochs_planned=float(stated), features=features)
 
 
 def counts_steps(run: Run | RunUpdate) -> bool:

@@ -355,7 +355,7 @@ def ended_plan(planned: float, reached: Sample | None) -> float:
     plan-less run that ended there no total), and a run that did not get through one
     epoch has no duration worth learning. The caller keeps the plan it lowered as the
     run's feature ``runs.STATED_PLAN``: every live forecast of the run was made to it,
-    and the calibration replay must see the same (``replay.as_seen_live``)."""
+    and the calibration replay must see the same (``runs.as_seen_live``)."""
     if reached is None or not (_finite(reached.value) and MIN_PLANNED <= reached.value < planned):
         return planned
     return reached.value

@@ -6,7 +6,8 @@ just their speed: the start-up (data loading, compilation), the evaluation passe
 the slower first epoch. So the remaining time of a run at progress ``e`` of its plan
 ``P`` is read off its analogs: each earlier run ``i`` reached progress ``x`` after
 ``t_i(x)`` seconds (interpolated between its progress points) and finished its plan
-``P_i`` after ``T_i``; this run, now ``s_i`` seconds after it reached the reference
+``P_i`` after ``T_i`` (``P_i`` the plan it stated live where it stopped short of it:
+``Curve.stated``); this run, now ``s_i`` seconds after it reached the reference
 progress ``r_i``, is expected to need
 
     remaining = median_i s_i · (T_i − t_i(e)) / (t_i(e) − t_i(r_i)) · (P − e) / (P_i − e)
@@ -90,7 +91,7 @@ from gpu_eta.forecaster.estimators.base import (
 from gpu_eta.forecaster.estimators.campaign import latest_runs
 from gpu_eta.forecaster.estimators.rate import median_list, significant_points
 from gpu_eta.forecaster.forecast import Forecast
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run, as_seen_live
 
 MAX_ANALOGS = 10  # the most recent earlier runs of one identity used per forecast
 MAX_KEPT = 50  # runs kept per identity (older ones are never among the last 10 later)
@@ -132,8 +133,17 @@ def identity(run: Run) -> tuple[str, ...] | None:
 
 @dataclass(frozen=True, slots=True)
 class Curve:
-    """One finished run: progress fractions and seconds since its start, its plan and
-    the unit its progress counts."""
+    """One finished run: progress fractions (of the plan it reached) and seconds since
+    its start, that plan, the unit its progress counts, and the plan it stated while
+    it ran (``stated``; the plan reached where it stated none past it).
+
+    Why both plans: a run that stopped early (stated 10, reached 6) stopped as its
+    job's runs do, and a live run of that job states 10 too; the work each has left is
+    measured to the plan each states (``readings``, ``start_seconds``), so the analog's
+    rest to its own stop is read as the live run's. Measured to the plan reached, the
+    rest was scaled by ``(10 − e) / (6 − e)``: 1.8× the truth at epoch 1, 5× at 5. A
+    run past such an analog's stop is not read by it (``readings``): read at the same
+    fraction of the plan it reached, a run one epoch (60 s) from its stop had 230 s."""
 
     end: float
     # tuples of floats, not arrays: ``estimate`` reads a few points of ≤ 10 curves per
@@ -142,6 +152,11 @@ class Curve:
     elapsed: tuple[float, ...]
     planned: float
     unit: str = ""
+    stated: float = math.nan  # ``planned`` when not given (``__post_init__``)
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.stated):
+            object.__setattr__(self, "stated", self.planned)
 
     @property
     def total(self) -> float:
@@ -168,6 +183,8 @@ class AnalogEstimate:
 
 
 def curve(run: Run) -> Curve:
+    """``run`` (finished) as an analog's curve, with the plan it stated live
+    (``runs.as_seen_live``)."""
     times = run.epoch_times
     start = float(times[0][1])
     planned = run.epochs_planned
@@ -177,6 +194,7 @@ def curve(run: Run) -> Curve:
         elapsed=tuple(float(t) - start for _e, t in times),
         planned=planned,
         unit=unit_of(run),
+        stated=as_seen_live(run).epochs_planned,
     )
 
 
@@ -252,7 +270,8 @@ def start_seconds(planned: float, unit: str, c: Curve) -> float:
     """Analog ``c``'s forecast of the whole length of a run of plan ``planned`` counted
     in ``unit``, before that run's first progress point: ``c``'s start-up as it was
     (seconds to its first progress point ``x_c``), and the rest of its time scaled by
-    the work after that point, ``(P − x_c) / (P_c − x_c)``.
+    the work after that point, ``(P − x_c) / (P_c − x_c)`` (``P_c`` the plan it stated:
+    ``Curve.stated``).
 
     Why not its whole length × ``P / P_c``: data loading and compilation take what they
     take whatever the plan, and repeats trained to a quality target stop after
@@ -274,8 +293,8 @@ def start_seconds(planned: float, unit: str, c: Curve) -> float:
             # (a first point logged at its start's second reads 0: a length must be > 0)
             return max(interp(planned / c.planned, c.fractions, c.elapsed), 1e-9 * c.total)
         startup = c.elapsed[1]
-        return startup + (c.total - startup) * (planned - first) / (c.planned - first)
-    return c.total * (planned / c.planned)
+        return startup + (c.total - startup) * (planned - first) / (c.stated - first)
+    return c.total * (planned / c.stated)
 
 
 def readings(
@@ -289,7 +308,9 @@ def readings(
     ``times`` (``(progress, seconds)``, the first its start, the last one now; only
     differences of the seconds count), of plan ``planned`` counted in ``unit``: to the
     end of the plan, or to progress ``target`` (the self-check). None where the run or
-    ``c`` spent no time over the stretch compared.
+    ``c`` spent no time over the stretch compared, or where ``c`` stopped short of the
+    plan it stated before the run's progress (or the target): it says nothing of what
+    is left (``Curve``).
 
     The run's time since its reference point × the analog's seconds still to go per
     second it spent over the same stretch. The reference is the later of the two runs'
@@ -304,13 +325,14 @@ def readings(
 
     Read where ``c`` had done as much as the run has, its remaining work scaled by the
     work each has left (``(P − e) / (P_c − e)``, ``e`` the progress done, ``P`` the
-    plans); where ``c`` never got that far (or the target lies beyond its end), or it
-    counts another unit, at the same fraction of its plan. Why not the same fraction
-    always: repeats of a job trained to a quality target stop after different numbers
-    of epochs, and a run that stops at 54 is at 20 where its analog of 64 was at 20,
-    not at 24 — with a start-up and a first epoch that differ from the rest, the
-    fraction compares a point of one run's start with a later one of the other's
-    (MLPerf's minigo: 65 % off at 31 % of its plan, against 7 % at the same epoch).
+    plans each stated: ``Curve.stated``); where ``c`` never got that far (or the target
+    lies beyond its end), or it counts another unit, at the same fraction of its plan.
+    Why not the same fraction always: repeats of a job trained to a quality target
+    stop after different numbers of epochs, and a run that stops at 54 is at 20 where
+    its analog of 64 was at 20, not at 24 — with a start-up and a first epoch that
+    differ from the rest, the fraction compares a point of one run's start with a
+    later one of the other's (MLPerf's minigo: 65 % off at 31 % of its plan, against
+    7 % at the same epoch).
     With equal plans both are the same. On MLPerf at 50 % of the plan: 0.41 → 0.28×
     the best rate baseline on v0.5–v1.1, 0.40 → 0.15× on v2.0–v2.1
     (docs/forecasting-evidence.md, "Analogs").
@@ -330,10 +352,12 @@ def readings(
     guess; the choice measures where (``choice.py``).
     """
     done = times[-1][0]
+    if unit == c.unit and c.stated > c.planned and max(done, target or 0.0) >= c.planned:
+        return None  # it stopped early, before the run's progress: nothing of what is left
     if unit == c.unit and done < c.planned and (target is None or target <= c.planned):
         scale = c.planned  # the analog read at the run's progress
         goal = 1.0 if target is None else target / c.planned
-        work = 1.0 if target is not None else (planned - done) / (c.planned - done)
+        work = 1.0 if target is not None else (planned - done) / (c.stated - done)
         their_work = work
     else:
         scale = planned  # at the run's fraction of its plan
@@ -406,7 +430,7 @@ def pace_weight(
         pairs = [
             pair
             for i, other in enumerate(curves)
-            if i != j and (pair := readings(seen, c.planned, c.unit, other)) is not None
+            if i != j and (pair := readings(seen, c.stated, c.unit, other)) is not None
         ]
         if not pairs:
             continue
@@ -529,7 +553,7 @@ def _mid_run(curves: Sequence[Curve]) -> tuple[float | None, tuple[float, ...] |
     weights = []
     for share in MID_RUN_SHARES:
         seen = seen_at(last, share * last.planned)  # the latest run at ``share``
-        both = [r for c in earlier if (r := readings(seen, last.planned, last.unit, c)) is not None]
+        both = [r for c in earlier if (r := readings(seen, last.stated, last.unit, c)) is not None]
         logs = [math.log(ours) for ours, _theirs in both]
         if len(logs) >= 2:
             scales.append(_scale(logs))
@@ -546,7 +570,7 @@ def _start_spread(curves: Sequence[Curve]) -> float:
     reading the start publishes (a ratio ``T / P`` would count the plans' spread of a
     job trained to a quality target, which the start-up kept as it was does not)."""
     last = curves[-1]
-    return _scale([math.log(start_seconds(last.planned, last.unit, c)) for c in curves])
+    return _scale([math.log(start_seconds(last.stated, last.unit, c)) for c in curves])
 
 
 TYPICAL = {"start": (DEFAULT_SPREAD,), "mid": (DEFAULT_SPREAD,), "pace": DEFAULT_PACE_WEIGHTS}

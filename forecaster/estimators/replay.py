@@ -19,9 +19,7 @@ import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 
-from gpu_eta.common.progress_bound import MAX_PROGRESS
 from gpu_eta.forecaster.calibration import (
     BINS,
     END,
@@ -36,29 +34,7 @@ from gpu_eta.forecaster.estimators.blend import BlendEstimator, Components
 from gpu_eta.forecaster.estimators.choice import configuration, rate_candidates
 from gpu_eta.forecaster.estimators.prior import job_key
 from gpu_eta.forecaster.estimators.selfcheck import self_check
-from gpu_eta.forecaster.runs import STATED_PLAN, Run
-
-
-def as_seen_live(run: Run) -> Run:
-    """``run`` with the plan it was forecast to while it ran: the plan it stated
-    (feature ``epochs_planned_stated``, ``runs.STATED_PLAN``) when that is past what it
-    reached, else ``run`` itself. The feature is left out: live, the run had none.
-
-    Why: a run that ended short of its plan (early stopping: plan 10, ended after 6) is
-    stored completed at what it reached (``runs_from_series.ended_plan``), but every
-    live forecast of it was made to 10 until it stopped. Replayed to 6, known from its
-    start, the calibration (interval widths, job shifts) never saw that overshoot, and
-    the intervals of a job whose runs stop early were too narrow. Its truth stays its
-    realised end (``run.last_timestamp``)."""
-    stated = run.features.get(STATED_PLAN)
-    if (
-        not isinstance(stated, float | int)
-        or isinstance(stated, bool)
-        or not (math.isfinite(stated) and run.epochs_planned < stated <= MAX_PROGRESS)
-    ):
-        return run
-    features = MappingProxyType({k: v for k, v in run.features.items() if k != STATED_PLAN})
-    return dataclasses.replace(run, epochs_planned=float(stated), features=features)
+from gpu_eta.forecaster.runs import Run, as_seen_live
 
 
 def truncate(run: Run, point: float) -> Run:

@@ -42,8 +42,8 @@ from gpu_eta.forecaster.estimators.blend import (
     part_columns,
 )
 from gpu_eta.forecaster.estimators.rate import weighted_median
-from gpu_eta.forecaster.estimators.replay import Sample, as_seen_live, recent_completed
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.estimators.replay import Sample, recent_completed
+from gpu_eta.forecaster.runs import Run, as_seen_live
 
 PLAIN_MEAN = 1e9  # a Huber constant so large that no epoch is down-weighted
 DRIFT_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)

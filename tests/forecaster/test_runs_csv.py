@@ -62,7 +62,7 @@ def test_round_trip() -> None:
 
 def test_a_run_that_stopped_early_round_trips_with_its_stated_plan() -> None:
     """Completed at what it reached, the plan it stated a feature (the replay's,
-    ``replay.as_seen_live``), kept first in a file wider than ``MAX_COLUMNS``."""
+    ``runs.as_seen_live``), kept first in a file wider than ``MAX_COLUMNS``."""
     run = make_run("es", [10.0] * 6, job_name="j", epochs_planned_stated=10.0)
     (back,) = parse(format_runs([run]))
     assert (back.epochs_planned, back.completed) == (6.0, True)

@@ -142,7 +142,7 @@ def test_a_run_that_ended_is_done_at_what_it_reached_whatever_its_plan() -> None
     assert (ups["early"].epochs_planned, ups["early"].epoch_ends) == (6, ((6.0, NOW - 100),))
     assert ups["nothing"].epochs_planned == ups["stale"].epochs_planned == 10
     assert ups["tqdm"].epochs_planned == 400
-    # the plan each stated, kept for the replay only where it was lowered (replay.as_seen_live)
+    # the plan each stated, kept for the replay only where it was lowered (runs.as_seen_live)
     assert ups["early"].features["epochs_planned_stated"] == 10
     assert ups["tqdm"].features["epochs_planned_stated"] == 1000
     assert all("epochs_planned_stated" not in ups[r].features for r in ("nothing", "stale"))

@@ -612,3 +612,41 @@ def test_progress_steps_too_small_to_be_steps_are_merged_before_the_analogs_read
         part, epoch_times=(*part.epoch_times[:-1], (e1 + 1e-300, (t1 + t2) / 2), (e2, t2))
     )
     assert est.estimate(noisy) == est.estimate(part)
+
+
+def test_analogs_that_stopped_short_of_the_plan_they_stated_read_their_own_stop() -> None:
+    """A job that states 10 epochs and stops early at 6 (100 s an epoch, no start-up):
+    a live run of it states 10 too, and its analogs, read where they were, say what is
+    left up to their own stop. Scaled by the work each had left to the plan it reached
+    ((10 − e) / (6 − e)), the rest was 1.8× the truth at epoch 1 and 5× at epoch 5;
+    before any epoch the start was 1,000 s for a run of 600."""
+    early = [
+        make_run(f"h{i}", [100.0] * 6, start=1e6 + i * 1e3, epochs_planned_stated=10.0, **CONFIG)
+        for i in range(4)
+    ]
+    assert all(r.epochs_planned == 6 and r.completed for r in early)
+    est = AnalogEstimator().fit(early)
+    live = make_run("now", [100.0] * 6, planned=10, start=2e6, **CONFIG)
+    for e in (1, 3, 5):
+        part = dataclasses.replace(live, epoch_times=live.epoch_times[: e + 1])
+        got = est.estimate(part)
+        assert got is not None and got.n == 4
+        assert math.exp(got.log_remaining) == pytest.approx(100.0 * (6 - e), rel=1e-9)
+        assert math.exp(got.log_at_their_pace) == pytest.approx(100.0 * (6 - e), rel=1e-9)
+    start = dataclasses.replace(live, epoch_times=live.epoch_times[:1])
+    assert math.exp(est.estimate(start).log_remaining) == pytest.approx(600.0, rel=1e-9)
+    # past their stop they say nothing of what is left (read at 6/10 of the 6 they
+    # reached, a run at its stop had 400 s to go); one analog that went on still answers
+    past = dataclasses.replace(live, epoch_times=live.epoch_times[:7])
+    assert est.estimate(past) is None
+    longer = make_run("h9", [100.0] * 8, start=1.5e6, epochs_planned_stated=10.0, **CONFIG)
+    got = AnalogEstimator().fit([*early, longer]).estimate(past)
+    assert got is not None and got.n == 1
+    assert math.exp(got.log_remaining) == pytest.approx(200.0, rel=1e-9)
+    # a plan stated equal to the one reached reads as a run that stated none
+    same = [
+        dataclasses.replace(r, features={**r.features, "epochs_planned_stated": 6.0}) for r in early
+    ]
+    plain_fit = AnalogEstimator().fit([dataclasses.replace(r, features=CONFIG) for r in early])
+    part = dataclasses.replace(live, epoch_times=live.epoch_times[:3])
+    assert AnalogEstimator().fit(same).estimate(part) == plain_fit.estimate(part)
