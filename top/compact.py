@@ -10,7 +10,8 @@ training run ends, and when each GPU frees up. So, in the terminal's size:
 - the header: ``top``'s summary line (time, counts of runs, idle holders and GPUs by
   state) and its alerts line, then its error and warning lines;
 - the training runs by ETA: POD, EPOCH, ETA and their flags (stalled, from past runs),
-  with NODE/GPU and P10–P90 where the width allows;
+  with NODE/GPU and P10–P90 where the width allows; a POD too long for the rest to fit
+  is cut in its middle (``shortened``), keeping the pod's end;
 - the GPUs, free ones first, then by when they free up (FREE AT), with their holders;
   the idle ones are the idle holders' GPUs, marked ``idle``;
 - the two tables share the rows left (``split_rows``: each up to ``MIN_ROWS`` first,
@@ -71,6 +72,11 @@ FOOTER = "full view: --once --plain, or a taller terminal"
 # table is wider than the terminal. Never left out: who, how far, when, the flags.
 TRAINING_COLUMNS = ("POD", "NODE/GPU", "EPOCH", "ETA", "P10–P90", "")
 TRAINING_LEAVE_OUT = ("NODE/GPU", "P10–P90")
+# still too wide without those, the runs' POD is cut in its middle (``shortened``) to
+# the width EPOCH, ETA and the flags leave, down to this many columns; narrower than
+# that, the right edge cuts the rest
+TRAINING_SHORTEN = "POD"
+MIN_SHORTENED = 12
 GPU_COLUMNS = ("NODE/GPU", "STATE", "FREE AT", "P10–P90", "", "HELD BY")
 GPU_LEAVE_OUT = ("P10–P90", "")
 MIN_ROWS = 3  # rows each table keeps before the other one gets more
@@ -91,6 +97,31 @@ def cut(text: str, width: int) -> str:
             break
         out, used = out + c, used + w
     return out + "…"
+
+
+def cut_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` terminal columns (``display_width``), its middle
+    replaced by ``…`` when it is wider: its start and its end kept, the end given the
+    odd column. Pure. Why the middle: a pod's name ends in what tells its replicas
+    apart (``…-worker-0``, a ReplicaSet's hash), which a cut end loses."""
+    if display_width(text) <= width:
+        return text
+    if width < 1:
+        return ""
+    budget = width - 1
+    head, used = "", 0
+    for c in text:
+        w = display_width(c)
+        if used + w > budget // 2:
+            break
+        head, used = head + c, used + w
+    tail, room = "", budget - used
+    for c in reversed(text):
+        w = display_width(c)
+        if w > room:
+            break
+        tail, room = c + tail, room - w
+    return f"{head}…{tail}"
 
 
 def project(headers: Sequence[str], rows: Sequence[Row], columns: Sequence[str]) -> list[Row]:
@@ -123,6 +154,33 @@ def columns_shown(
         if name in shown:
             shown.remove(name)
     return shown
+
+
+def shortened(
+    columns: Sequence[str],
+    rows: Sequence[Row],
+    name: str | None,
+    width: int,
+    floor: int = MIN_SHORTENED,
+) -> list[Row]:
+    """``rows`` (cells under ``columns``) with the cells of column ``name`` cut in their
+    middle (``cut_middle``) to the width the other columns leave in ``width``, so those
+    show whole; never below ``floor`` columns nor its header's (narrower, the right edge
+    cuts the rest). Unchanged when the table fits, or without such a column. Pure.
+
+    Why: one long name (Kubeflow's ``kubeflow-user-example-com/…-worker-0``) widened
+    POD for every run, and EPOCH and ETA, what the compact layout is for, went past
+    the right edge on each row."""
+    if name not in columns or aligned_width(columns, rows) <= width:
+        return list(rows)
+    i = columns.index(name)
+    others = [c for c in columns if c != name]
+    rest = aligned_width(others, project(columns, rows, others)) + 2 if others else 0
+    room = max(width - rest, floor, display_width(name))
+    return [
+        ([cut_middle(c, room) if j == i else c for j, c in enumerate(cells)], style)
+        for cells, style in rows
+    ]
 
 
 def split_rows(wanted: Sequence[int], room: int, floor: int = MIN_ROWS) -> list[int]:
@@ -226,21 +284,33 @@ def compact_lines(
             jobs,
             TRAINING_COLUMNS,
             TRAINING_LEAVE_OUT,
+            TRAINING_SHORTEN,
             "run",
         ),
-        ("GPUs, free first, then by FREE AT", "GPUs", gpus, GPU_COLUMNS, GPU_LEAVE_OUT, "GPU"),
+        (
+            "GPUs, free first, then by FREE AT",
+            "GPUs",
+            gpus,
+            GPU_COLUMNS,
+            GPU_LEAVE_OUT,
+            None,  # its open-ended HELD BY is last: the right edge cuts it
+            "GPU",
+        ),
     ]
     # a table's title and header, or its one line when it has no row
-    frames = sum(2 if rows else 1 for _, _, rows, _, _, _ in tables)
+    frames = sum(2 if table[2] else 1 for table in tables)
     room = height - len(head) - len(tail) - frames
-    shown = split_rows([len(rows) for _, _, rows, _, _, _ in tables], max(0, room))
+    shown = split_rows([len(table[2]) for table in tables], max(0, room))
     lines = head
-    for (title, name, rows, columns, leave_out, noun), n in zip(tables, shown, strict=True):
+    for (title, name, rows, columns, leave_out, shorten, noun), n in zip(
+        tables, shown, strict=True
+    ):
         if not rows:
             lines.append((cut(f"{name}: {empty_text(view, name)}", width), "dim"))
             continue
         kept = columns_shown(columns, rows, leave_out, width)
-        lines += section(title, kept, project(columns, rows, kept), n, noun, width)
+        fitted = shortened(kept, project(columns, rows, kept), shorten, width)
+        lines += section(title, kept, fitted, n, noun, width)
     lines += tail
     if len(lines) > height:  # a header of many error lines: cut at the bottom, said
         kept_lines = height - 1

@@ -248,3 +248,55 @@ def test_auto_at_30_columns_or_fewer_draws_the_full_layout_where_it_fits(width: 
     full = _drawn(render_rich(view, fit_height=True), width, height)
     assert full == _drawn(render_rich(view), width, height), full
     assert _drawn(compact.LiveView(view), width, height) == full
+
+
+KUBEFLOW_POD = "pytorch-resnet50-finetune-lr-sweep-worker-0"  # in kubeflow-user-example-com
+
+
+def test_a_long_pod_name_is_shortened_in_the_middle_so_epoch_eta_and_flags_show() -> None:
+    """One run of Kubeflow's long namespace and pod names: every run keeps EPOCH, ETA
+    and its flags at 80 columns; the POD column is cut to the width left, in its
+    middle, so a pod's end (``worker-0``, a replica's hash) stays readable. Before, the
+    one long name widened POD for every run and pushed EPOCH and ETA off the screen."""
+    ns = "kubeflow-user-example-com"
+    jobs = tuple(
+        _job(k, namespace=ns, pod=KUBEFLOW_POD if k == 1 else f"cifar-cnn-{k:05d}",
+             stalled=k == 2)
+        for k in range(8)
+    )  # fmt: skip
+    view = demo_sized_view(jobs=jobs)
+    texts = _texts(compact.compact_lines(view, 80, 24, DEMO_FOOTER))
+    assert all(display_width(t) <= 80 for t in texts), texts
+    header = texts[texts.index("Training, soonest end first (8)") + 1]
+    assert header.split() == ["POD", "EPOCH", "ETA"], header
+    rows = _rows_under(texts, "Training")
+    assert len(rows) == 8, texts
+    for row in rows:
+        assert "3/10" in row and not row.endswith("…"), row
+    assert rows[2].endswith("stalled"), rows[2]
+    long_row = rows[1].split()
+    assert long_row[0].startswith("kubeflow-") and long_row[0].endswith("-worker-0"), long_row
+    assert "…" in long_row[0] and display_width(long_row[0]) < len(f"{ns}/{KUBEFLOW_POD}")
+    # a short name is not cut, and the columns stay aligned over every row
+    assert rows[0].split()[0] == f"{ns}/cifar-cnn-00000"
+    assert len({row.index("3/10") for row in rows}) == 1, rows
+    # wide enough, nothing is shortened
+    wide = _texts(compact.compact_lines(view, 200, 24, DEMO_FOOTER))
+    assert f"{ns}/{KUBEFLOW_POD}" in _rows_under(wide, "Training")[1], wide
+
+
+@pytest.mark.parametrize(
+    ("text", "width", "cut"),
+    [
+        ("abcdefghij", 10, "abcdefghij"),
+        ("abcdefghij", 9, "abcd…ghij"),
+        ("abcdefghij", 6, "ab…hij"),
+        ("ns/pod-worker-0", 2, "…0"),
+        ("ns/pod-worker-0", 1, "…"),
+        ("模型模型模型", 7, "模…模型"),  # two columns each
+        ("模型模型模型", 6, "模…型"),
+    ],
+)
+def test_cut_middle_keeps_both_ends(text: str, width: int, cut: str) -> None:
+    assert compact.cut_middle(text, width) == cut
+    assert display_width(compact.cut_middle(text, width)) <= width
