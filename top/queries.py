@@ -10,6 +10,7 @@ from gpu_eta.common.gpu_use import use_mean
 
 QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
 _RUN_END = "gpu_eta_training_run_end_timestamp_seconds"
+_NOT_PENDING = 'kube_pod_status_phase{phase!="Pending"} == 1'
 
 
 def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[str, str]:
@@ -75,10 +76,13 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
         # the GPU queue (docs/pending.md); creation times from kube-state-metrics
         # a pod kube-state-metrics already sees out of Pending (started, failed) is left
         # out: the forecaster's series keeps it until its next cycle and scrape (~90 s);
-        # without kube-state-metrics the right side is empty and every pod stays
+        # without kube-state-metrics the right side is empty and every pod stays.
+        # Matched on the pods the series name, under exported_* labels too (a scrape
+        # not honouring labels: the plain ones are the scraped pod's, the forecaster's
+        # own, Running, which left every prediction out)
         "pending_info": (
-            "gpu_eta_pod_start_prediction_info unless on (namespace, pod) "
-            '(kube_pod_status_phase{phase!="Pending"} == 1)'
+            f"{pod_labelled('gpu_eta_pod_start_prediction_info')} unless on (namespace, pod) "
+            f"{pod_labelled(_NOT_PENDING)}"
         ),
         "pending_start": "gpu_eta_pod_predicted_start_timestamp_seconds",
         # per forecaster (job, instance: its forecasts carry the same), the end of its
@@ -95,6 +99,17 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
             f"and on (uid) ({_gpu_requests(ksm_resource_regex(gpu_resources))})"
         ),
     }
+
+
+def pod_labelled(expr: str) -> str:
+    """``expr`` with ``namespace`` and ``pod`` the pod its series name: the
+    ``exported_namespace`` and ``exported_pod`` where present (a scrape that did not
+    honour the target's labels renamed them, and set its own pod's), else as they are.
+    Series that differed only there stay apart: they differ in their ``exported_*``
+    labels, which are kept."""
+    for name in ("namespace", "pod"):
+        expr = f'label_replace({expr}, "{name}", "$1", "exported_{name}", "(.+)")'
+    return f"({expr})"
 
 
 def _gpu_requests(regex: str) -> str:

@@ -943,6 +943,54 @@ def test_a_pod_that_left_pending_is_not_listed_pending(prometheus_factory) -> No
         ]
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("ksm_honoured", [True, False])
+def test_pending_pods_of_a_forecaster_scraped_without_honor_labels(
+    prometheus_factory, ksm_honoured: bool
+) -> None:
+    """A forecaster scraped by a pod scrape that does not honour its labels: its
+    predictions' pods are ``exported_namespace``/``exported_pod``, the plain ones its
+    own pod's. Matched on those, the pods kube-state-metrics reports out of Pending were
+    the forecaster's own (Running): every prediction was left out and PENDING was
+    empty. kube-state-metrics scraped as the kube-prometheus ServiceMonitor does
+    (``honorLabels``), or renamed too."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from gpu_eta.launch.prometheus import ScrapeJob
+
+    forecaster, ksm = CollectorRegistry(), CollectorRegistry()
+    info_labels = ["namespace", "pod", "resource", "gpus", "status"]
+    info = Gauge("gpu_eta_pod_start_prediction_info", "i", info_labels, registry=forecaster)
+    phase = Gauge("kube_pod_status_phase", "p", ["namespace", "pod", "uid", "phase"], registry=ksm)
+    for pod in ("started", "failed", "waiting", "unseen"):
+        info.labels("ml", pod, "nvidia_com_gpu", "1", "predicted").set(1)
+    now_phases = {("ml", "started"): "Running", ("ml", "failed"): "Failed",
+                  ("ml", "waiting"): "Pending", ("gpu-eta", "gpu-eta-forecaster-7d9f"): "Running",
+                  ("monitoring", "kube-state-metrics-5c4d"): "Running"}  # fmt: skip
+    for (ns, pod), now_phase in now_phases.items():
+        for ph in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
+            phase.labels(ns, pod, "u-" + pod, ph).set(1 if ph == now_phase else 0)
+    own_pod = {"namespace": "gpu-eta", "pod": "gpu-eta-forecaster-7d9f"}
+    ksm_pod = {"namespace": "monitoring", "pod": "kube-state-metrics-5c4d"}
+    with _exporter(forecaster) as f_target, _exporter(ksm) as k_target:
+        prom = prometheus_factory(
+            [
+                ScrapeJob("forecaster", [f_target], labels=own_pod, honor_labels=False),
+                ScrapeJob("ksm", [k_target], labels={} if ksm_honoured else ksm_pod,
+                          honor_labels=ksm_honoured),
+            ]
+        )  # fmt: skip
+        prom.wait_for("gpu_eta_pod_start_prediction_info", timeout=60, min_results=4)
+        prom.wait_for("kube_pod_status_phase", timeout=30, min_results=25)
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert top_main.main(["--prometheus.url", prom.url, "--json"]) == 0
+        assert sorted(p["pod"] for p in json.loads(out.getvalue())["pending"]) == [
+            "unseen",
+            "waiting",
+        ]
+
+
 def test_firing_gpu_eta_alerts_are_one_line() -> None:
     """The ALERTS query's answer becomes ``ALERTS firing: name ×n`` under the summary;
     a sample without a name or with a NaN count is skipped."""
