@@ -330,8 +330,8 @@ def summary_line(view: View, tz: tzinfo | None = None) -> str:
     # (+ holders unknown) = seen
     only = f"  namespace {','.join(view.namespaces)}" if view.namespaces else ""
     unknown = f", {counts['unknown']} holders unknown" if counts["unknown"] else ""
-    # no holder known (View.allocations_unknown): 0 would say none sits idle on a GPU
-    idle = "idle holders unknown" if view.allocations_unknown else f"{len(view.idle)} idle holders"
+    # no holder's idleness known (View.idle_unknown): 0 would say none sits idle on a GPU
+    idle = "idle holders unknown" if view.idle_unknown else f"{len(view.idle)} idle holders"
     return printable(
         f"gpu-eta top  {view.prometheus_url}{only}  {when}  |  {len(view.jobs)} training, "
         f"{idle}, GPUs: {counts['seen']} seen, {counts['busy']} busy, "
@@ -564,10 +564,10 @@ _TALLER = "--once or a taller terminal shows them"
 
 def empty_text(view: View, title: str) -> str:
     """What the table ``title`` of ``view`` says when it has no row: ``_EMPTY``'s text,
-    but for the idle holders "unknown" and why while no holder is known
-    (``View.allocations_unknown``): "none" would say no pod sits idle on a GPU. Pure."""
-    if title == "Idle GPU holders" and view.allocations_unknown:
-        return f"unknown: {view.allocations_unknown}"
+    but for the idle holders "unknown" and why while no holder's idleness is known
+    (``View.idle_unknown``): "none" would say no pod sits idle on a GPU. Pure."""
+    if title == "Idle GPU holders" and view.idle_unknown:
+        return f"unknown: {view.idle_unknown}"
     return _EMPTY[title]
 
 

@@ -139,8 +139,14 @@ class View:
     clock_offset_seconds: float = 0.0
     # why no device's holders are known (the allocation query refused); empty: known as
     # far as the answers go. Then ``idle`` is empty for want of holders, not for want of
-    # idle ones: the renderers say "unknown", never "none" or 0
+    # idle ones (``idle_unknown`` says so too)
     allocations_unknown: str = ""
+    # why no holder's idleness is known: the allocations (no holder known) or the idle
+    # window's averages (``pod_util_avg``) refused; empty: known. Then ``idle`` is empty
+    # for want of an answer, and the renderers say "unknown", never "none" or 0. (The
+    # utilisation now is no stand-in: a time-sliced GPU's holders have a sample only
+    # when the device reads 0 %, so busy ones read idle.)
+    idle_unknown: str = ""
     # why no holder's allocation time is known (the ``since`` query refused); empty:
     # known where the exporter publishes it. Idle holders are then judged on their
     # utilisation alone (a pod seconds old may be listed), and their HELD says unknown,
@@ -291,6 +297,8 @@ def _bands(results: Sequence[Sample], key_fn, forecasters: Forecasters) -> dict[
 HOLDER_QUERIES = ("allocated", "holders_unknown")
 # the query saying whether a device no pod holds is in use all the same
 UTIL_QUERY = "gpu_util"
+# the query saying which holders are idle (their average over the idle window)
+AVERAGE_QUERY = "pod_util_avg"
 
 
 def build_view(
@@ -325,7 +333,10 @@ def build_view(
     ``allocated`` no holder is known at all, so neither is an idle one
     (``View.allocations_unknown``). Without ``gpu_util`` (a device's own utilisation)
     a device no pod holds says its use is unknown, not "free now" (``free_state``).
-    Without ``since`` (when each holder got its device) the idle holders are judged on
+    Without ``pod_util_avg`` (each holder's average over the idle window) no holder is
+    idle: whether one is is not known (``View.idle_unknown``), and the utilisation now
+    is no stand-in (a time-sliced GPU's holders read 0 % at the device's idle moments
+    only). Without ``since`` (when each holder got its device) the idle holders are judged on
     utilisation alone, as without the kube collector, and say so (``View.held_unknown``).
     """
     # ``exported_*`` labels read as the plain ones (a scrape that did not honour the
@@ -374,9 +385,10 @@ def build_view(
     gpu_total = {
         _gpu_key(s.labels): v for s in get("gpu_memory_total") if (v := _value(s)) is not None
     }
+    idle_unknown = refused_cause(refused, "allocated", AVERAGE_QUERY)
     idle_holders = {
         hk
-        for hk in holders
+        for hk in (() if AVERAGE_QUERY in refused else holders)
         if (avg := util_avg.get(hk, util.get(hk))) is not None
         and avg < idle_threshold
         and (hk not in since or now - since[hk] >= idle_window_seconds)
@@ -537,6 +549,7 @@ def build_view(
         alerts=_firing(get("alerts")),
         pending=pending_rows(results, forecasters),
         allocations_unknown=refused_cause(refused, "allocated"),
+        idle_unknown=idle_unknown,
         held_unknown=refused_cause(refused, "since"),
         forecast_timestamp=forecasters.cycle,
         forecaster_failed=any(f.failed for f in forecasters.by_source.values()),

@@ -24,7 +24,7 @@ HEIGHTS = (3, 6, 10, 14, 20, 24, 30, 40, 60)
 def views() -> dict[str, top_render.View]:
     """Views whose rows wrap (time-sliced GPUs' holders, long notes) or do not, with
     and without error lines, empty tables among them; "unknown": no idle holder listed
-    because none is known (``View.allocations_unknown``), whose one line says why."""
+    because none is known (``View.idle_unknown``), whose one line says why."""
     tall = tall_view()
     cluster = tr.cluster_view(nodes=40, gpus=4, jobs=30, pending=12)
     never = dataclasses.replace(
@@ -37,7 +37,9 @@ def views() -> dict[str, top_render.View]:
             cluster, pending=(never, *cluster.pending[1:]), errors=("x " * 80, "refused")
         ),
         "empty": dataclasses.replace(tall, jobs=(), pending=()),
-        "unknown": dataclasses.replace(tall, idle=(), allocations_unknown="query refused"),
+        "unknown": dataclasses.replace(
+            tall, idle=(), allocations_unknown="query refused", idle_unknown="query refused"
+        ),
     }
 
 

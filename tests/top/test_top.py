@@ -2358,6 +2358,36 @@ def test_with_the_allocations_refused_no_holder_is_counted_or_listed_as_idle() -
     assert "1 idle holders" in top_render.summary_line(known)
 
 
+def test_with_the_averages_refused_no_holder_is_idle_and_the_view_says_unknown() -> None:
+    """The idle window's average (``pod_util_avg``) refused (a sample limit): whether a
+    holder is idle is not known. Judged on the utilisation now instead, a time-sliced
+    GPU's holders (a sample only when the device reads 0 %) and the notebook read 0 %
+    were listed idle. Now no holder is idle, the header says "idle holders unknown",
+    the section why, as with the allocations refused; ``--json`` too."""
+    data = {k: v for k, v in answers().items() if k != "pod_util_avg"}
+    view = top_view.build_view(
+        {k: parsed(v) for k, v in data.items()}, NOW, "http://prom", refused=("pod_util_avg",)
+    )
+    assert view.idle == () and view.idle_unknown == "query pod_util_avg refused", view.idle
+    assert not any(g.state == "idle" for g in view.gpus) and not any(j.idle for j in view.jobs)
+    assert view.allocations_unknown == ""  # the holders are known: their GPUs are held
+    lines = top_render.render_plain(view, timezone.utc).splitlines()
+    assert "1 training, idle holders unknown, GPUs: 4 seen" in lines[0], lines[0]
+    section = lines.index("IDLE GPU HOLDERS")
+    assert lines[section + 1] == "  (unknown: query pod_util_avg refused)"
+    assert top_render.render_json(view)["idle_unknown"] == "query pod_util_avg refused"
+    # both refused: both named
+    both = top_view.build_view(
+        {k: parsed(v) for k, v in data.items() if k != "allocated"},
+        NOW,
+        "http://prom",
+        refused=("allocated", "pod_util_avg"),
+    )
+    assert both.idle_unknown == "query allocated, pod_util_avg refused"
+    # answered, the notebook is idle
+    assert [h.pod for h in top_view.build_view(results(), NOW, "http://prom").idle] == ["nb-alice"]
+
+
 def test_with_the_allocation_times_refused_an_idle_holder_says_its_held_time_is_unknown() -> None:
     """The ``since`` query refused alone: the allocations are known, so idle holders
     are listed, judged on utilisation alone (no age guard, as without the kube
