@@ -11,7 +11,16 @@ from typing import Any
 
 from gpu_eta.forecaster.methods import PLANLESS_METHODS
 from gpu_eta.forecaster.promparse import printable
-from gpu_eta.top.view import Band, GpuRow, HolderRow, JobRow, PendingRow, View, fmt_ratio
+from gpu_eta.top.view import (
+    Band,
+    GpuRow,
+    HolderRow,
+    JobRow,
+    PendingRow,
+    View,
+    elapsed,
+    fmt_ratio,
+)
 
 # How old a forecaster cycle may be and its "fits now" still read ``now`` (``_fits_now``):
 # the alert rules' pending_prediction_past_seconds (rules/gpu-eta.rules.yaml,
@@ -209,7 +218,7 @@ def pending_cells(p: PendingRow, now: float, tz: tzinfo | None, stale: bool = Fa
     ``now`` when it fits now (``_fits_now``): both are published at the cycle's time,
     which has passed when the view is drawn, and are not ``overdue``. ``stale``: a
     predicted START is marked (``STALE_MARK``)."""
-    waited = None if p.created_timestamp is None else max(0.0, now - p.created_timestamp)
+    waited = elapsed(p.created_timestamp, now)  # none for a stamp no clock gives
     start, rng = fmt_band(p.start, now, tz)
     note = _PENDING_NOTES.get(p.status, "")
     if p.status == "scheduled":

@@ -381,7 +381,9 @@ def build_view(
     util = per_holder("pod_util")
     util_avg = per_holder("pod_util_avg")
     memory = per_holder("pod_memory")
-    since = per_holder("since")
+    # a start no clock gives (``plausible_stamp``: -1e18 read as 11574074094867 days
+    # held) is unknown, as when the exporter publishes none
+    since = {hk: t for hk, t in per_holder("since").items() if plausible_stamp(t, now)}
     gpu_total = {
         _gpu_key(s.labels): v for s in get("gpu_memory_total") if (v := _value(s)) is not None
     }
@@ -459,7 +461,7 @@ def build_view(
             gpu=gkey[1],
             utilization_ratio=util_avg.get((gkey, ckey), util.get((gkey, ckey))),
             memory_used_bytes=memory.get((gkey, ckey)),
-            held_seconds=max(0.0, now - since[(gkey, ckey)]) if (gkey, ckey) in since else None,
+            held_seconds=elapsed(since.get((gkey, ckey)), now),
             training=ckey in training_containers,
         )
         # by node and GPU index as numbers, as the GPU list (as text, n1/10 came before n1/2)

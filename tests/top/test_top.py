@@ -3004,6 +3004,30 @@ def test_values_no_gpu_or_run_can_have_read_as_unknown_not_as_hundreds_of_digits
     assert top_view.elapsed(NOW + 30, NOW) == 0.0 and top_view.elapsed(NOW - 60, NOW) == 60
 
 
+@pytest.mark.parametrize("stamp", [-1e18, -1e300, 1e18])
+def test_held_and_waited_since_a_stamp_no_clock_gives_are_unknown(stamp: float) -> None:
+    """An allocation start or a pod creation no clock gives (a hostile exporter, a
+    stamp in nanoseconds): HELD and WAITED read ``-``, as ELAPSED of such a run start
+    does, not ``11574074094867d19h`` (a 290-digit age at -1e300), and ``--json`` has no
+    held time (``held_seconds`` 1e300 before). Such a holder is judged on its
+    utilisation alone, as one whose start is not published."""
+    a = answers()
+    a["since"] = [vec(stamp, **GPU1, **NB)]
+    a["pending_info"] = [vec(1, namespace="ml", pod="waiting-1", resource="nvidia_com_gpu",
+                             gpus="1", status="predicted")]  # fmt: skip
+    a["pending_created"] = [vec(stamp, namespace="ml", pod="waiting-1", uid="u")]
+    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW, "http://prom")
+    (holder,) = view.idle
+    assert (holder.pod, holder.held_seconds) == ("nb-alice", None)
+    assert top_render.render_json(view)["idle"][0]["held_seconds"] is None
+    lines = top_render.render_plain(view, timezone.utc).splitlines()
+    (held,) = [line for line in lines if line.startswith("jupyter/nb-alice ")]
+    assert held.split()[-1] == "-", held
+    (waited,) = [line for line in lines if line.startswith("ml/waiting-1 ")]
+    assert waited.split()[:3] == ["ml/waiting-1", "1", "-"], waited
+    assert max(map(len, lines)) < 200
+
+
 def test_plain_tables_align_wide_characters_by_their_display_width() -> None:
     """A CJK model name takes two terminal columns a character: padded by its length,
     every column after it in the plain GPU table was shifted on its row. Measured with
