@@ -120,6 +120,16 @@ class DrawnFitView(render._RichView):
             if excess <= 0:
                 break
             budget -= excess
+        if excess <= 0:  # the lines left unused, to the tables that can take rows
+
+            def table(i: int, n: int | None) -> list[Any]:
+                title, headers, r = self.tables[i]
+                if n is None:
+                    return [render._one_line(title, len(r), self.empty[title])]
+                return render._rich_table(title, headers, r, width, shown=n)
+
+            shown = render.given_back(shown, rows, room, order, lambda i, n: height(table(i, n)))
+            parts = [part for i, n in enumerate(shown) for part in table(i, n)]
         return [*self.lines, *parts]
 
 

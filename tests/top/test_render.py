@@ -40,10 +40,14 @@ def views() -> dict[str, top_render.View]:
         "unknown": dataclasses.replace(
             tall, idle=(), allocations_unknown="query refused", idle_unknown="query refused"
         ),
+        # one run's pod name folds onto more lines than a short terminal has
+        "folded": dataclasses.replace(
+            tall, jobs=(dataclasses.replace(tall.jobs[0], pod="p" * 400), *tall.jobs[1:3])
+        ),
     }
 
 
-@pytest.mark.parametrize("name", ["tall", "cluster", "errors", "empty", "unknown"])
+@pytest.mark.parametrize("name", ["tall", "cluster", "errors", "empty", "unknown", "folded"])
 def test_the_counted_fit_draws_what_the_drawn_fit_drew(name: str) -> None:
     """Byte for byte (styles included) at every size of the grid where the drawn fit
     fitted: the rows shown come from the same heights whether counted or drawn."""
@@ -54,6 +58,25 @@ def test_the_counted_fit_draws_what_the_drawn_fit_drew(name: str) -> None:
             drawn, _ = tr.refresh(tr.drawn_fit, view, width, height)
             if drawn.count("\n") <= height:  # taller: it did not fit (the next test)
                 assert counted == drawn, (width, height)
+
+
+@pytest.mark.parametrize(("height", "title"), [(60, "Training"), (30, "Pending")])
+def test_a_table_too_tall_leaves_its_lines_to_the_tables_that_can_take_rows(
+    height: int, title: str
+) -> None:
+    """At 40 columns a 400-character pod name folds its run onto about 35 lines. Each
+    lowered try of the fit lowered the room of every table, so all of them ended one
+    line (12 of 60 lines drawn). Now the lines left go to the tables that can take
+    rows: at 60 lines the runs (that one run), at 30 the pending pods."""
+    import itertools
+    import re
+
+    drawn, _ = tr.refresh(tr.today, views()["folded"], 40, height)
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", drawn).splitlines()
+    assert height - 10 <= len(lines) <= height, drawn
+    pairs = itertools.pairwise(lines)
+    tables = [line.strip() for line, below in pairs if below.startswith("┏")]
+    assert tables == [title], lines
 
 
 def test_one_refresh_draws_the_view_once() -> None:

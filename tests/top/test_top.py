@@ -1823,6 +1823,18 @@ def test_fitting_rows_leaves_out_the_least_important_rows_first() -> None:
     assert fit(rows, frames, 3, order) == [None, None, None, None]  # the terminal cuts
 
 
+def test_fitting_rows_gives_freed_lines_to_the_tables_that_can_take_a_row() -> None:
+    """A table too tall for even one row (a run whose pod name folds onto 50 lines at
+    40 columns) is one line, as every other was made on the way there; the lines
+    freed go back to the tables that can take rows. Before, the give-back stopped at
+    the table that could not: 12 of 60 lines drawn, every table "not shown"."""
+    rows, frames, order = [1, 2, 0, 3], [50, 5, 5, 5], [3, 1, 2, 0]
+    fit = top_render.fitting_rows
+    assert fit(rows, frames, 30, order) == [None, 2, None, 3]
+    assert fit(rows, frames, 5 + 2 + 1 + 1 + 5 + 1 + 1, order) == [None, 2, None, 1]
+    assert fit(rows, frames, 4, order) == [None, None, None, None]
+
+
 def test_fitting_rows_counts_a_more_line_that_wraps() -> None:
     """On a narrow terminal a table's ``… N more`` line wraps: ``more`` says how many
     lines each table's takes, so a table shown cut is that much taller, and one shown
