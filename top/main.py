@@ -58,12 +58,17 @@ MAX_INTERVAL_SECONDS = 86400.0
 
 
 def fetch(
-    client: PromClient, idle_window: str = "5m", gpu_resources: Sequence[str] = ()
+    client: PromClient,
+    idle_window: str = "5m",
+    gpu_resources: Sequence[str] = (),
+    skipped: dict[str, int] | None = None,
 ) -> tuple[dict[str, list[Sample]], dict[str, str], tuple[str, ...]]:
     """Run every query (one instant query each): (answers by query name, the queries
     Prometheus refused on its data with its reason, the answers' warnings).
     ``PromAPIError`` with one clear line when Prometheus cannot be asked (unreachable,
-    not Prometheus, too large, not a vector).
+    not Prometheus, too large, not a vector). ``skipped``, when given, gets by query
+    name how many series its answer lost to a label or sample the parser refuses (the
+    client's ``stats.skipped_series``; ``skipped_errors`` says it).
 
     Why the warnings: a server answering from part of its sources (Thanos Query with a
     store down, a Prometheus whose remote-read source is away) says so only there, with
@@ -96,11 +101,14 @@ def fetch(
     at: float | None = None  # the evaluation time every later query is asked at
     clock = time.time()
     for name, expr in asked.items():
+        before = client.stats.skipped_series
         try:
             results[name] = client.instant(expr, at, warnings=warnings, scalar=False)
         except (PromQueryError, NotAVectorError) as err:
             refused[name] = str(err)
             continue
+        if skipped is not None and client.stats.skipped_series > before:
+            skipped[name] = client.stats.skipped_series - before
         if at is None:
             at = evaluation_time({name: results[name]}, clock)
         held += answer_bytes(results[name])
@@ -144,6 +152,23 @@ def refused_errors(refused: Mapping[str, str]) -> tuple[str, ...]:
     return (f"{len(refused)} {said} rows missing ({names}): {first}",)
 
 
+def skipped_errors(skipped: Mapping[str, int]) -> tuple[str, ...]:
+    """One line for the series the answers lost to a label or sample the parser refuses
+    (``fetch``'s ``skipped``): how many, by query. Pure.
+
+    Why in each view: the client says it on stderr once per process (again only when it
+    changes), so ``--json`` said ``errors: []`` with a GPU missing, and a refreshing
+    view (stderr hidden behind it) never said it."""
+    total = sum(skipped.values())
+    if not total:
+        return ()
+    by_query = ", ".join(f"{name} {n}" for name, n in sorted(skipped.items()))
+    return (
+        f"{total} series left out of the answers ({by_query}): a label or sample top "
+        "cannot read (a label too long or not UTF-8, a malformed sample)",
+    )
+
+
 def refresh(
     client: PromClient,
     idle_window: str = "5m",
@@ -161,14 +186,18 @@ def refresh(
     narrows the runs, idle holders and pending pods shown (``only_namespaces``);
     ``gpu_resources`` are the site's own GPU resources (``--gpu-resource``)."""
     idle_seconds = parse_duration(idle_window)  # before any query: the caller's error
-    results, refused, warnings = fetch(client, idle_window, gpu_resources)
+    skipped: dict[str, int] = {}
+    results, refused, warnings = fetch(client, idle_window, gpu_resources, skipped)
     answered_at = time.time()
     served_at = evaluation_time(results, answered_at)
     now = answered_at if served_at is None else served_at  # the server's clock if it says
     view = build_view(results, now, client.safe_url, idle_threshold, idle_seconds, refused)
     view = dataclasses.replace(
         view,
-        errors=view.errors + refused_errors(refused) + off_clock(results, answered_at),
+        errors=view.errors
+        + refused_errors(refused)
+        + skipped_errors(skipped)
+        + off_clock(results, answered_at),
         warnings=warnings,
         clock_offset_seconds=now - answered_at,
     )

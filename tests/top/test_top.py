@@ -657,6 +657,35 @@ def test_a_bad_series_is_left_out_with_a_prefixed_line_and_the_view_goes_on(
     assert "skipped 1 of 2 series" in lines[0], err
 
 
+def test_series_left_out_for_a_bad_label_are_counted_in_each_refresh_errors(
+    http_server,  # noqa: F811
+) -> None:
+    """A GPU whose model label is over 4,096 characters and a run with a label that is
+    not UTF-8 (a lone surrogate) are left out of their answers. That was said once per
+    process, on stderr only: ``--json`` said ``errors: []`` with a GPU missing, and a
+    refreshing view never said it. Now every refresh counts them in its errors, by
+    query."""
+    a = answers()
+    a["gpu_info"].append(vec(1, node="node-9", gpu="0", UUID="GPU-z", model="M" * 5000))
+    a["epoch"].append(vec(1, node="node-9", namespace="ml", pod="big\udcff", container="c",
+                          run_id="r9"))  # fmt: skip
+    url, _ = http_server(answering(a))
+    code, out, _ = run_top("--prometheus.url", url, "--json")
+    assert code == 0
+    said = [e for e in json.loads(out)["errors"] if "left out" in e]
+    assert said == [
+        "2 series left out of the answers (epoch 1, gpu_info 1): a label or sample "
+        "top cannot read (a label too long or not UTF-8, a malformed sample)"
+    ], json.loads(out)["errors"]
+    client = PromClient(url, retries=0)
+    for _ in range(2):  # each refresh, not once per process
+        view = top_main.refresh(client)
+        assert any(e.startswith("2 series left out") for e in view.errors), view.errors
+    # none left out: no such line
+    url, _ = http_server(answering(answers()))
+    assert not any("left out" in e for e in top_main.refresh(PromClient(url)).errors)
+
+
 def test_a_live_view_shows_the_error_and_no_credentials(http_server) -> None:  # noqa: F811
     url, _ = http_server(lambda r: reply(r, 503, b"busy"))
     secret_url = url.replace("http://", "http://me:pw@")
