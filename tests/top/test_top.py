@@ -2622,6 +2622,24 @@ def test_idle_holders_are_in_gpu_order_not_text_order() -> None:
     assert [g.gpu for g in view.gpus] == ["1", "2", "10"]
 
 
+def test_nodes_are_in_natural_order_as_gpu_indexes_are() -> None:
+    """Node names sorted as text put gpu-node-10 before gpu-node-2, beside GPU indexes
+    sorted as numbers: each run of digits in a node name is read as a number."""
+    a: dict[str, list[dict]] = {"allocated": [], "pod_util_avg": [], "gpu_info": [], "since": []}
+    nodes = ("gpu-node-10", "gpu-node-2", "gpu-node-1", "gpu-node-2b", "a100-9", "a100-10")
+    for node in nodes:
+        gpu = {"node": node, "gpu": "0", "UUID": f"GPU-{node}"}
+        pod = {"namespace": "jupyter", "pod": f"nb-{node}", "container": "nb"}
+        a["allocated"].append(vec(1, **gpu, **pod))
+        a["pod_util_avg"].append(vec(0, **gpu, **pod))
+        a["since"].append(vec(NOW - 3600, **gpu, **pod))
+        a["gpu_info"].append(vec(1, **gpu, model="A100"))
+    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW)
+    natural = ["a100-9", "a100-10", "gpu-node-1", "gpu-node-2", "gpu-node-2b", "gpu-node-10"]
+    assert [g.node for g in view.gpus] == natural
+    assert [h.node for h in view.idle] == natural
+
+
 def forecaster(last_success: float | None, stale: float | None = None) -> list[dict]:
     """The ``forecaster_cycle`` query's answer: the end of the forecaster's last good
     cycle and its ``gpu_eta_forecaster_stale``, each a series of its own."""
