@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from datetime import timezone
 from pathlib import Path
@@ -956,20 +956,29 @@ def test_a_pod_that_left_pending_is_not_listed_pending(prometheus_factory) -> No
     for pod in ("started", "failed", "waiting", "unseen"):
         info.labels("ml", pod, "nvidia_com_gpu", "1", "predicted").set(1)
         start.labels("ml", pod, "0.5").set(t0 - 30)  # the forecaster's last cycle
-    for pod, now_phase in (("started", "Running"), ("failed", "Failed"), ("waiting", "Pending")):
-        for ph in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
-            phase.labels("ml", pod, "u-" + pod, ph).set(1 if ph == now_phase else 0)
+    _phases(phase, {("ml", "started"): "Running", ("ml", "failed"): "Failed",
+                    ("ml", "waiting"): "Pending"})  # fmt: skip
     with _exporter(reg) as target:
         prom = prometheus_factory([ScrapeJob("fake", [target])])
         prom.wait_for("gpu_eta_pod_start_prediction_info", timeout=60, min_results=4)
         prom.wait_for("kube_pod_status_phase", timeout=30, min_results=15)
-        out = io.StringIO()
-        with redirect_stdout(out):
-            assert top_main.main(["--prometheus.url", prom.url, "--json"]) == 0
-        assert sorted(p["pod"] for p in json.loads(out.getvalue())["pending"]) == [
-            "unseen",
-            "waiting",
-        ]
+        assert _pending_pods(prom.url) == ["unseen", "waiting"]
+
+
+def _phases(gauge, now: dict[tuple[str, str], str]) -> None:
+    """kube-state-metrics' ``kube_pod_status_phase`` of each (namespace, pod) of ``now``:
+    1 for its phase now, 0 for the other four."""
+    for (ns, pod), now_phase in now.items():
+        for ph in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
+            gauge.labels(ns, pod, "u-" + pod, ph).set(1 if ph == now_phase else 0)
+
+
+def _pending_pods(url: str) -> list[str]:
+    """The pods ``top --json`` against the Prometheus at ``url`` lists pending, sorted."""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert top_main.main(["--prometheus.url", url, "--json"]) == 0
+    return sorted(p["pod"] for p in json.loads(out.getvalue())["pending"])
 
 
 @pytest.mark.integration
@@ -993,12 +1002,9 @@ def test_pending_pods_of_a_forecaster_scraped_without_honor_labels(
     phase = Gauge("kube_pod_status_phase", "p", ["namespace", "pod", "uid", "phase"], registry=ksm)
     for pod in ("started", "failed", "waiting", "unseen"):
         info.labels("ml", pod, "nvidia_com_gpu", "1", "predicted").set(1)
-    now_phases = {("ml", "started"): "Running", ("ml", "failed"): "Failed",
-                  ("ml", "waiting"): "Pending", ("gpu-eta", "gpu-eta-forecaster-7d9f"): "Running",
-                  ("monitoring", "kube-state-metrics-5c4d"): "Running"}  # fmt: skip
-    for (ns, pod), now_phase in now_phases.items():
-        for ph in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
-            phase.labels(ns, pod, "u-" + pod, ph).set(1 if ph == now_phase else 0)
+    _phases(phase, {("ml", "started"): "Running", ("ml", "failed"): "Failed",
+                    ("ml", "waiting"): "Pending", ("gpu-eta", "gpu-eta-forecaster-7d9f"): "Running",
+                    ("monitoring", "kube-state-metrics-5c4d"): "Running"})  # fmt: skip
     own_pod = {"namespace": "gpu-eta", "pod": "gpu-eta-forecaster-7d9f"}
     ksm_pod = {"namespace": "monitoring", "pod": "kube-state-metrics-5c4d"}
     with _exporter(forecaster) as f_target, _exporter(ksm) as k_target:
@@ -1011,13 +1017,7 @@ def test_pending_pods_of_a_forecaster_scraped_without_honor_labels(
         )  # fmt: skip
         prom.wait_for("gpu_eta_pod_start_prediction_info", timeout=60, min_results=4)
         prom.wait_for("kube_pod_status_phase", timeout=30, min_results=25)
-        out = io.StringIO()
-        with redirect_stdout(out):
-            assert top_main.main(["--prometheus.url", prom.url, "--json"]) == 0
-        assert sorted(p["pod"] for p in json.loads(out.getvalue())["pending"]) == [
-            "unseen",
-            "waiting",
-        ]
+        assert _pending_pods(prom.url) == ["unseen", "waiting"]
 
 
 def test_firing_gpu_eta_alerts_are_one_line() -> None:
@@ -2606,18 +2606,23 @@ def test_a_gpu_label_of_unicode_digits_is_sorted_as_text() -> None:
     assert [g.gpu for g in view.gpus] == ["0", "1", "2", "3", "²"]
 
 
-def test_idle_holders_are_in_gpu_order_not_text_order() -> None:
-    """Idle holders sorted as text put n1/10 before n1/2; the GPU list's order is
-    numeric (``_gpu_order``), and so is theirs now."""
+def idle_notebooks(devices: Sequence[tuple[str, str]]) -> top_view.View:
+    """The view of a notebook idle for an hour on each (node, gpu) of ``devices``."""
     a: dict[str, list[dict]] = {"allocated": [], "pod_util_avg": [], "gpu_info": [], "since": []}
-    for g in (2, 10, 1):
-        gpu = {"node": "n1", "gpu": str(g), "UUID": f"GPU-{g}"}
-        pod = {"namespace": "jupyter", "pod": f"nb-{g}", "container": "nb"}
+    for node, g in devices:
+        gpu = {"node": node, "gpu": g, "UUID": f"GPU-{node}-{g}"}
+        pod = {"namespace": "jupyter", "pod": f"nb-{node}-{g}", "container": "nb"}
         a["allocated"].append(vec(1, **gpu, **pod))
         a["pod_util_avg"].append(vec(0, **gpu, **pod))
         a["since"].append(vec(NOW - 3600, **gpu, **pod))
         a["gpu_info"].append(vec(1, **gpu, model="A100"))
-    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW)
+    return top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW)
+
+
+def test_idle_holders_are_in_gpu_order_not_text_order() -> None:
+    """Idle holders sorted as text put n1/10 before n1/2; the GPU list's order is
+    numeric (``_gpu_order``), and so is theirs now."""
+    view = idle_notebooks([("n1", "2"), ("n1", "10"), ("n1", "1")])
     assert [h.gpu for h in view.idle] == ["1", "2", "10"]
     assert [g.gpu for g in view.gpus] == ["1", "2", "10"]
 
@@ -2625,16 +2630,8 @@ def test_idle_holders_are_in_gpu_order_not_text_order() -> None:
 def test_nodes_are_in_natural_order_as_gpu_indexes_are() -> None:
     """Node names sorted as text put gpu-node-10 before gpu-node-2, beside GPU indexes
     sorted as numbers: each run of digits in a node name is read as a number."""
-    a: dict[str, list[dict]] = {"allocated": [], "pod_util_avg": [], "gpu_info": [], "since": []}
     nodes = ("gpu-node-10", "gpu-node-2", "gpu-node-1", "gpu-node-2b", "a100-9", "a100-10")
-    for node in nodes:
-        gpu = {"node": node, "gpu": "0", "UUID": f"GPU-{node}"}
-        pod = {"namespace": "jupyter", "pod": f"nb-{node}", "container": "nb"}
-        a["allocated"].append(vec(1, **gpu, **pod))
-        a["pod_util_avg"].append(vec(0, **gpu, **pod))
-        a["since"].append(vec(NOW - 3600, **gpu, **pod))
-        a["gpu_info"].append(vec(1, **gpu, model="A100"))
-    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW)
+    view = idle_notebooks([(node, "0") for node in nodes])
     natural = ["a100-9", "a100-10", "gpu-node-1", "gpu-node-2", "gpu-node-2b", "gpu-node-10"]
     assert [g.node for g in view.gpus] == natural
     assert [h.node for h in view.idle] == natural
