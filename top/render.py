@@ -600,8 +600,8 @@ def fitting_rows(
     frame first, then each its last rows down to ``keep``, then, in the same order, each
     down to 1 row, then each down to its one line; the lines the last cut freed go back
     to the tables that can take a row (a table too tall for one is passed over), up to
-    ``keep`` rows each first, the most important table first. What still does not fit (a terminal shorter than the one-line tables) is cut
-    by the terminal. Pure."""
+    ``keep`` rows each first, the most important table first. What still does not fit
+    (a terminal shorter than the one-line tables) is cut by the terminal. Pure."""
     shown: list[int | None] = list(rows)
     more_lines = [1] * len(rows) if more is None else more
 
@@ -653,7 +653,7 @@ def given_back(
     is left. Pure but for ``table_lines``.
 
     Why: ``fitting_rows`` counts a row as one line, and the fit lowers its budget by
-    what wrapped rows take beyond that, for every table: one run folding onto 50 lines
+    what wrapped rows take beyond that, for every table: one run folding onto 35 lines
     (a 400-character pod name at 40 columns) made every table one line, 12 of 60 lines
     drawn."""
     out = list(shown)
