@@ -335,10 +335,11 @@ def build_view(
     (``View.allocations_unknown``). Without ``gpu_util`` (a device's own utilisation)
     a device no pod holds says its use is unknown, not "free now" (``free_state``).
     Without ``pod_util_avg`` (each holder's average over the idle window) no holder is
-    idle: whether one is is not known (``View.idle_unknown``), and the utilisation now
-    is no stand-in (a time-sliced GPU's holders read 0 % at the device's idle moments
-    only). Without ``since`` (when each holder got its device) the idle holders are judged on
-    utilisation alone, as without the kube collector, and say so (``View.held_unknown``).
+    listed idle, as none is known to be (``View.idle_unknown``); the utilisation now is
+    no stand-in (a time-sliced GPU's holders read 0 % at the device's idle moments
+    only). Without ``since`` (when each holder got its device) the idle holders are
+    judged on utilisation alone, as without the kube collector, and say so
+    (``View.held_unknown``).
     """
     # ``exported_*`` labels read as the plain ones (a scrape that did not honour the
     # exporter's labels: its own namespace and pod would name every run), as the
