@@ -24,7 +24,11 @@ the site's own GPU resources given as ``gpu_resources`` (a time-slicing rename,
 ``nvidia.com/a100-shared``: the forecaster's ``--pending.gpu-resource``), and the start
 shown is the one published for that resource; its GPU type from ``node_selector``
 ``nvidia.com/gpu.product`` (any type when absent: the earliest of them). A count the forecaster does not publish
-(3, 5...) takes the next published size up. Profiles without GPUs are left alone. When
+(3, 5...) takes the next published size up. Profiles without GPUs are left alone, and
+so is one whose resources are a callable (KubeSpawner calls an override value that is
+one with the spawner, at spawn time: the hook cannot know its answer); a GPU profile
+whose ``node_selector`` is a callable is "no estimate". Such a profile, or one the
+hook cannot read at all, costs its own estimate only, logged in one line. When
 Prometheus cannot be read, does not answer within the timeout (2 s: the query runs in
 a thread, never in the hub's event loop), or something else answers (a port speaking
 HTTP/2 or another protocol, an answer cut short, JSON of another shape), the profiles
@@ -45,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 import functools
 import json
 import logging
@@ -88,7 +91,13 @@ MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 
 
 class ProfileError(ValueError):
-    """A profile asks for a GPU count that is not a positive integer."""
+    """A profile asks for a GPU count that is not a positive integer, or its
+    ``kubespawner_override`` is no mapping."""
+
+
+class SpawnTimeValue(ProfileError):
+    """An override value the hook needs is a callable, which KubeSpawner calls with the
+    spawner when the profile is chosen: its answer is not known when the page is made."""
 
 
 def is_gpu_resource(name: str, own: Sequence[str] = ()) -> bool:
@@ -115,11 +124,23 @@ def kubespawner_slug(display_name: str) -> str:
 
 
 def with_slug(profile: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy of ``profile`` holding its KubeSpawner slug (its own, if it has one)."""
-    p = copy.deepcopy(dict(profile))
+    """A shallow copy of ``profile`` holding its KubeSpawner slug (its own, if it has
+    one). Shallow: the hook sets top-level keys only, and an override value may be a
+    callable KubeSpawner calls at spawn time, bound to an object that cannot be copied
+    (one holding a lock), which a deep copy raised on."""
+    p = dict(profile)
     if "slug" not in p and "display_name" in p:
         p["slug"] = kubespawner_slug(str(p["display_name"]))
     return p
+
+
+def as_given(profile: Any) -> Any:
+    """``profile`` with its slug (``with_slug``), or ``profile`` itself when that cannot
+    be made: what the hook returns for a profile it gives no estimate, never raising."""
+    try:
+        return with_slug(profile)
+    except Exception:  # KubeSpawner judges the profile, not the hook
+        return profile
 
 
 Starts = dict[tuple[str, str, int], float]
@@ -188,12 +209,18 @@ def parse_starts(raw: bytes, after: float = -math.inf) -> Starts:
 def gpu_request(profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -> tuple[str, int]:
     """The profile's GPU resource and count: its first GPU resource (``BUILT_IN``, a
     MIG slice, or one of ``gpu_resources``) in ``extra_resource_limits``, else in
-    ``extra_resource_guarantees``; ``(GPU_RESOURCE, 0)`` when it asks for none."""
+    ``extra_resource_guarantees``; ``(GPU_RESOURCE, 0)`` when it asks for none.
+    SpawnTimeValue when neither names one and either is a callable (it may ask for
+    GPUs, or not: unknown until KubeSpawner calls it)."""
     own = (gpu_resources,) if isinstance(gpu_resources, str) else tuple(gpu_resources)
-    override = profile.get("kubespawner_override") or {}
+    override = overrides(profile)
+    resolved_later = []
     for key in ("extra_resource_limits", "extra_resource_guarantees"):
         asked = override.get(key) or {}
-        for name, value in asked.items() if isinstance(asked, Mapping) else ():
+        if not isinstance(asked, Mapping):
+            resolved_later.append(key)
+            continue
+        for name, value in asked.items():
             name = str(name)
             if not is_gpu_resource(name, own):
                 continue
@@ -204,7 +231,28 @@ def gpu_request(profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -
             if n < 0:
                 raise ProfileError(f"{name} must be >= 0, got {n}")
             return name, n
+    if resolved_later:
+        raise SpawnTimeValue(f"{' and '.join(resolved_later)} given at spawn time (not a mapping)")
     return GPU_RESOURCE, 0
+
+
+def overrides(profile: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The profile's ``kubespawner_override`` ({} without one); ProfileError when it is
+    no mapping."""
+    override = profile.get("kubespawner_override") or {}
+    if not isinstance(override, Mapping):
+        raise ProfileError(f"kubespawner_override is a {type(override).__name__}, not a mapping")
+    return override
+
+
+def gpu_model(override: Mapping[str, Any]) -> str:
+    """The GPU type a profile's ``node_selector`` asks for ("" = any type);
+    SpawnTimeValue when the selector is given at spawn time (a callable): the earliest
+    start of any type would be a guess."""
+    selector = override.get("node_selector") or {}
+    if not isinstance(selector, Mapping):
+        raise SpawnTimeValue("node_selector given at spawn time (not a mapping)")
+    return str(selector.get(PRODUCT_LABEL, ""))
 
 
 def start_for(
@@ -255,22 +303,49 @@ def annotate(
     gpu_resources: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Copies of ``profiles`` with " — free now" / " — ~HH:MM" after each GPU profile's
-    name, each with its slug (``with_slug``)."""
+    name, each with its slug (``with_slug``). Never raises: a profile that cannot be
+    read (a callable override value, an odd one) costs its own estimate only, with
+    one log line, and comes back as given (``as_given``)."""
     out = []
     for profile in profiles:
-        p = with_slug(profile)
         try:
-            resource, gpus = gpu_request(p, gpu_resources)
+            out.append(annotate_one(with_slug(profile), starts, now, tz, gpu_resources))
+            continue
+        except SpawnTimeValue as err:  # expected of a site using callables: not a warning
+            log.info("gpu-eta: profile %r: no estimate: %s", display_name(profile), err)
         except ProfileError as err:
-            log.warning("profile %r: %s", p.get("display_name"), err)
-            resource, gpus = GPU_RESOURCE, 0
-        if gpus > 0:
-            override = p.get("kubespawner_override") or {}
-            model = str((override.get("node_selector") or {}).get(PRODUCT_LABEL, ""))
-            text = label(start_for(starts, gpus, model, resource), now, tz)
-            p["display_name"] = f"{p.get('display_name', '')} — {text}"
-        out.append(p)
+            log.warning("gpu-eta: profile %r: %s", display_name(profile), err)
+        except Exception as err:  # the boundary: one profile, not the page
+            cause = one_line(err)
+            log.warning("gpu-eta: profile %r: no estimate: %s", display_name(profile), cause)
+        out.append(as_given(profile))
     return out
+
+
+def annotate_one(
+    p: dict[str, Any],
+    starts: Mapping[tuple[str, str, int], float],
+    now: float,
+    tz: tzinfo | None,
+    gpu_resources: Sequence[str],
+) -> dict[str, Any]:
+    """``p`` (a copy: modified) with its estimate after its name when it asks for GPUs;
+    " — no estimate" when its GPU type is given at spawn time. Raises ProfileError (a
+    bad count, an override that is no mapping, GPUs given at spawn time)."""
+    resource, gpus = gpu_request(p, gpu_resources)
+    if gpus > 0:
+        try:
+            text = label(start_for(starts, gpus, gpu_model(overrides(p)), resource), now, tz)
+        except SpawnTimeValue as err:
+            log.info("gpu-eta: profile %r: no estimate: %s", display_name(p), err)
+            text = "no estimate"
+        p["display_name"] = f"{p.get('display_name', '')} — {text}"
+    return p
+
+
+def display_name(profile: object) -> object:
+    """The profile's display_name for a log line (None when it has none)."""
+    return profile.get("display_name") if isinstance(profile, Mapping) else None
 
 
 def profile_list_hook(
@@ -295,14 +370,15 @@ def profile_list_hook(
         query = loop.run_in_executor(_executor(), fetch, prometheus_url, timeout_seconds, after)
         try:
             starts = await asyncio.wait_for(query, timeout_seconds)
-            return annotate(profiles, starts, now, tz, gpu_resources)
         except asyncio.TimeoutError:  # not an OSError before Python 3.11
             cause = f"no answer within {timeout_seconds:g} s"
         except Exception as err:  # the boundary: raised here, it is an error page, no server
             cause = one_line(err)
+        else:
+            return annotate(profiles, starts, now, tz, gpu_resources)
         shown = without_credentials(prometheus_url)  # the hub's log: never a password
         log.warning("gpu-eta: no start estimates from %s: %s", shown, cause)
-        return [with_slug(p) for p in profiles]
+        return [as_given(p) for p in profiles]
 
     return hook
 

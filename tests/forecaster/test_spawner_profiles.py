@@ -615,3 +615,92 @@ def test_the_copied_rules_agree_with_the_exporter_and_kube_state_metrics(name: s
     for extra in ((), own):
         assert spawner_profiles.is_gpu_resource(name, extra) is exporters(name, extra)
     assert spawner_profiles.ksm_label(name) == common_ksm_label(name)
+
+
+class Quota:
+    """A site object a profile's override consults at spawn time: it holds a lock, so
+    neither it nor a method bound to it can be deep-copied (or pickled)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def limits(self, _spawner: object) -> dict:
+        return {"nvidia.com/gpu": "1"}
+
+
+def test_override_values_resolved_at_spawn_time_cost_their_own_profile_only(
+    prometheus_answer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """KubeSpawner takes a callable as any ``kubespawner_override`` value (called with
+    the spawner when the profile is chosen). The hook cannot know its answer at page
+    time: a callable ``node_selector`` on a GPU profile is no estimate, a callable
+    ``extra_resource_limits`` leaves the name alone (it may ask for no GPU). The other
+    profiles keep theirs, the callables are handed on as they are (KubeSpawner calls
+    them), and nothing is copied deeply: a bound method over an object with a lock made
+    the hook raise, an error page for every user."""
+    url, body = prometheus_answer
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    body[0] = query_answer(now + 3600)
+    quota = Quota()
+
+    def pick_node(_spawner: object) -> dict:
+        return {"nvidia.com/gpu.product": A100}
+
+    chosen_node = {
+        "display_name": "Chosen node, 1 GPU",
+        "kubespawner_override": {
+            "extra_resource_limits": {"nvidia.com/gpu": "1"},
+            "node_selector": pick_node,
+        },
+    }
+    by_quota = {
+        "display_name": "Quota GPU",
+        "kubespawner_override": {"extra_resource_limits": quota.limits},
+    }
+    profiles = [profile("A100, 1 GPU", 1, A100), chosen_node, by_quota, profile("CPU only")]
+    hook = profile_list_hook(profiles, url, tz=UTC, clock=lambda: now)
+    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.spawner_profiles"):
+        shown = spawn_page(hook)
+    assert [p["display_name"] for p in shown] == [
+        "A100, 1 GPU — ~10:00",
+        "Chosen node, 1 GPU — no estimate",
+        "Quota GPU",
+        "CPU only",
+    ]
+    assert shown[1]["kubespawner_override"]["node_selector"] is pick_node
+    assert shown[2]["kubespawner_override"]["extra_resource_limits"] == quota.limits
+    assert kubespawner_slugs(shown) == kubespawner_slugs(profiles)
+    assert "slug" not in by_quota and by_quota["display_name"] == "Quota GPU"
+
+    body[0] = b"not json"  # no estimates at all: the same profiles, never an exception
+    assert [p["display_name"] for p in spawn_page(hook)] == [p["display_name"] for p in profiles]
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_a_profile_the_hook_cannot_read_is_left_alone_and_the_others_annotated(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Whatever one profile holds (a product label that is no text, an override that is
+    no mapping, a profile that is no mapping), the others get their estimate and that
+    one comes back as given, with one log line naming it."""
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    starts = {("nvidia_com_gpu", A100, 1): now + 3600}
+    odd_product = profile("Odd, 1 GPU", 1)
+    odd_product["kubespawner_override"]["node_selector"] = {"nvidia.com/gpu.product": Unprintable()}
+    odd_override = {"display_name": "Odd override", "kubespawner_override": ["x"]}
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.spawner_profiles"):
+        shown = annotate(
+            [odd_product, odd_override, "not a profile", profile("A100, 1 GPU", 1, A100)],
+            starts,
+            now,
+            UTC,
+        )
+    assert shown[0]["display_name"] == "Odd, 1 GPU"
+    assert shown[1]["display_name"] == "Odd override"
+    assert shown[2] == "not a profile"
+    assert shown[3]["display_name"] == "A100, 1 GPU — ~10:00"
+    assert any("Odd, 1 GPU" in r.getMessage() for r in caplog.records), caplog.text
