@@ -31,7 +31,8 @@ whose ``node_selector`` is a callable is "no estimate". Such a profile, or one t
 hook cannot read at all, costs its own estimate only, logged in one line. When
 Prometheus cannot be read, does not answer within the timeout (2 s: the query runs in
 a thread, never in the hub's event loop), or something else answers (a port speaking
-HTTP/2 or another protocol, an answer cut short, JSON of another shape), the profiles
+HTTP/2 or another protocol, an answer cut short, JSON of another shape, a redirect,
+which is not followed: it would take the URL's credentials along), the profiles
 come back unchanged (the spawn page must never break, nor wait, because of a forecast)
 and the reason is logged in one line. A series of another shape is skipped.
 
@@ -159,7 +160,8 @@ def fetch(prometheus_url: str, timeout_seconds: float = 2.0, after: float = -mat
     deadline = time.monotonic() + timeout_seconds
     raw = bytearray()
     request = urllib.request.Request(url, headers=headers)
-    with urllib.request.urlopen(request, timeout=timeout_seconds) as resp:
+    opener = urllib.request.build_opener(RefuseRedirects)
+    with opener.open(request, timeout=timeout_seconds) as resp:
         # the socket timeout bounds each read, not the answer: a trickle would go on
         while chunk := resp.read1(65536):
             raw += chunk
@@ -168,6 +170,47 @@ def fetch(prometheus_url: str, timeout_seconds: float = 2.0, after: float = -mat
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Prometheus answer not read within {timeout_seconds:g} s")
     return parse_starts(bytes(raw), after)
+
+
+class RedirectRefused(Exception):
+    """Prometheus' URL answered with a redirect, which the hook does not follow."""
+
+
+class RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """Turns every 3xx into RedirectRefused. urllib follows a redirect with the request's
+    headers, ``Authorization`` included, to any host the ``Location`` names: the
+    password of the Prometheus URL would go to it. The forecaster's own client does not
+    follow redirects either (``promapi``)."""
+
+    def http_error_302(
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Mapping[str, str],
+    ) -> None:
+        fp.close()
+        raise RedirectRefused(
+            f"answered HTTP {code}, a redirect to {redirect_target(req.full_url, headers)}, "
+            "not followed (it would take the credentials along): give prometheus_url "
+            "the address it points to"
+        )
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+
+def redirect_target(request_url: str, headers: Mapping[str, str]) -> str:
+    """Where a redirect points, quoted, without its credentials or query string."""
+    location = (headers.get("Location") or headers.get("URI") or "").strip()
+    if not location:
+        return "nowhere (no Location)"
+    try:
+        target = urllib.parse.urlsplit(urllib.parse.urljoin(request_url, location))
+    except ValueError:
+        return "an unreadable Location"
+    host = target.netloc.rpartition("@")[2]
+    return repr(f"{target.scheme}://{host}{target.path}"[:200])
 
 
 def parse_starts(raw: bytes, after: float = -math.inf) -> Starts:

@@ -704,3 +704,46 @@ def test_a_profile_the_hook_cannot_read_is_left_alone_and_the_others_annotated(
     assert shown[2] == "not a profile"
     assert shown[3]["display_name"] == "A100, 1 GPU — ~10:00"
     assert any("Odd, 1 GPU" in r.getMessage() for r in caplog.records), caplog.text
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_is_not_followed_so_the_password_stays_with_prometheus(
+    status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Prometheus URL's ``user:password@`` goes out as an Authorization header, which
+    urllib sends on to wherever a redirect points, another host included. A redirect
+    is not followed (as the forecaster's own client does): the profiles come back
+    unchanged, and the hub's log names the status and where it pointed."""
+    reached: list[str | None] = []
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            reached.append(self.headers.get("Authorization"))
+            body = query_answer(time.time())
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+    target = f"http://127.0.0.1:{other.server_port}/api/v1/query?query=up"
+    head = f"HTTP/1.1 {status} Moved\r\nLocation: {target}\r\nContent-Length: 0\r\n\r\n"
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        with stand_in_prometheus(lambda: head.encode()) as url:
+            with_password = url.replace("http://", "http://alice:s3cret@")
+            profiles = [profile("A100, 1 GPU", 1, A100)]
+            with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.spawner_profiles"):
+                shown = spawn_page(profile_list_hook(profiles, with_password, timeout_seconds=5))
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert reached == []
+    assert [p["display_name"] for p in shown] == ["A100, 1 GPU"]
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert f"HTTP {status}" in message and f"127.0.0.1:{other.server_port}/api/v1/query" in message
+    assert "s3cret" not in message and "query=up" not in message, message
