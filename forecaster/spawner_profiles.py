@@ -1,4 +1,4 @@
-"""JupyterHub KubeSpawner ``profile_list`` hook: "free now" / "~14:20" on each GPU profile.
+"""JupyterHub KubeSpawner ``profile_list`` hook: "free now" / "~14:20 UTC" on each GPU profile.
 
 Standard library only, so it runs in the hub's image without gpu-eta's dependencies
 (copy this one file next to ``jupyterhub_config.py``, or install gpu-eta there).
@@ -318,7 +318,11 @@ def start_for(
 
 
 def label(start: float | None, now: float, tz: tzinfo | None = None) -> str:
-    """The text shown: "free now", "~14:20" (local time, or ``tz``), or "no estimate".
+    """The text shown: "free now", "~14:20 UTC" (``tz``'s time, else the hub's local
+    time, with its zone), or "no estimate".
+
+    The zone is named because the hub's local time is UTC on Zero to JupyterHub (its
+    pod sets no TZ) and its users may be anywhere: a bare "~14:20" reads as their time.
 
     A start ``PAST_LIMIT_SECONDS`` or more in the past is "no estimate", as the pending
     alert reads it: a frozen forecast (a forecaster whose cycles fail, a CronJob's last
@@ -331,11 +335,12 @@ def label(start: float | None, now: float, tz: tzinfo | None = None) -> str:
     if start - now <= FREE_NOW_SECONDS:
         return "free now"
     try:
-        when = datetime.fromtimestamp(start, tz)
+        when = datetime.fromtimestamp(start, tz).astimezone(tz)
+        today = datetime.fromtimestamp(now, tz).astimezone(tz).date()
     except (OverflowError, OSError, ValueError):
         return "no estimate"
-    day = "" if when.date() == datetime.fromtimestamp(now, tz).date() else when.strftime("%a ")
-    return f"~{day}{when:%H:%M}"
+    day = "" if when.date() == today else when.strftime("%a ")
+    return f"~{day}{when:%H:%M} {when.tzname() or when.strftime('UTC%z')}"
 
 
 def annotate(
@@ -345,7 +350,7 @@ def annotate(
     tz: tzinfo | None = None,
     gpu_resources: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Copies of ``profiles`` with " — free now" / " — ~HH:MM" after each GPU profile's
+    """Copies of ``profiles`` with " — free now" / " — ~HH:MM UTC" after each GPU profile's
     name, each with its slug (``with_slug``). Never raises: a profile that cannot be
     read (a callable override value, an odd one) costs its own estimate only, with
     one log line, and comes back as given (``as_given``)."""

@@ -131,7 +131,11 @@ def test_a_profile_keeps_its_slug_whatever_the_estimate(prometheus_answer):
         shown = spawn_page(hook)
         seen.append(shown[0]["display_name"])
         assert kubespawner_slugs(shown) == without_hook
-    assert seen == ["A100, 1 GPU — ~10:00", "A100, 1 GPU — ~10:01", "A100, 1 GPU — free now"]
+    assert seen == [
+        "A100, 1 GPU — ~10:00 UTC",
+        "A100, 1 GPU — ~10:01 UTC",
+        "A100, 1 GPU — free now",
+    ]
     body[0] = b"not json"  # Prometheus unreadable: names unchanged, slugs too
     shown = spawn_page(hook)
     assert [p["display_name"] for p in shown] == [p["display_name"] for p in profiles]
@@ -142,9 +146,31 @@ def test_a_profile_keeps_its_slug_whatever_the_estimate(prometheus_answer):
 def test_label_free_now_and_clock_time():
     now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
     assert label(now + 30, now, UTC) == "free now"
-    assert label(now + 5 * 3600 + 20 * 60, now, UTC) == "~14:20"
-    assert label(now + 86400, now, UTC) == "~Thu 09:00"
+    assert label(now + 5 * 3600 + 20 * 60, now, UTC) == "~14:20 UTC"
+    assert label(now + 86400, now, UTC) == "~Thu 09:00 UTC"
     assert label(None, now, UTC) == "no estimate"
+
+
+def test_a_clock_time_names_its_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hub's local time is UTC on Zero to JupyterHub (its pod sets no TZ), while
+    its users may be anywhere: a bare "~14:00" read as their own time is hours off.
+    The zone is shown, the ``tz`` given (a zoneinfo zone, with its summer time) or the
+    hub's own."""
+    from zoneinfo import ZoneInfo
+
+    winter = datetime(2026, 12, 6, 12, 0, tzinfo=UTC).timestamp()
+    summer = datetime(2026, 7, 6, 12, 0, tzinfo=UTC).timestamp()
+    berlin = ZoneInfo("Europe/Berlin")
+    assert label(winter + 7200, winter, berlin) == "~15:00 CET"
+    assert label(summer + 7200, summer, berlin) == "~16:00 CEST"
+    assert label(winter + 7200, winter, UTC) == "~14:00 UTC"
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert label(winter + 7200, winter) == "~23:00 JST"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_a_start_long_past_is_no_estimate_as_the_pending_alert_reads_it():
@@ -300,8 +326,8 @@ def test_hook_against_real_prometheus(prometheus_factory, forecaster_target):
     two = datetime.fromtimestamp(now + 7200, UTC).strftime("%H:%M")
     assert names[0] == "A100, 1 GPU — free now"
     assert names[1] in (
-        f"A100, 2 GPUs — ~{two}",
-        f"A100, 2 GPUs — ~{datetime.fromtimestamp(now + 7200, UTC):%a %H:%M}",
+        f"A100, 2 GPUs — ~{two} UTC",
+        f"A100, 2 GPUs — ~{datetime.fromtimestamp(now + 7200, UTC):%a %H:%M} UTC",
     )
     assert names[2] == "Any GPU — free now"
     assert names[3] == "CPU only"
@@ -336,7 +362,7 @@ def assert_a100_later_and_t4_unknown(url: str, now: float) -> None:
     hook = profile_list_hook(profiles, url, tz=UTC, clock=lambda: now)
     later = datetime.fromtimestamp(now + 7200, UTC)
     a100, t4 = [p["display_name"] for p in spawn_page(hook)]
-    assert a100 in (f"A100, 1 GPU — ~{later:%H:%M}", f"A100, 1 GPU — ~{later:%a %H:%M}")
+    assert a100 in (f"A100, 1 GPU — ~{later:%H:%M} UTC", f"A100, 1 GPU — ~{later:%a %H:%M} UTC")
     assert t4 == "T4, 1 GPU — no estimate"
 
 
@@ -523,7 +549,7 @@ def test_a_series_of_another_shape_is_skipped_and_the_others_shown(prometheus_an
     good["data"]["result"].insert(0, bad)
     body[0] = json.dumps(good).encode()
     hook = profile_list_hook([profile("A100, 1 GPU", 1, A100)], url, tz=UTC, clock=lambda: now)
-    assert [p["display_name"] for p in spawn_page(hook)] == ["A100, 1 GPU — ~10:00"]
+    assert [p["display_name"] for p in spawn_page(hook)] == ["A100, 1 GPU — ~10:00 UTC"]
 
 
 @pytest.fixture
@@ -662,7 +688,7 @@ def test_override_values_resolved_at_spawn_time_cost_their_own_profile_only(
     with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.spawner_profiles"):
         shown = spawn_page(hook)
     assert [p["display_name"] for p in shown] == [
-        "A100, 1 GPU — ~10:00",
+        "A100, 1 GPU — ~10:00 UTC",
         "Chosen node, 1 GPU — no estimate",
         "Quota GPU",
         "CPU only",
@@ -702,7 +728,7 @@ def test_a_profile_the_hook_cannot_read_is_left_alone_and_the_others_annotated(
     assert shown[0]["display_name"] == "Odd, 1 GPU"
     assert shown[1]["display_name"] == "Odd override"
     assert shown[2] == "not a profile"
-    assert shown[3]["display_name"] == "A100, 1 GPU — ~10:00"
+    assert shown[3]["display_name"] == "A100, 1 GPU — ~10:00 UTC"
     assert any("Odd, 1 GPU" in r.getMessage() for r in caplog.records), caplog.text
 
 

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
+import types
 import urllib.parse
+from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
 
+from gpu_eta.forecaster.spawner_profiles import label
 from gpu_eta_report import ProgressReporter
 from tests.ops import k8s, z2jh
 from tests.ops.k8s import ROOT, Endpoint, egress_allowed, find, pod_spec, template_labels
@@ -178,6 +183,24 @@ def test_the_z2jh_snippet_for_the_spawn_page_hook_mounts_it_where_z2jh_imports_f
     (config,) = hub["extraConfig"].values()
     assert f"from {path.stem} import profile_list_hook" in config
     assert "c.KubeSpawner.profile_list = profile_list_hook(" in config
+
+
+def test_the_z2jh_snippet_shows_the_users_time_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """z2jh's hub pod sets no TZ: without ``tz`` the spawn page's times are UTC. The
+    documented extraConfig runs as Python (the hub executes it) and passes a zoneinfo
+    zone as ``tz``, which the hook accepts."""
+    hub = _doc_yaml("extraFiles", doc=PENDING_DOC)["hub"]
+    (config,) = hub["extraConfig"].values()
+    given: dict = {}
+    module = types.ModuleType("spawner_profiles")
+    module.profile_list_hook = lambda profiles, **kwargs: given.update(kwargs)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "spawner_profiles", module)
+    c = types.SimpleNamespace(KubeSpawner=types.SimpleNamespace())
+    exec(config, {"c": c})  # the documented config, as the hub runs it
+    assert isinstance(given["tz"], ZoneInfo)
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC).timestamp()
+    start = datetime.fromtimestamp(now + 7200, given["tz"])
+    assert label(now + 7200, now, given["tz"]) == f"~{start:%H:%M %Z}"
 
 
 def test_documented_sign_of_a_notebooks_dropped_reports_is_what_the_client_gives(
