@@ -89,6 +89,10 @@ FREE_NOW_SECONDS = 60.0
 # copied: this file runs alone (a test holds the two equal).
 PAST_LIMIT_SECONDS = 900.0
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+# A start this many calendar days ahead or more shows its date beside its weekday: the
+# forecaster looks 7 days ahead (--pending.horizon), and on the seventh day the weekday
+# alone is today's.
+DATE_FROM_DAYS = 6
 
 
 class ProfileError(ValueError):
@@ -319,7 +323,8 @@ def start_for(
 
 def label(start: float | None, now: float, tz: tzinfo | None = None) -> str:
     """The text shown: "free now", "~14:20 UTC" (``tz``'s time, else the hub's local
-    time, with its zone), or "no estimate".
+    time, with its zone; "~Mon 14:20 UTC" on another day, "~Sat 12 Dec 14:20 UTC"
+    ``DATE_FROM_DAYS`` or more days ahead), or "no estimate".
 
     The zone is named because the hub's local time is UTC on Zero to JupyterHub (its
     pod sets no TZ) and its users may be anywhere: a bare "~14:20" reads as their time.
@@ -339,7 +344,13 @@ def label(start: float | None, now: float, tz: tzinfo | None = None) -> str:
         today = datetime.fromtimestamp(now, tz).astimezone(tz).date()
     except (OverflowError, OSError, ValueError):
         return "no estimate"
-    day = "" if when.date() == today else when.strftime("%a ")
+    days = (when.date() - today).days
+    if days == 0:
+        day = ""
+    elif days < DATE_FROM_DAYS:
+        day = f"{when:%a} "
+    else:
+        day = f"{when:%a} {when.day} {when:%b} "
     return f"~{day}{when:%H:%M} {when.tzname() or when.strftime('UTC%z')}"
 
 

@@ -151,6 +151,21 @@ def test_label_free_now_and_clock_time():
     assert label(None, now, UTC) == "no estimate"
 
 
+def test_a_start_six_days_or_more_away_shows_its_date() -> None:
+    """The forecaster predicts up to 7 days ahead (``--pending.horizon``). A weekday
+    alone names the coming one, but 7 days ahead it is today's own: "~Sun 10:00" on a
+    Sunday read as today. From the sixth day on the date is shown too; today has the
+    time only, the days between their weekday."""
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC).timestamp()  # a Sunday
+    assert label(now + 3600, now, UTC) == "~13:00 UTC"
+    assert label(now + 86400, now, UTC) == "~Mon 12:00 UTC"
+    assert label(now + 5 * 86400 + 11 * 3600, now, UTC) == "~Fri 23:00 UTC"
+    assert label(now + 6 * 86400 - 13 * 3600, now, UTC) == "~Fri 23:00 UTC"
+    assert label(now + 6 * 86400 - 11 * 3600, now, UTC) == "~Sat 12 Dec 01:00 UTC"
+    assert label(now + 6 * 86400 + 22 * 3600, now, UTC) == "~Sun 13 Dec 10:00 UTC"
+    assert label(now + 30 * 86400, now, UTC) == "~Tue 5 Jan 12:00 UTC"
+
+
 def test_a_clock_time_names_its_zone(monkeypatch: pytest.MonkeyPatch) -> None:
     """The hub's local time is UTC on Zero to JupyterHub (its pod sets no TZ), while
     its users may be anywhere: a bare "~14:00" read as their own time is hours off.
