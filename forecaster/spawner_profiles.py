@@ -28,7 +28,9 @@ shown is the one published for that resource; its GPU type from ``node_selector`
 so is one whose resources are a callable (KubeSpawner calls an override value that is
 one with the spawner, at spawn time: the hook cannot know its answer); a GPU profile
 whose ``node_selector`` is a callable is "no estimate". Such a profile, or one the
-hook cannot read at all, costs its own estimate only, logged in one line. When
+hook cannot read at all, costs its own estimate only, logged in one line. A
+``profile_options`` choice whose own override names a GPU count gets that count's
+estimate after its name (``annotate_option``). When
 Prometheus cannot be read, does not answer within the timeout (2 s: the query runs in
 a thread, never in the hub's event loop), or something else answers (a port speaking
 HTTP/2 or another protocol, an answer cut short, JSON of another shape, a redirect,
@@ -361,23 +363,18 @@ def annotate(
     tz: tzinfo | None = None,
     gpu_resources: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Copies of ``profiles`` with " — free now" / " — ~HH:MM UTC" after each GPU profile's
-    name, each with its slug (``with_slug``). Never raises: a profile that cannot be
-    read (a callable override value, an odd one) costs its own estimate only, with
-    one log line, and comes back as given (``as_given``)."""
+    """Copies of ``profiles`` with " — free now" / " — ~HH:MM UTC" after the name of
+    each GPU profile and of each ``profile_options`` choice naming a GPU count, each
+    profile with its slug (``with_slug``). Never raises: a profile that cannot be read
+    (a callable override value, an odd one) costs its own estimate only, with one log
+    line, and comes back as given (``as_given``)."""
     out = []
     for profile in profiles:
         try:
             out.append(annotate_one(with_slug(profile), starts, now, tz, gpu_resources))
-            continue
-        except SpawnTimeValue as err:  # expected of a site using callables: not a warning
-            log.info("gpu-eta: profile %r: no estimate: %s", display_name(profile), err)
-        except ProfileError as err:
-            log.warning("gpu-eta: profile %r: %s", display_name(profile), err)
         except Exception as err:  # the boundary: one profile, not the page
-            cause = one_line(err)
-            log.warning("gpu-eta: profile %r: no estimate: %s", display_name(profile), cause)
-        out.append(as_given(profile))
+            log_no_estimate(repr(display_name(profile)), err)
+            out.append(as_given(profile))
     return out
 
 
@@ -388,18 +385,94 @@ def annotate_one(
     tz: tzinfo | None,
     gpu_resources: Sequence[str],
 ) -> dict[str, Any]:
-    """``p`` (a copy: modified) with its estimate after its name when it asks for GPUs;
-    " — no estimate" when its GPU type is given at spawn time. Raises ProfileError (a
-    bad count, an override that is no mapping, GPUs given at spawn time)."""
-    resource, gpus = gpu_request(p, gpu_resources)
-    if gpus > 0:
-        try:
-            text = label(start_for(starts, gpus, gpu_model(overrides(p)), resource), now, tz)
-        except SpawnTimeValue as err:
-            log.info("gpu-eta: profile %r: no estimate: %s", display_name(p), err)
-            text = "no estimate"
+    """``p`` (a copy: modified) with its estimate after its name when it asks for GPUs,
+    and its ``profile_options`` choices with theirs (copied, the choices' keys kept:
+    the form sends them back). A request it cannot read (a bad count, an override that
+    is no mapping, GPUs given at spawn time) is logged and costs its own estimate."""
+    name = repr(display_name(p))
+    try:
+        text = estimate(p, None, starts, now, tz, gpu_resources, name)
+    except ProfileError as err:  # the profile's own request: its choices may still be read
+        log_no_estimate(name, err)
+        text = None
+    if text:
         p["display_name"] = f"{p.get('display_name', '')} — {text}"
+    options = p.get("profile_options")
+    if isinstance(options, Mapping):
+        p["profile_options"] = {
+            key: annotate_option(option, p, starts, now, tz, gpu_resources, name)
+            for key, option in options.items()
+        }
     return p
+
+
+def annotate_option(
+    option: Any,
+    profile: Mapping[str, Any],
+    starts: Mapping[tuple[str, str, int], float],
+    now: float,
+    tz: tzinfo | None,
+    gpu_resources: Sequence[str],
+    name: str,
+) -> Any:
+    """A copy of one ``profile_options`` entry, each choice whose own
+    ``kubespawner_override`` names a GPU count annotated for that count (KubeSpawner
+    applies it on top of the profile's); its GPU type its own ``node_selector``'s, else
+    the profile's. A choice that cannot be read is left as it is. A free-form
+    ``unlisted_choice`` is not covered: its value is only known once typed."""
+    choices = option.get("choices") if isinstance(option, Mapping) else None
+    if not isinstance(choices, Mapping):
+        return option
+    shown = {}
+    for key, choice in choices.items():
+        shown[key] = choice
+        if not isinstance(choice, Mapping):
+            continue
+        what = f"{name}, choice {key!r}"
+        try:
+            text = estimate(choice, profile, starts, now, tz, gpu_resources, what)
+        except ProfileError as err:
+            log_no_estimate(what, err)
+            continue
+        if text:
+            shown[key] = {**choice, "display_name": f"{choice.get('display_name', key)} — {text}"}
+    return {**option, "choices": shown}
+
+
+def estimate(
+    item: Mapping[str, Any],
+    parent: Mapping[str, Any] | None,
+    starts: Mapping[tuple[str, str, int], float],
+    now: float,
+    tz: tzinfo | None,
+    gpu_resources: Sequence[str],
+    what: str,
+) -> str | None:
+    """The label for a profile (or a choice of ``parent``'s) asking for GPUs, None when
+    it asks for none; "no estimate" when its GPU type is given at spawn time. Raises
+    ProfileError as ``gpu_request``."""
+    resource, gpus = gpu_request(item, gpu_resources)
+    if gpus == 0:
+        return None
+    try:
+        model = gpu_model(overrides(item))
+        if not model and parent is not None:
+            model = gpu_model(overrides(parent))
+    except SpawnTimeValue as err:
+        log_no_estimate(what, err)
+        return "no estimate"
+    return label(start_for(starts, gpus, model, resource), now, tz)
+
+
+def log_no_estimate(what: str, err: Exception) -> None:
+    """One log line for a profile (or choice) given no estimate: INFO for a value given
+    at spawn time (a site's choice, not a fault), WARNING otherwise."""
+    if isinstance(err, SpawnTimeValue):
+        log.info("gpu-eta: profile %s: no estimate: %s", what, err)
+    elif isinstance(err, ProfileError):
+        log.warning("gpu-eta: profile %s: %s", what, err)
+    else:
+        log.warning("gpu-eta: profile %s: no estimate: %s", what, one_line(err))
 
 
 def display_name(profile: object) -> object:

@@ -788,3 +788,76 @@ def test_a_redirect_is_not_followed_so_the_password_stays_with_prometheus(
     message = record.getMessage()
     assert f"HTTP {status}" in message and f"127.0.0.1:{other.server_port}/api/v1/query" in message
     assert "s3cret" not in message and "query=up" not in message, message
+
+
+def gpu_choice(name: str, gpus: int, product: str = "") -> dict:
+    """A ``profile_options`` choice setting its own GPU count (and GPU type)."""
+    return {
+        "display_name": name,
+        "kubespawner_override": profile(name, gpus, product)["kubespawner_override"],
+    }
+
+
+def test_each_gpu_count_offered_as_a_profile_option_gets_its_own_estimate() -> None:
+    """Zero to JupyterHub's common pattern: one profile, its GPU count a
+    ``profile_options`` choice whose own ``kubespawner_override`` KubeSpawner applies on
+    top of the profile's. Each choice naming a GPU count is annotated for that count, on
+    its own GPU type or else the profile's; the choices' keys (what the form sends back)
+    and the admin's list are unchanged."""
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    gpu = "nvidia_com_gpu"
+    starts = {(gpu, A100, 1): now, (gpu, A100, 4): now + 3600, (gpu, T4, 1): now + 7200}
+    choices = {
+        "one": gpu_choice("1 GPU", 1),
+        "four": gpu_choice("4 GPUs", 4),
+        "t4": gpu_choice("1 T4", 1, T4),
+        "none": {"display_name": "No GPU"},
+    }
+    server = {
+        "display_name": "GPU server",
+        "kubespawner_override": {"node_selector": {"nvidia.com/gpu.product": A100}},
+        "profile_options": {"gpus": {"display_name": "GPUs", "choices": choices}},
+    }
+    (shown,) = annotate([server], starts, now, UTC)
+    assert shown["display_name"] == "GPU server"
+    shown_choices = shown["profile_options"]["gpus"]["choices"]
+    assert list(shown_choices) == ["one", "four", "t4", "none"]
+    assert [c["display_name"] for c in shown_choices.values()] == [
+        "1 GPU — free now",
+        "4 GPUs — ~10:00 UTC",
+        "1 T4 — ~11:00 UTC",
+        "No GPU",
+    ]
+    assert choices["one"]["display_name"] == "1 GPU"  # the admin's list is not modified
+    assert server["profile_options"]["gpus"]["choices"] is choices
+
+    # a choice that cannot be read costs its own estimate, not its neighbours'; nor does
+    # a profile whose own resources are given at spawn time
+    spawn_time = gpu_choice("1 GPU, node chosen later", 1)
+    spawn_time["kubespawner_override"]["node_selector"] = lambda _spawner: {}
+    odd = {
+        "quota": {
+            "display_name": "Quota GPUs",
+            "kubespawner_override": {"extra_resource_limits": Quota().limits},
+        },
+        "later": spawn_time,
+        "bad": gpu_choice("-1 GPUs", -1),
+        "four": gpu_choice("4 GPUs", 4),
+        "text": "not a choice",
+    }
+    quota_server = {
+        "display_name": "Quota server",
+        "kubespawner_override": {"extra_resource_limits": Quota().limits},
+        "profile_options": {"gpus": {"display_name": "GPUs", "choices": odd}, "image": "x"},
+    }
+    (shown,) = annotate([quota_server], starts, now, UTC)
+    assert shown["display_name"] == "Quota server"
+    assert shown["profile_options"]["image"] == "x"
+    shown_odd = shown["profile_options"]["gpus"]["choices"]
+    assert [c if isinstance(c, str) else c["display_name"] for c in shown_odd.values()] == [
+        "Quota GPUs",
+        "1 GPU, node chosen later — no estimate",
+        "-1 GPUs",
+        "4 GPUs — ~10:00 UTC",
+        "not a choice",
+    ]
