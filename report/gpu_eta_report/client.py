@@ -391,6 +391,15 @@ def interval_setting(value: object) -> float:
     )
 
 
+def _as_float(value: object) -> float:
+    """``float(value)``, a tensor that requires grad (a loss just backpropagated)
+    detached first: ``float()`` of one makes torch print a UserWarning into the user's
+    training output. Duck-typed: the client imports no torch. Raises as ``float``."""
+    if getattr(value, "requires_grad", False) is True:
+        value = value.detach()  # type: ignore[attr-defined]
+    return float(value)  # type: ignore[arg-type]
+
+
 def _count(value: object, minimum: float) -> int | float | None:
     """``value`` as the exporter takes a progress field: a finite number in [``minimum``,
     ``MAX_NUMBER``], not a bool; numpy and torch scalars included, an int when whole
@@ -398,7 +407,7 @@ def _count(value: object, minimum: float) -> int | float | None:
     if isinstance(value, bool):
         return None
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = _as_float(value)
     except (TypeError, ValueError, RuntimeError, OverflowError):
         return None
     if not minimum <= number <= MAX_NUMBER:  # also false for NaN
@@ -425,7 +434,7 @@ def _metric_value(value: object) -> tuple[float | None, str]:
     if isinstance(value, bool):
         return None, "not a number"
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = _as_float(value)
     except (TypeError, ValueError, RuntimeError, OverflowError):
         return None, "not a number"
     if not math.isfinite(number):

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 
@@ -713,6 +714,26 @@ def test_numpy_and_torch_scalars_are_reported_as_numbers(listener):
     assert r.stats == {"sent": 14, "rejected": 0, "failed": 0, "dropped": 0, "ignored": 0}
     (p,) = listener.store.snapshot()
     assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (2, 2, 10, 10, 32)
+
+
+def test_a_loss_tensor_still_in_its_graph_is_reported_without_a_warning(listener):
+    """``r.step(i, loss=loss)`` with the loss just backpropagated: ``float()`` of a
+    tensor that requires grad makes torch print a UserWarning into the user's training
+    output, every run. The client detaches such a tensor first (it imports no torch)."""
+    torch = pytest.importorskip("torch")
+    weight = torch.tensor(2.0, requires_grad=True)
+    loss = weight * 3
+    step = (weight * 0 + 4).squeeze()  # a progress value in the graph too
+    r = start(epochs=1, steps=4, url=url(listener), source_address=POD.ip, min_interval_seconds=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r.step(step, loss=loss)
+        r.epoch_end(1, loss=loss, metrics={"grad_norm": weight * 1})
+        r.end()
+    assert [str(w.message) for w in caught] == []
+    assert loss.requires_grad and loss.grad_fn is not None  # the caller's tensor untouched
+    (p,) = listener.store.snapshot()
+    assert (p.step, p.metrics["loss"], p.metrics["grad_norm"]) == (4, 6.0, 2.0)
 
 
 def test_a_run_counting_tokens_is_reported_exactly(listener):
