@@ -458,13 +458,11 @@ def test_the_failure_line_shows_the_url_without_its_password(
     assert "from http://***@127.0.0.1:" in record.getMessage(), record.getMessage()
 
 
-def test_a_prometheus_behind_basic_auth_gives_estimates(monkeypatch) -> None:
-    """A ``user:password@`` in the URL is sent as basic auth (percent-encoded parts
-    decoded), as the forecaster's ``--prometheus.url`` sends it: urllib never sent
-    it, took ``alice:s3cret@host`` for a host name, and every spawn page went without
-    estimates, its log line blaming DNS."""
+@contextmanager
+def authorization_recorder(start: float) -> Iterator[tuple[str, list[str | None]]]:
+    """A stand-in Prometheus answering every query with one start at ``start``; yields
+    its URL and the ``Authorization`` header of each request it got, in order."""
     seen: list[str | None] = []
-    start = time.time() + 600
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -482,11 +480,20 @@ def test_a_prometheus_behind_basic_auth_gives_estimates(monkeypatch) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        url = f"http://alice:s3%2Fcret@127.0.0.1:{server.server_port}"
-        starts = fetch(url, timeout_seconds=5)
+        yield f"http://127.0.0.1:{server.server_port}", seen
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_prometheus_behind_basic_auth_gives_estimates(monkeypatch) -> None:
+    """A ``user:password@`` in the URL is sent as basic auth (percent-encoded parts
+    decoded), as the forecaster's ``--prometheus.url`` sends it: urllib never sent
+    it, took ``alice:s3cret@host`` for a host name, and every spawn page went without
+    estimates, its log line blaming DNS."""
+    start = time.time() + 600
+    with authorization_recorder(start) as (url, seen):
+        starts = fetch(url.replace("http://", "http://alice:s3%2Fcret@"), timeout_seconds=5)
     token = base64.b64encode(b"alice:s3/cret").decode()
     assert seen == [f"Basic {token}"] and list(starts.values()) == [start]
 
@@ -755,38 +762,19 @@ def test_a_redirect_is_not_followed_so_the_password_stays_with_prometheus(
     urllib sends on to wherever a redirect points, another host included. A redirect
     is not followed (as the forecaster's own client does): the profiles come back
     unchanged, and the hub's log names the status and where it pointed."""
-    reached: list[str | None] = []
-
-    class Elsewhere(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            reached.append(self.headers.get("Authorization"))
-            body = query_answer(time.time())
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    other = ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
-    target = f"http://127.0.0.1:{other.server_port}/api/v1/query?query=up"
-    head = f"HTTP/1.1 {status} Moved\r\nLocation: {target}\r\nContent-Length: 0\r\n\r\n"
-    threading.Thread(target=other.serve_forever, daemon=True).start()
-    try:
+    with authorization_recorder(time.time()) as (elsewhere, reached):
+        target = f"{elsewhere}/api/v1/query?query=up"
+        head = f"HTTP/1.1 {status} Moved\r\nLocation: {target}\r\nContent-Length: 0\r\n\r\n"
         with stand_in_prometheus(lambda: head.encode()) as url:
             with_password = url.replace("http://", "http://alice:s3cret@")
             profiles = [profile("A100, 1 GPU", 1, A100)]
             with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.spawner_profiles"):
                 shown = spawn_page(profile_list_hook(profiles, with_password, timeout_seconds=5))
-    finally:
-        other.shutdown()
-        other.server_close()
     assert reached == []
     assert [p["display_name"] for p in shown] == ["A100, 1 GPU"]
     (record,) = caplog.records
     message = record.getMessage()
-    assert f"HTTP {status}" in message and f"127.0.0.1:{other.server_port}/api/v1/query" in message
+    assert f"HTTP {status}" in message and f"{elsewhere}/api/v1/query'" in message
     assert "s3cret" not in message and "query=up" not in message, message
 
 
