@@ -418,7 +418,7 @@ def annotate_option(
     """A copy of one ``profile_options`` entry, each choice whose own
     ``kubespawner_override`` names a GPU count annotated for that count (KubeSpawner
     applies it on top of the profile's); its GPU type its own ``node_selector``'s, else
-    the profile's. A choice that cannot be read is left as it is. A free-form
+    the profile's. A choice that cannot be read is left as it is, logged. A free-form
     ``unlisted_choice`` is not covered: its value is only known once typed."""
     choices = option.get("choices") if isinstance(option, Mapping) else None
     if not isinstance(choices, Mapping):
@@ -431,7 +431,7 @@ def annotate_option(
         what = f"{name}, choice {key!r}"
         try:
             text = estimate(choice, profile, starts, now, tz, gpu_resources, what)
-        except ProfileError as err:
+        except Exception as err:  # one choice, not the profile nor the page
             log_no_estimate(what, err)
             continue
         if text:

@@ -832,6 +832,7 @@ def test_each_gpu_count_offered_as_a_profile_option_gets_its_own_estimate() -> N
         "bad": gpu_choice("-1 GPUs", -1),
         "four": gpu_choice("4 GPUs", 4),
         "text": "not a choice",
+        "odd": gpu_choice("Odd type", 1, Unprintable()),  # type: ignore[arg-type]
     }
     quota_server = {
         "display_name": "Quota server",
@@ -848,4 +849,5 @@ def test_each_gpu_count_offered_as_a_profile_option_gets_its_own_estimate() -> N
         "-1 GPUs",
         "4 GPUs — ~10:00 UTC",
         "not a choice",
+        "Odd type",
     ]
