@@ -722,7 +722,11 @@ def advance(
     totals a plan-less run reaches. Why: the run's last reports are often held, and
     without them the run ended at the end of the cell before, under 1/``STEP_CELLS``
     of its plan behind what it reported; an unthinned run would publish that epoch
-    with that time.
+    with that time. The ``start`` that begins a run and already counts epochs (a run
+    resumed from a checkpoint: the client's ``initial_epoch``) has them ended at the
+    run's start, not ``now``: they were done before it, and an end stamped when the
+    start arrived would read as all of them done in that moment. The forecaster reads
+    epochs ended at a run's start as its origin (``forecaster.runs.resume_point``).
 
     Raises ``SupersededReport`` for a report of a run a later start replaced
     (``superseded``), before anything else: its counters are another training's.
@@ -819,7 +823,10 @@ def advance(
             epoch = prev_epoch
             held_epoch, held_at = reported, stamp
     elif reported is not None and prev_epoch is None and reported > 0 and epoch_end is None:
-        epoch_end = stamp  # first word we hear of this run already counts an epoch
+        # first word we hear of this run already counts an epoch: a start's counters are
+        # where the run starts (a resume from a checkpoint), ended at its start, which
+        # the forecaster reads as the run's origin; any other report's, by its time
+        epoch_end = base.run_start_timestamp if report.event == "start" else stamp
     return Progress(
         namespace=namespace,
         pod=pod,

@@ -825,3 +825,25 @@ def test_after_an_end_only_a_counter_starts_a_run_and_a_bare_end_needs_a_run():
         _adv(None, Report(event="end"), NOW)
     with pytest.raises(InvalidReport, match="end of no run known here"):
         _adv(ended, Report(run_id="other", event="end", metrics={"loss": 0.1}), NOW + 9)
+
+
+def test_a_run_resumed_from_a_checkpoint_has_its_epochs_ended_at_its_start() -> None:
+    """The client's first report of a resumed run (``start(initial_epoch=40)``: event
+    ``start``, ``run_start``, epoch 40) says where the run starts, not 40 epochs done
+    in the moment its report took to arrive: their end is the run's start, which the
+    forecaster reads as the run's origin (``runs.resume_point``). A first report that is
+    no start (its start lost) was made after its run's epochs and keeps its time."""
+    start = NOW - 0.4  # the sender's clock, a moment before its report arrives
+    resumed = _adv(
+        None, Report(run_id="r", run_start=start, event="start", epoch=40, epochs=50), NOW
+    )
+    assert resumed.run_start_timestamp == start
+    assert (resumed.epoch, resumed.epoch_end_timestamp) == (40, start)
+    later = _adv(resumed, Report(run_id="r", epoch=41), NOW + 60)
+    assert (later.epoch, later.epoch_end_timestamp) == (41, NOW + 60)
+    fresh = _adv(None, Report(run_id="f", run_start=start, event="start", epoch=0, epochs=50), NOW)
+    assert fresh.epoch_end_timestamp is None
+    lost = _adv(None, Report(run_id="l", run_start=start, epoch=41, epochs=50), NOW)
+    assert lost.epoch_end_timestamp == NOW
+    curl = _adv(None, Report(run_id="c", epoch=3, epochs=10), NOW)  # no run_start
+    assert curl.epoch_end_timestamp == curl.run_start_timestamp == NOW
