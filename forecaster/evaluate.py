@@ -75,7 +75,7 @@ from gpu_eta.forecaster.estimators.replay import replay_moments
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.main import Parser, UsageError
 from gpu_eta.forecaster.planless import DurationsReplay
-from gpu_eta.forecaster.runs import Run, RunKey, run_key, thinned
+from gpu_eta.forecaster.runs import Run, RunKey, own_work, resume_point, run_key, thinned
 from gpu_eta.forecaster.runs_csv import (
     STDIN,
     RunsCsvError,
@@ -399,8 +399,15 @@ def backtest(
     ``extra_baselines`` (name → unfitted estimator) are fitted on the same history
     as the history match and scored where they answer, never required (a bench's
     yardsticks; the CLI scores ``BASELINES`` only).
+
+    A run resumed from a checkpoint (progress at its start, ``runs.resume_point``) is
+    scored as the run of the epochs it did (``runs.own_work``), by every method, as the
+    service's model reads it: its points are points of that work, and the predictions'
+    ``epoch`` stays the file's.
     """
     extra = dict(extra_baselines or {})
+    origins = {run_key(run): resume_point(run) for run in runs}
+    runs = [own_work(run) for run in runs]
     replay = Replay(runs, model_factory, refit_fraction)
     history_match = HistoryMatch().fit([])
     fitted_k = -1
@@ -442,13 +449,14 @@ def backtest(
             ended_by_identity.update(identity_key(r) for r in ended)
             fitted_k = k
         truth = run.last_timestamp - part.last_timestamp
+        epoch = part.epochs_done + origins[key]  # as the file counts it
         if key in planless:
             fc = durations.forecast(part, ts)
             base = durations.configuration_median(part, ts)
             planless_moments.append((point, fc, None if base is None else base[0], truth))
             if fc is not None:
                 predictions.append(
-                    Prediction(label, point, part.epochs_done, ts, fc.p10, fc.p50, fc.p90, truth)
+                    Prediction(label, point, epoch, ts, fc.p10, fc.p50, fc.p90, truth)
                 )
             continue
         model = replay.model_at(ts)
@@ -457,7 +465,7 @@ def backtest(
             Prediction(
                 label,
                 point,
-                part.epochs_done,
+                epoch,
                 ts,
                 forecast.p10,
                 forecast.p50,

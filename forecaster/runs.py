@@ -47,7 +47,8 @@ class Run:
 
     ``epoch_times`` holds ``(epoch, unix_seconds)`` pairs in ascending order, the
     first being ``(0, run start)``. Gaps are allowed (a scrape can miss an epoch
-    end). Epochs may be fractional when only steps are known (step / steps per
+    end). Points stamped at the start (``resume_index``) are progress the run started
+    with (a resume from a checkpoint), not work done in its time: ``own_work``. Epochs may be fractional when only steps are known (step / steps per
     epoch). ``completed`` is ``True`` for a run that reached ``epochs_planned``,
     ``False`` for one that vanished before (cancelled, crashed: never a "short
     job"), ``None`` while it runs.
@@ -169,6 +170,71 @@ def as_seen_live(run: Run) -> Run:
         return run
     features = MappingProxyType({k: v for k, v in run.features.items() if k != STATED_PLAN})
     return replace(run, epochs_planned=float(stated), features=features)
+
+
+AT_START_SECONDS = 1e-3
+"""A progress point less than this after its run's start is stamped at the start: the
+exporter gives a run's first report that already counts epochs the run's start as
+their end (a resume's ``start``, or a first report without ``run_start``, which starts
+the run then), and a real epoch takes longer than a millisecond."""
+
+
+def resume_index(run: Run) -> int:
+    """The index in ``run.epoch_times`` of its last point stamped at its start
+    (``AT_START_SECONDS``), 0 when only epoch 0 is. Pure.
+
+    Such points are progress the run had when it started (a run resumed from a
+    checkpoint at epoch 40; a run first heard of at epoch 3), done in time no one saw.
+    """
+    times = run.epoch_times
+    start = times[0][1]
+    k = 0
+    while k + 1 < len(times) and times[k + 1][1] - start < AT_START_SECONDS:
+        k += 1
+    return k
+
+
+def resume_point(run: Run) -> float:
+    """The progress ``run`` had when it started (``resume_index``): 0 for a run that
+    started from nothing."""
+    return run.epoch_times[resume_index(run)][0]
+
+
+def own_work(run: Run) -> Run:
+    """``run`` as the work it did in its own time: progress counted from its resume
+    point (``resume_point``), its plan (and ``STATED_PLAN``) less it. ``run`` itself
+    when it started from nothing, or when it started at its plan (no work left: nothing
+    to rebase to). Pure.
+
+    Why: a run resumed at epoch 40 of 50 did 10 epochs between its start and its end.
+    Read as 50 (its points (0, start), (40, start), (41, …)), its whole-run time per
+    epoch was a fifth of the truth in every reader of durations (the prior's targets,
+    the analogs' curves, the replay), its progress at its start 80 % (a run at 80 %
+    with no time spent is "almost done"), and a job's next runs were forecast five
+    times too short. Rebased, it is a 10-epoch run like any other: the epochs left
+    (plan less progress) and every time are unchanged, and its first epoch after the
+    resume is its first (a resumed process loads its checkpoint and warms up as a new
+    one does). Rebased where runs are read as work: ``EtaModel`` (``fit``, ``update``,
+    ``predict``: every estimator) and ``evaluate.backtest``; the stored run keeps what
+    was reported.
+    """
+    k = resume_index(run)
+    if k == 0:
+        return run
+    times = run.epoch_times
+    origin = times[k][0]
+    planned = run.epochs_planned - origin
+    if not planned > 0:
+        return run
+    rebased = [(0.0, times[0][1])]
+    for epoch, ts in times[k + 1 :]:
+        if epoch - origin > rebased[-1][0]:  # exact but for plans near 1e15 (merged)
+            rebased.append((epoch - origin, ts))
+    features = run.features
+    stated = features.get(STATED_PLAN)
+    if isinstance(stated, float | int) and not isinstance(stated, bool):
+        features = MappingProxyType({**features, STATED_PLAN: stated - origin})
+    return replace(run, epochs_planned=planned, epoch_times=tuple(rebased), features=features)
 
 
 def counts_steps(run: Run | RunUpdate) -> bool:

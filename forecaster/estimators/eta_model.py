@@ -99,7 +99,7 @@ from gpu_eta.forecaster.estimators.tuning import (
     tune,
 )
 from gpu_eta.forecaster.forecast import Forecast
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run, own_work
 
 MEMO_MAX = 50_000
 """Runs whose costly parts ``EtaModel._known`` keeps (one entry per running job; runs
@@ -188,7 +188,12 @@ class EtaModel:
         self.job_scale_prior = job_scale_prior
 
     def fit(self, history: Sequence[Run]) -> EtaModel:
-        """Learn from finished runs (``completed`` True or False); returns ``self``."""
+        """Learn from finished runs (``completed`` True or False); returns ``self``.
+
+        Every run is read as its own work (``runs.own_work``), here, in ``update`` and
+        in ``predict``: a run resumed from a checkpoint is a run of the epochs it did,
+        not one of its whole plan done in a fifth of the time."""
+        history = [own_work(run) for run in history]
         blend = BlendEstimator(
             half_life_ratio=self.half_life_ratio,
             huber_c=self.huber_c,
@@ -388,6 +393,7 @@ class EtaModel:
         """
         if not hasattr(self, "analog_"):
             raise NotFittedError("EtaModel.update called before fit")
+        new_runs = [own_work(run) for run in new_runs]
         self.analog_.update(new_runs)
         self.blend_.prior_.update(new_runs)
 
@@ -396,6 +402,7 @@ class EtaModel:
         prior mix) and the blend's raw estimate, as ``predict`` reads them (``known``:
         its per-run memo, ``_known``). Public so that a bench can score the candidates
         behind a forecast (bench/centre_oracle.py) without rebuilding them."""
+        run = own_work(run)  # as ``predict`` reads it (``fit``)
         # FIRST's weights, floors and mix are the 0.1 bin's copies (calibration.FIRST), so
         # the point read here needs no analogs, unlike the bin predict calibrates in
         point = run_point(run.progress_ratio, len(run.epoch_times))
@@ -412,6 +419,7 @@ class EtaModel:
         """Remaining seconds of ``run`` at ``now``: calibrated P10/P50/P90."""
         if not hasattr(self, "blend_"):
             raise NotFittedError("EtaModel.predict called before fit")
+        run = own_work(run)  # a resumed run: the epochs it did since its start (``fit``)
 
         def estimate() -> tuple[RawEstimate, tuple[float, float, float]]:
             known = self._known(run)  # this run's costly parts, kept while it is unchanged

@@ -53,7 +53,7 @@ from gpu_eta.forecaster.estimators.base import (
     stall_widen,
 )
 from gpu_eta.forecaster.forecast import Forecast
-from gpu_eta.forecaster.runs import Run, counts_steps, reporting_unit
+from gpu_eta.forecaster.runs import Run, counts_steps, reporting_unit, resume_index
 
 MIN_SCALE = 0.03
 MAX_INTERVALS = 2000
@@ -250,12 +250,13 @@ def significant_points(run: Run) -> Run:
 
 
 def measured_points(run: Run) -> Run:
-    """``run`` read from its last progress point stamped at its start (less than
-    ``MIN_INTERVAL_SECONDS`` after it); ``run`` itself when only epoch 0 is.
+    """``run`` read from its last progress point stamped at its start
+    (``runs.resume_index``); ``run`` itself when only epoch 0 is.
 
-    Why: a run whose first report already counts progress (no start event: the
-    exporter stamps the run's start and that epoch's end at the same instant, as a
-    first ``curl`` or a log picked up part-way does) has epochs behind it whose time
+    Why: a run whose first report already counts progress (a resume's start, or no
+    start event: the exporter stamps the run's start and that epoch's end at the same
+    instant, as a first ``curl`` or a log picked up part-way does; ``EtaModel`` reads
+    such runs rebased, ``runs.own_work``) has epochs behind it whose time
     is unknown, not zero. Read as an interval, it would be ~1 ms per epoch and the
     forecast "done in under a second" for a run with minutes left. Its progress is
     real (the epochs left are fewer), so the point is kept and only the rate starts
@@ -263,14 +264,10 @@ def measured_points(run: Run) -> Run:
     analogs answer, as at a run's start; the first interval after it is no warm-up
     (that epoch was before the report).
     """
-    times = run.epoch_times
-    start = times[0][1]
-    origin = 0
-    while origin + 1 < len(times) and times[origin + 1][1] - start < MIN_INTERVAL_SECONDS:
-        origin += 1
+    origin = resume_index(run)
     if origin == 0:
         return run
-    return dataclasses.replace(run, epoch_times=times[origin:])
+    return dataclasses.replace(run, epoch_times=run.epoch_times[origin:])
 
 
 def own_rate(

@@ -665,3 +665,24 @@ def test_a_plan_under_one_is_one_warning_line_its_run_skipped(
     assert "epochs_planned must be in [1, 1e+15], got 0.5" in err
     _code, clean, _err = run_cli("--runs", str(synthetic_csv), "--json")
     assert json.loads(out) == json.loads(clean)
+
+
+def test_runs_resumed_from_a_checkpoint_are_scored_on_the_epochs_they_did() -> None:
+    """A runs file exported from the history keeps a resumed run as reported: epoch 40
+    of 50 at its start, then 10 epochs of 60 s. Scored on 50 epochs, the mean-epoch
+    baselines read 12 s an epoch (600 s over 50) and every point but the last was the
+    run's start; on the 10 it did, each point is a point of its own work."""
+    t0 = 1_700_000_000.0
+    runs = []
+    for i in range(12):
+        start = t0 + 1000.0 * i
+        times = ((0.0, start), (40.0, start), *((40.0 + k, start + 60.0 * k) for k in range(1, 11)))
+        runs.append(Run(f"r{i}", 50.0, times, {"job_name": "x"}, completed=True))
+    result = backtest(runs)
+    got = evaluate.scores(result)
+    assert set(got) >= {0.1, 0.5, 0.9}
+    assert got[0.5]["keras_mean"] < 0.05 and got[0.9]["cumulative_mean"] < 0.05
+    written = io.StringIO()
+    evaluate.write_predictions(result.predictions, written)
+    epochs = {float(row["epoch"]) for row in csv.DictReader(io.StringIO(written.getvalue()))}
+    assert epochs and all(40.0 <= e < 50.0 for e in epochs)  # the file's epochs, as read

@@ -597,3 +597,48 @@ def test_a_run_at_its_first_point_is_calibrated_on_first_points(monkeypatch) -> 
     # replayed at the points alone, the first point took the 0.1 bin's calibration
     monkeypatch.setattr(replay, "calibration_moments", replay_moments)
     assert covered(history, live, parts) <= 0.2
+
+
+def _job_run(
+    i: int, start: float, resumed_at: int, per_epoch: float, job: str, upto: int, rng=None
+) -> Run:
+    """A 50-epoch run of ``job`` (epochs within 5 % of ``per_epoch``); one resumed from
+    its checkpoint at ``resumed_at`` has those epochs ended at its start (as the
+    exporter stamps a resume's first report)."""
+    times = [(0.0, start), *([(float(resumed_at), start)] if resumed_at else [])]
+    t = start
+    for e in range(resumed_at + 1, upto + 1):
+        t += per_epoch * (rng.uniform(0.95, 1.05) if rng is not None else 1.0)
+        times.append((float(e), t))
+    return Run(
+        f"{job}-{i}",
+        50.0,
+        tuple(times),
+        {"job_name": job, "batch_size": 64.0},
+        completed=True if upto == 50 else None,
+        namespace="ml",
+        pod=f"{job}-{i}",
+        container="c",
+    )
+
+
+@pytest.mark.parametrize("resumed_share", [1.0, 0.0])
+def test_a_run_resumed_from_a_checkpoint_is_read_as_the_epochs_it_did(
+    resumed_share: float,
+) -> None:
+    """Job x trains 60 s an epoch. Its runs resumed at epoch 40 of 50 did 10 epochs in
+    600 s: read as 50, the job's next run was forecast 600 s for 3,000; and a run
+    resumed now has 10 epochs left (600 s), not the whole run's 3,000 s."""
+    t0 = 1_700_000_000.0
+    rng = np.random.default_rng(3)
+    history = []
+    for i in range(40):
+        resumed_at = 40 if i < resumed_share * 40 else 0
+        history.append(_job_run(i, t0 + 4000 * i, resumed_at, 60.0, "x", 50, rng))
+        history.append(_job_run(100 + i, t0 + 4000 * i + 50, 0, 10.0, "y", 50, rng))
+    model = EtaModel(random_state=0).fit(history)
+    now = t0 + 200_000.0
+    fresh = model.predict(_job_run(900, now, 0, 60.0, "x", 0), now)
+    assert fresh.p50 == pytest.approx(3000.0, rel=0.1)
+    again = model.predict(_job_run(901, now, 40, 60.0, "x", 40), now + 10.0)
+    assert again.p50 - 10.0 == pytest.approx(590.0, rel=0.1)
