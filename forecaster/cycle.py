@@ -10,6 +10,7 @@ skipped and counted under ``gpu_eta_forecaster_job_errors_total{reason}``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 import statistics
@@ -54,7 +55,7 @@ from gpu_eta.forecaster.refit import (
     fit_in_child,
     gc_switched,
 )
-from gpu_eta.forecaster.runs import STATED_PLAN, Run, RunKey, RunUpdate, run_key
+from gpu_eta.forecaster.runs import STATED_PLAN, Run, RunKey, RunUpdate, own_work, run_key
 from gpu_eta.forecaster.runs_from_series import (
     RUN_FAILED,
     Allocation,
@@ -1548,11 +1549,13 @@ def progress_overdue(run: Run, view: CycleView, now: float, s: CycleSettings) ->
 
 def silent_too_long(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
     """No progress for ``max(stall_after, 3 × median epoch)``: the part of
-    ``is_stalled`` that needs no GPU data. Pure."""
+    ``is_stalled`` that needs no GPU data. Pure. The epochs are those the run did
+    (``runs.own_work``): the epochs a resumed run ended at its start are no 0 s epochs."""
     last = last_progress(run, view)
     if now - last <= s.stall_after_seconds:  # recent progress (not progress_overdue)
         return False
-    durations = [b[1] - a[1] for a, b in zip(run.epoch_times, run.epoch_times[1:], strict=False)]
+    times = own_work(run).epoch_times
+    durations = [b[1] - a[1] for a, b in itertools.pairwise(times)]
     typical = statistics.median(durations) if durations else 0.0
     return now - last > max(s.stall_after_seconds, 3 * typical)
 

@@ -215,8 +215,8 @@ def own_work(run: Run) -> Run:
     (plan less progress) and every time are unchanged, and its first epoch after the
     resume is its first (a resumed process loads its checkpoint and warms up as a new
     one does). Rebased where runs are read as work: ``EtaModel`` (``fit``, ``update``,
-    ``predict``: every estimator) and ``evaluate.backtest``; the stored run keeps what
-    was reported.
+    ``predict``: every estimator), ``evaluate.backtest`` and the stall check's typical
+    epoch; the stored run keeps what was reported.
     """
     k = resume_index(run)
     if k == 0:

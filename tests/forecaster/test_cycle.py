@@ -21,6 +21,7 @@ from typing import ClassVar
 import pytest
 
 from gpu_eta.common.gpu_use import UTIL
+from gpu_eta.forecaster import cycle as cycle_rules
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle, gpu_free_times, sanitize
@@ -32,7 +33,7 @@ from gpu_eta.forecaster.planless import fit_durations
 from gpu_eta.forecaster.promapi import PromAPIError
 from gpu_eta.forecaster.refit import ModelError, fit_in_child
 from gpu_eta.forecaster.runs import Run, run_key
-from gpu_eta.forecaster.runs_from_series import Allocation
+from gpu_eta.forecaster.runs_from_series import Allocation, CycleView
 from gpu_eta.forecaster.series import QueryStats, Sample, Series
 
 NOW = 1_700_000_000.0
@@ -2061,3 +2062,14 @@ def test_a_failed_stall_check_query_keeps_each_runs_last_verdict(store: HistoryS
     assert stalled(cycle.run()) == {"healthy": False, "stuck": False, "late": False}
     client.failing = False  # answers again: the late run's own verdict
     assert stalled(cycle.run()) == {"healthy": False, "stuck": False, "late": True}
+
+
+def test_a_resumed_runs_epochs_at_its_start_are_no_epoch_length_for_the_stall_check() -> None:
+    """Resumed at epoch 40 (ended at its start), then one 1,000 s epoch: silent 2,000 s
+    is two epochs, not the stall of a run whose typical epoch is the mean of 0 and
+    1,000 s (silence past 3 × 500 s)."""
+    run = Run("r", 50.0, ((0.0, NOW), (40.0, NOW), (41.0, NOW + 1000.0)))
+    view = CycleView()
+    settings = CycleSettings(stall_after_seconds=900)
+    assert not cycle_rules.silent_too_long(run, view, NOW + 3000.0, settings)
+    assert cycle_rules.silent_too_long(run, view, NOW + 4100.0, settings)
