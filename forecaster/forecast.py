@@ -77,8 +77,8 @@ class ForecastSet:
     history_persisted: bool = True
     # rows of the history file its last reads left out as damaged (kept in the file)
     history_rows_skipped: int = 0
-    # runs forecast from a scrape gap: hidden by a failed scrape of their exporter,
-    # held from their last samples (gpu_eta.forecaster.scrape_gap)
+    # runs forecast from a scrape gap: hidden by a failed scrape of their exporter or
+    # its target's removal, held from their last samples (gpu_eta.forecaster.scrape_gap)
     n_held: int = 0
     # the cycle's time minus the forecaster's clock: 0, or the offset to Prometheus'
     # clock when the two are further apart than the bound (prom_clock); a scrape's

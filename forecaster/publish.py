@@ -382,7 +382,7 @@ def forecast_families(
     )
     held = GaugeMetricFamily(
         "gpu_eta_forecaster_runs_held",
-        "Runs of the last good cycle forecast from a scrape gap: hidden by a failed scrape of their exporter (up == 0), held from their last samples for up to 5 minutes.",
+        "Runs of the last good cycle forecast from a scrape gap: hidden by a failed scrape of their exporter (up == 0) or its target's removal (no up), held from their last samples for up to 5 minutes.",
     )
     clock = GaugeMetricFamily(
         "gpu_eta_forecaster_prometheus_clock_offset_seconds",

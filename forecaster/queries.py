@@ -322,10 +322,14 @@ def step_range(runs: str = "", again: str = "") -> str:
 
 # A failed scrape makes Prometheus mark every series of its target stale at once, so
 # the plain selectors above (present, allocated) lose the target's runs until its next
-# good scrape, as they lose a deleted pod's. ``up == 0`` tells the two apart: the runs
-# (``{runs}``) and allocations (``{pods}``) of targets whose last scrape failed, as last
-# scraped within Prometheus' own lookback (5 min: what the plain selector would see
-# without the marker). Asked only for the runs present at the previous read and absent
+# good scrape, as they lose a deleted pod's; so does a target removed from service
+# discovery (a DaemonSet's rolling update: the new exporter pod is a new target), its
+# ``up`` marked stale with the rest. ``up == 1`` tells them apart: the runs
+# (``{runs}``) and allocations (``{pods}``) of targets not answering now (``up == 0``,
+# or no ``up``: removed), as last scraped within Prometheus' own lookback (5 min: what
+# the plain selector would see without the marker). A target that never had ``up``
+# (series remote-written or federated from elsewhere) holds nothing: ``_SEEN_LAST_GOOD``
+# asks for its ``up == 1`` within the lookback. Asked only for the runs present at the previous read and absent
 # now, folded into a query the cycle sends anyway where it can (Cycle._scrape_gap,
 # gpu_eta.forecaster.scrape_gap).
 #
@@ -338,7 +342,7 @@ def step_range(runs: str = "", again: str = "") -> str:
 # between a deleted pod's last good scrape and the failure; 1 s serves any interval of
 # 1 s or more. Cost: ``up`` of every target and the named runs' series, 300 steps each
 # (docs/forecaster.md, "Scrape gaps").
-_SCRAPE_FAILED = "and on (job, instance) (up == 0)"
+_SCRAPE_FAILED = "unless on (job, instance) (up == 1)"
 HELD_LOOKBACK = "5m"
 HELD_STEP = "1s"
 _REPORT = "gpu_eta_training_last_report_timestamp_seconds{runs}"

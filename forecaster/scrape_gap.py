@@ -5,15 +5,20 @@ series of its target, so the cycle's plain selectors (``present``, ``allocated``
 that node's runs until its next good scrape. Read as absent, each such run would leave
 ``/metrics`` for a cycle (dashboards flicker, alerts computed from the forecasts reset)
 and its GPU would lose its free time. A run whose pod is deleted looks the same to
-those selectors; what differs is ``up``: 0 when the scrape failed. So the cycle asks,
-only when some run running at its previous read is absent now, for the runs and
-allocations of the targets whose scrape failed, as last scraped within Prometheus'
-lookback (``queries.SCRAPE_GAP``), and ``held`` puts back those of the runs that were
-running at the previous read (present and not done: a run that ended or reached its
-plan is never held, its pod may live on). Bounded: a target down longer than the
-lookback loses its runs as before (then the vanish grace runs), and a run whose pod was deleted before the
-failure is not brought back: absent at the previous read, or (deleted since) not seen at
-its target's last good scrape (``queries.SCRAPE_GAP``'s subqueries).
+those selectors, and so does one whose exporter's target was removed (a DaemonSet's
+rolling update gives the new exporter pod a new address: a new target). What differs
+is ``up``: 0 when the scrape failed, none (marked stale) for a removed target, 1 for an
+exporter answering without the deleted pod. So the cycle asks, only when some run
+running at its previous read is absent now, for the runs and allocations of the
+targets not answering (no ``up == 1``), as last scraped within Prometheus' lookback
+(``queries.SCRAPE_GAP``), and ``held`` puts back those of the runs that were running at
+the previous read (present and not done: a run that ended or reached its plan is never
+held, its pod may live on). Bounded: a target down or removed for longer than the
+lookback (a deleted node's) loses its runs as before (then the vanish grace runs), and
+a run whose pod was deleted before the failure is not brought back: absent at the
+previous read, or (deleted since) not seen at its target's last good scrape
+(``queries.SCRAPE_GAP``'s subqueries); nor is a run of a target that had no ``up == 1``
+within the lookback (series written from elsewhere).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """gpu_eta.forecaster.scrape_gap: the runs a failed scrape hid stay forecast.
 
-The rule's PromQL half (``up == 0``, staleness markers) is checked against a real
+The rule's PromQL half (``up``, staleness markers) is checked against a real
 exporter and Prometheus in tests/integration/test_forecaster_scrape_gap.py; here the
 pure half, and the cycle's use of it through canned answers: which runs are asked for,
 with which set matches, and that the query count stays within
@@ -21,6 +21,8 @@ from gpu_eta.forecaster.publish import forecast_families
 from tests.forecaster.test_cycle import NOW, CannedClient, job, labels_of, make_cycle, merge, s
 from tests.forecaster.test_cycle import store as store  # the fixture
 
+# what marks the gap read: the runs of targets not answering (up == 0, or removed)
+GAP = "unless on (job, instance) (up == 1)"
 A = ("ml", "pod-a", "c", "a")
 B = ("ml", "pod-b", "c", "b")
 
@@ -40,7 +42,7 @@ def test_parts_set_match_the_runs_and_their_pods() -> None:
     assert 'run_id=~"a|b"' in named["held_present"]
     assert 'pod=~"pod-a|pod-b"' in named["held_allocated"]
     assert 'exported_pod=~"pod-a|pod-b"' in named["held_allocated"]
-    assert all("up == 0" in q for q in named.values())
+    assert all(GAP in q for q in named.values())
     # too many runs for one set match: every run's (a heavier answer, still one query)
     many = [("ml", f"pod-{i}", "c", f"run-{i}") for i in range(queries.MAX_UNKNOWN_RUNS + 1)]
     every = {n: queries.render(t, 0, 0) for n, t in queries.SCRAPE_GAP.items()}
@@ -74,7 +76,7 @@ def test_a_run_hidden_by_a_failed_scrape_stays_forecast(store: HistoryStore) -> 
     assert {j.run.run_id for j in fs.jobs} == {"a", "b"} and len(fs.gpus) == 2
     steady = len(client.seen)
     fs = cycle.run()  # nothing missing: no scrape-gap query
-    assert fs.queries < steady and not any("up == 0" in q for q in client.seen[steady:])
+    assert fs.queries < steady and not any(GAP in q for q in client.seen[steady:])
 
     # a's exporter fails its scrape: its plain series are stale, its last report held
     client.answers["present"] = [x for x in answers["present"] if x.labels["run_id"] != "a"]
@@ -87,7 +89,7 @@ def test_a_run_hidden_by_a_failed_scrape_stays_forecast(store: HistoryStore) -> 
     fs = cycle.run()
     assert {j.run.run_id for j in fs.jobs} == {"a", "b", "n"}
     assert {g.gpu for g in fs.gpus} == {"0", "1"}
-    (gap,) = [q for q in client.seen[before:] if "up == 0" in q]  # one, for run a only
+    (gap,) = [q for q in client.seen[before:] if GAP in q]  # one, for run a only
     assert 'run_id=~"a"' in gap and 'pod=~"pod-a"' in gap
     # with the unchanging series of the new run, and of a: gone, its plan is read again
     assert 'epochs_planned{run_id=~"a|n"}' in gap
@@ -98,7 +100,7 @@ def test_a_run_hidden_by_a_failed_scrape_stays_forecast(store: HistoryStore) -> 
     assert {j.run.run_id for j in cycle.run().jobs} == {"b", "n"}
     before = len(client.seen)
     assert {j.run.run_id for j in cycle.run().jobs} == {"b", "n"}
-    assert not any("up == 0" in q for q in client.seen[before:])  # not asked again
+    assert not any(GAP in q for q in client.seen[before:])  # not asked again
 
 
 def test_a_new_process_holds_the_runs_its_history_holds_running(store: HistoryStore) -> None:
@@ -125,13 +127,13 @@ def test_a_new_process_holds_the_runs_its_history_holds_running(store: HistorySt
     fs = make_cycle(client, store).run()  # a new process, a's scrape failing
     assert {j.run.run_id for j in fs.jobs} == {"a", "b"} and fs.n_held == 1
     assert {g.gpu for g in fs.gpus} == {"0", "1"}
-    (gap,) = [q for q in client.seen[before:] if "up == 0" in q]
+    (gap,) = [q for q in client.seen[before:] if GAP in q]
     assert 'run_id=~"a"' in gap  # the run missing only, not the finished one
     # a new process with nothing missing asks no gap
     client.answers = dict(answers)
     before = len(client.seen)
     assert {j.run.run_id for j in make_cycle(client, store).run().jobs} == {"a", "b"}
-    assert not any("up == 0" in q for q in client.seen[before:])
+    assert not any(GAP in q for q in client.seen[before:])
 
 
 def test_the_gap_rides_on_the_full_read_within_the_query_count(store: HistoryStore) -> None:
@@ -153,7 +155,7 @@ def test_the_gap_rides_on_the_full_read_within_the_query_count(store: HistorySto
     fs = cycle.run()
     assert "r0" in {j.run.run_id for j in fs.jobs}
     # the gap asked with the GPU models of the full read, no query more than without it
-    (gap,) = [q for q in client.seen[before:] if "up == 0" in q]
+    (gap,) = [q for q in client.seen[before:] if GAP in q]
     assert "gpu_eta_gpu_info" in gap
     client.answers["present"] = many["present"]
     assert fs.queries == cycle.run().queries <= first == queries.QUERIES_PER_CYCLE
@@ -198,7 +200,7 @@ def test_many_runs_gone_at_once_keep_every_query_within_the_cap(store: HistorySt
         t[0] = NOW + 60 * i
         cycle.run()  # raises PromAPIError before the fix
     assert max(map(len, client.seen[before:])) <= queries.MAX_QUERY_CHARS
-    assert any("up == 0" in q for q in client.seen[before:])
+    assert any(GAP in q for q in client.seen[before:])
 
 
 def test_a_cycle_failing_on_the_gap_read_does_not_send_it_again(store: HistoryStore) -> None:
@@ -218,7 +220,7 @@ def test_a_cycle_failing_on_the_gap_read_does_not_send_it_again(store: HistorySt
     t[0] = NOW + 120
     before = len(client.seen)
     cycle.run()
-    assert not any("up == 0" in q for q in client.seen[before:])
+    assert not any(GAP in q for q in client.seen[before:])
 
 
 def test_a_run_is_held_past_the_read_window_up_to_the_lookback(store: HistoryStore) -> None:

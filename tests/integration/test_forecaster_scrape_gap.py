@@ -101,7 +101,7 @@ def test_the_queries_of_a_sweep_leaving_at_once_are_accepted_by_victoriametrics(
         before = len(client.seen)
         t[0] = NOW + 60
         cycle.run()
-        sent = [q for q in client.seen[before:] if "up == 0" in q or "run_id=~" in q]
+        sent = [q for q in client.seen[before:] if "up == 1" in q or "run_id=~" in q]
         assert sent and max(map(len, sent)) > 4_000  # the long ones are among them
         for query in sent:
             real.instant(query)  # PromAPIError on a refusal
@@ -109,6 +109,36 @@ def test_the_queries_of_a_sweep_leaving_at_once_are_accepted_by_victoriametrics(
         real.close()
         vm.stop()
         store.close()
+
+
+def test_runs_of_an_exporter_replaced_by_a_new_target_stay_forecast(
+    tmp_path: Path, prometheus_factory, exporter_factory
+) -> None:
+    """A DaemonSet's rolling update replaces the exporter pod: a new pod IP, so a new
+    target, not yet answering, and the old target removed (no ``up`` any more, not
+    ``up == 0``). The runs it showed stay forecast and their GPUs keep a free time,
+    and the pod deleted while it answered does not come back."""
+    from gpu_eta.launch.prometheus import render_config
+
+    with _gap_stack("prometheus", tmp_path, prometheus_factory, exporter_factory) as gap:
+        cycle = _both_runs_forecast(gap)
+        _delete_gone(gap)
+        gap.srv.wait_for('up{job="exporter"} == 1', timeout=30)
+        assert _forecast(cycle.run()) == ({"keep"}, {"0"})
+
+        # the old pod is deleted and its target leaves service discovery; the new pod's
+        # address does not answer yet
+        os.kill(gap.exporter.process.pid, signal.SIGSTOP)
+        gap.stopped = True
+        host, port = gap.exporter.target.rsplit(":", 1)
+        new_target = f"{host}:{int(port) + 1 if int(port) < 65000 else int(port) - 1}"
+        gap.srv.config_path.write_text(render_config([ScrapeJob("exporter", [new_target])]))
+        gap.srv.reload()
+        gap.srv.wait_for(f'up{{instance="{new_target}"}} == 0', timeout=30)
+        gap.srv.wait_for(f'absent(up{{instance="{gap.exporter.target}"}})', timeout=30)
+        fs = cycle.run()
+        assert (_forecast(fs), fs.n_held) == (({"keep"}, {"0"}), 1)
+        assert gap.store.finished() == []
 
 
 @pytest.mark.parametrize("server", ["prometheus", "victoriametrics"])
