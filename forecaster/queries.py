@@ -263,7 +263,9 @@ MEMORY_RATIO = (
 ALLOCATED = (
     f"max by ({_CONTAINER}, node, exported_node, gpu, UUID, GPU_I_ID) (gpu_eta_pod_gpu_allocated)"
 )
-GPU_INFO = "max by (node, exported_node, UUID, model) (gpu_eta_gpu_info)"
+# Per device: a MIG GPU instance (``GPU_I_ID``) is a device of its own, its profile
+# part of its model (runs_from_series._gpu_models).
+GPU_INFO = "max by (node, exported_node, UUID, GPU_I_ID, model, mig_profile) (gpu_eta_gpu_info)"
 POD_INFO = (
     "max by (namespace, pod, exported_namespace, exported_pod, owner_kind, owner_name, "
     "label_job_name, label_batch_kubernetes_io_job_name, label_app_kubernetes_io_name, "

@@ -51,7 +51,9 @@ Decisions (documented in docs/forecaster.md):
 * Features: ``batch_size``; ``gpu_utilization_ratio`` (ours, else DCGM's
   ``DCGM_FI_DEV_GPU_UTIL``/100 for the pod, accepting ``exported_pod``);
   ``memory_utilization_ratio`` (working set / limit); ``gpu_model`` and ``gpus`` from
-  the allocations joined with ``gpu_eta_gpu_info``; ``namespace``; ``job_name``.
+  the run's container's allocations (the pod's when its container holds none) joined
+  with ``gpu_eta_gpu_info`` on (node, UUID, GPU_I_ID), a MIG instance's model with its
+  profile (``NVIDIA A100-SXM4-80GB MIG 1g.10gb``); ``namespace``; ``job_name``.
 * ``job_name``: the pod label ``job-name`` (Kubernetes Jobs) without a CronJob's
   scheduled time or a generated suffix, else ``app.kubernetes.io/name``, else ``app``,
   else the owner's name (a ReplicaSet's pod-template hash or a Job's suffix stripped),
@@ -205,9 +207,11 @@ def assemble(
     view.allocations = _allocations(instant.get("allocated", ()))
     models = _gpu_models(instant.get("gpu_info", ()))
     jobs = _job_names(instant.get("pod_info", ()))
-    pod_gpus: dict[tuple[str, str], list[Allocation]] = {}
+    # each pod's GPUs and each container's (_features)
+    pod_gpus: dict[tuple[str, ...], list[Allocation]] = {}
     for alloc in view.allocations:
         pod_gpus.setdefault((alloc.namespace, alloc.pod), []).append(alloc)
+        pod_gpus.setdefault((alloc.namespace, alloc.pod, alloc.container), []).append(alloc)
 
     lo, hi = now - _PAST_LIMIT_SECONDS, now + _FUTURE_SLACK_SECONDS
     for run in dict.fromkeys([*planned, *steps_planned]):
@@ -375,12 +379,19 @@ def _features(
     run: RunKey,
     batch: Sample | None,
     jobs: Mapping[tuple[str, str], str],
-    pod_gpus: Mapping[tuple[str, str], Sequence[Allocation]],
-    models: Mapping[tuple[str, str], str],
+    pod_gpus: Mapping[tuple[str, ...], Sequence[Allocation]],
+    models: Mapping[tuple[str, str, str], str],
     by_steps: bool,
 ) -> dict[str, float | str]:
     """A run's features (module docstring) from its batch-size sample, its pod's job
-    name and GPUs, and whether it is followed in steps."""
+    name, its container's GPUs (``pod_gpus`` by ``(namespace, pod, container)``; by
+    ``(namespace, pod)``: the pod's, for a run whose container holds none) and whether
+    it is followed in steps.
+
+    Why per container: GPUs are allocated per container, so two one-GPU training
+    containers of a pod are two one-GPU runs, not two two-GPU ones; a run's report may
+    name no container (filed under the pod's first, docs/progress.md), and then the
+    pod's GPUs are the best guess."""
     features: dict[str, float | str] = {}
     if run[0]:
         features["namespace"] = run[0]
@@ -389,10 +400,11 @@ def _features(
     job_name = jobs.get(run[:2]) or _strip_suffix(run[1])
     if job_name:
         features["job_name"] = job_name
-    gpus = pod_gpus.get(run[:2], ())
+    gpus = pod_gpus.get(run[:3]) or pod_gpus.get(run[:2], ())
     if gpus:
         features["gpus"] = float(len(gpus))
-        model = next((models[g.node, g.uuid] for g in gpus if (g.node, g.uuid) in models), None)
+        keys = ((g.node, g.uuid, g.gpu_instance) for g in gpus)
+        model = next((models[k] for k in keys if k in models), None)
         if model:
             features["gpu_model"] = model
     if by_steps:
@@ -444,12 +456,12 @@ def sample_pod(sample: Sample) -> tuple[str, str]:
     return (labels.get("namespace", ""), labels.get("pod", ""))
 
 
-def sample_gpu(sample: Sample) -> tuple[str, str] | None:
-    """``(node, UUID)`` of a GPU-info or allocation sample, the key ``assemble`` joins
-    them on; None without a UUID."""
+def sample_gpu(sample: Sample) -> tuple[str, str, str] | None:
+    """``(node, UUID, GPU_I_ID)`` of a GPU-info or allocation sample (``GPU_I_ID``
+    empty for a whole GPU), the key ``assemble`` joins them on; None without a UUID."""
     labels = unexported(sample).labels
     uuid = labels.get("UUID", "")
-    return (labels.get("node", ""), uuid) if uuid else None
+    return (labels.get("node", ""), uuid, labels.get("GPU_I_ID", "")) if uuid else None
 
 
 def _run_key(labels: Mapping[str, str]) -> RunKey | None:
@@ -650,12 +662,24 @@ def _allocations(samples: Sequence[Sample]) -> list[Allocation]:
     return list(out.values())
 
 
-def _gpu_models(samples: Sequence[Sample]) -> dict[tuple[str, str], str]:
-    return {
-        (s.labels.get("node", ""), s.labels["UUID"]): s.labels.get("model", "")[:128]
-        for s in samples
-        if s.labels.get("UUID") and s.labels.get("model")
-    }
+def _gpu_models(samples: Sequence[Sample]) -> dict[tuple[str, str, str], str]:
+    """The model of each device by ``(node, UUID, GPU_I_ID)``, ``GPU_I_ID`` empty for a
+    whole GPU; a MIG GPU instance's is its GPU's model and profile
+    (``NVIDIA A100-SXM4-80GB MIG 1g.10gb``).
+
+    Why the profile: a 1g.10gb slice has a seventh of the GPU's compute, so a run on it
+    is not a run on the whole GPU; read as the GPU's model, both would be one node type
+    (``<gpus>x<gpu_model>``) to the estimators."""
+    out: dict[tuple[str, str, str], str] = {}
+    for s in samples:
+        lab = s.labels
+        if not lab.get("UUID") or not lab.get("model"):
+            continue
+        model = lab["model"]
+        if lab.get("mig_profile"):
+            model = f"{model} MIG {lab['mig_profile']}"
+        out[lab.get("node", ""), lab["UUID"], lab.get("GPU_I_ID", "")] = model[:128]
+    return out
 
 
 def _job_names(samples: Sequence[Sample]) -> dict[tuple[str, str], str]:

@@ -22,9 +22,9 @@ clause while the window reaches back before it was found (``restarted``,
 
 ``StaticSeries`` holds what was read, by run key and by pod; ``answers`` gives the
 cycle the same lists a full read would have (for the runs seen in this cycle), so
-``runs_from_series.assemble`` is unchanged. The GPU models (``gpu_info``, per node and
-UUID) are kept whole and read again in full when an allocation names a GPU they
-do not know.
+``runs_from_series.assemble`` is unchanged. The GPU models (``gpu_info``, per node,
+UUID and MIG instance) are kept whole and read again in full when an allocation names
+a GPU they do not know.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class StaticSeries:
         self._runs: dict[str, dict[RunKey, Sample]] = {n: {} for n in queries.STATIC_RUN}
         self._pods: dict[tuple[str, str], Sample] = {}
         self._gpus: list[Sample] | None = None
-        self._gpu_keys: frozenset[tuple[str, str]] = frozenset()
+        self._gpu_keys: frozenset[tuple[str, str, str]] = frozenset()
         self._since_full: int | None = None  # cycles since the last full read
         # the runs ``forget`` dropped (restarted under their key), with when (``restarted``)
         self._restarted: dict[RunKey, float] = {}

@@ -454,6 +454,80 @@ def test_a_gpu_allocation_scraped_twice_counts_once() -> None:
     assert len(assemble({"allocated": [one, side, renamed(side)]}, {}, NOW, 60).allocations) == 2
 
 
+def test_each_containers_run_counts_its_own_gpus() -> None:
+    """Two containers of one pod, one GPU each, a run in each: each run holds one GPU
+    (``gpus`` 1), not the pod's two. A run filed under a container that holds no GPU
+    (its report named none: the pod's first container) is given the pod's."""
+    lab = {"node": "n1", "namespace": "ml", "pod": "p"}
+    instant = merge(
+        base("ra", 10, 1, NOW - 300, NOW - 50, pod="p", container="a"),
+        base("rb", 10, 1, NOW - 300, NOW - 50, pod="p", container="b"),
+        base("rs", 10, 1, NOW - 300, NOW - 50, pod="p", container="sidecar"),
+        {
+            "allocated": [
+                s(1, **lab, container="a", gpu="0", UUID="GPU-0"),
+                s(1, **lab, container="b", gpu="1", UUID="GPU-1"),
+            ],
+            "gpu_info": [
+                s(1, node="n1", gpu="0", UUID="GPU-0", model="NVIDIA A100-SXM4-80GB"),
+                s(1, node="n1", gpu="1", UUID="GPU-1", model="NVIDIA A100-SXM4-80GB"),
+            ],
+        },
+    )
+    got = {u.container: u.features.get("gpus") for u in assemble(instant, {}, NOW, 60).updates}
+    assert got == {"a": 1.0, "b": 1.0, "sidecar": 2.0}
+
+
+def test_a_mig_instance_is_a_gpu_model_of_its_own() -> None:
+    """A run on a ``1g.10gb`` MIG instance and one on a whole A100 of the same model run
+    on different hardware: the instance's profile, from ``gpu_eta_gpu_info``'s row for
+    its GPU instance (``GPU_I_ID``), is part of its ``gpu_model``. Rows of the other
+    instances of the same GPU do not leak into it."""
+    model = "NVIDIA A100-SXM4-80GB"
+    instant = merge(
+        base("small", 10, 1, NOW - 300, NOW - 50, pod="small"),
+        base("big", 10, 1, NOW - 300, NOW - 50, pod="big"),
+        {
+            "allocated": [
+                s(
+                    1,
+                    node="n1",
+                    namespace="ml",
+                    pod="small",
+                    container="main",
+                    gpu="0",
+                    UUID="GPU-A",
+                    GPU_I_ID="13",
+                ),
+                s(1, node="n1", namespace="ml", pod="big", container="main", gpu="1", UUID="GPU-B"),
+            ],
+            "gpu_info": [
+                s(
+                    1,
+                    node="n1",
+                    gpu="0",
+                    UUID="GPU-A",
+                    GPU_I_ID="2",
+                    model=model,
+                    mig_profile="3g.40gb",
+                ),
+                s(
+                    1,
+                    node="n1",
+                    gpu="0",
+                    UUID="GPU-A",
+                    GPU_I_ID="13",
+                    model=model,
+                    mig_profile="1g.10gb",
+                ),
+                s(1, node="n1", gpu="1", UUID="GPU-B", model=model),
+            ],
+        },
+    )
+    got = {u.pod: u.features.get("gpu_model") for u in assemble(instant, {}, NOW, 60).updates}
+    assert got == {"small": f"{model} MIG 1g.10gb", "big": model}
+
+
 def test_same_run_id_in_two_pods_and_two_containers_is_three_runs() -> None:
     """A hand-written run id reused elsewhere is never spliced into one run."""
     a, b = "train-a-x7k2p", "train-b-x7k2p"

@@ -121,3 +121,41 @@ def test_a_pod_scraped_twice_holds_its_one_gpu_once(tmp_path: Path, prometheus_f
             store.close()
     finally:
         target.stop()
+
+
+def test_a_run_on_a_mig_instance_has_the_instances_model(
+    tmp_path: Path, prometheus_factory
+) -> None:
+    """A MIG GPU split into a 3g.40gb and a 1g.10gb instance, each a row of
+    ``gpu_eta_gpu_info`` with its ``GPU_I_ID`` and ``mig_profile`` (docs/metrics.md): the
+    run on the 1g.10gb instance is read, through the cycle's real queries, as running
+    on that profile, not on the whole GPU (nor on its GPU's other instance)."""
+    gpu = 'node="n1",gpu="0",UUID="GPU-A"'
+    holder = f'namespace="ml",pod="p-good",container="c",{gpu},GPU_I_ID="13"'
+    model = "NVIDIA A100-SXM4-80GB"
+
+    def body(now: float) -> str:
+        lines = [
+            *exposition(now).splitlines()[:5],
+            f"gpu_eta_pod_gpu_allocated{{{holder}}} 1",
+            f'gpu_eta_gpu_info{{{gpu},GPU_I_ID="2",model="{model}",mig_profile="3g.40gb"}} 1',
+            f'gpu_eta_gpu_info{{{gpu},GPU_I_ID="13",model="{model}",mig_profile="1g.10gb"}} 1',
+        ]
+        return "\n".join(lines) + "\n"
+
+    target = MetricsServer(
+        "127.0.0.1", 0, lambda _accept: (body(time.time()).encode(), TEXT_FORMAT)
+    ).serve()
+    try:
+        prom = prometheus_factory([ScrapeJob("exporter", [f"127.0.0.1:{target.port}"])])
+        prom.wait_for("gpu_eta_gpu_info", min_results=2)
+        prom.wait_for('gpu_eta_training_epoch{run_id="good"}')
+        store = HistoryStore.open(tmp_path / "h.sqlite")
+        try:
+            (job,) = new_cycle(prom.url, store).run().jobs
+            assert job.run.features["gpu_model"] == f"{model} MIG 1g.10gb"
+            assert job.run.features["gpus"] == 1
+        finally:
+            store.close()
+    finally:
+        target.stop()
