@@ -1589,9 +1589,18 @@ def gpu_free_times(allocations: Sequence[Allocation], jobs: Sequence[JobForecast
     """Per GPU, the latest predicted end of the pods on it, quantile by quantile.
 
     Pure. A GPU held by any pod without a forecast (an idle notebook, a job that
-    reports no progress) has an unknown free time and is left out.
+    reports no progress) has an unknown free time and is left out. A pod's GPUs are
+    released when the pod ends, so its end is the latest of its containers' and is
+    unknown while a container holding one of its GPUs has no forecast (a notebook
+    beside the training container). A run whose container holds none of the pod's GPUs
+    (its report named no container, or the pod's first: docs/progress.md) counts for
+    the pod's only GPU-holding container, and for none when there are several.
     """
+    holders: dict[tuple[str, str], set[str]] = {}
+    for alloc in allocations:
+        holders.setdefault((alloc.namespace, alloc.pod), set()).add(alloc.container)
     ends: dict[tuple[str, str], tuple[float, float, float]] = {}
+    forecast: dict[tuple[str, str], set[str]] = {}
     for job in jobs:
         key = (job.run.namespace, job.run.pod)
         prev = ends.get(key)
@@ -1600,10 +1609,15 @@ def gpu_free_times(allocations: Sequence[Allocation], jobs: Sequence[JobForecast
             if prev is None
             else tuple(max(a, b) for a, b in zip(prev, job.completion_timestamps, strict=True))  # type: ignore[assignment]
         )
+        held = holders.get(key, set())
+        covered = {job.run.container} & held or (held if len(held) == 1 else set())
+        forecast.setdefault(key, set()).update(covered)
     per_gpu: dict[tuple[str, str, str], list[tuple[float, float, float] | None]] = {}
     for alloc in allocations:
+        pod = (alloc.namespace, alloc.pod)
+        known = forecast.get(pod, set()) >= holders[pod]
         per_gpu.setdefault((alloc.node, alloc.gpu, alloc.uuid), []).append(
-            ends.get((alloc.namespace, alloc.pod))
+            ends.get(pod) if known else None
         )
     out = []
     for (node, gpu, uuid), pod_ends in sorted(per_gpu.items()):

@@ -355,7 +355,7 @@ def forecast_families(
     )
     gpu_free = QuantileFamily(
         "gpu_eta_gpu_predicted_free_timestamp_seconds",
-        "When every pod on the GPU is predicted to be done (unix seconds); absent when a pod on it has no forecast.",
+        "When every pod on the GPU is predicted to be done (unix seconds); absent when a pod on it, or a GPU-holding container of such a pod, has no forecast.",
         ["node", "gpu", "UUID"],
     )
     mape = GaugeMetricFamily(

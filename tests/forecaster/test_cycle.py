@@ -8,6 +8,7 @@ fixed query count) is checked on its own.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -605,6 +606,32 @@ def test_gpu_free_times_need_every_holder_forecast() -> None:
     ]
     got = {g.uuid: g.timestamps for g in gpu_free_times(allocs, [jf, jf2])}
     assert got == {"GPU-0": (10.0, 20.0, 30.0), "GPU-2": (15.0, 20.0, 40.0)}
+
+
+def test_a_pods_gpus_need_a_forecast_for_each_container_holding_one() -> None:
+    """A pod's GPUs are released when the pod ends, so with two containers holding
+    GPUs each needs a forecast: a notebook beside the training container (no run) leaves
+    the pod's GPUs without a free time; with both forecast, the later end wins. A run
+    whose report named no GPU-holding container counts for the pod's only one."""
+    from gpu_eta.forecaster.forecast import JobForecast
+
+    def forecast(container: str, ends: tuple[float, float, float]) -> JobForecast:
+        run = Run(f"r-{container}", 10, ((0, 0.0),), namespace="ml", pod="p", container=container)
+        return JobForecast(run, "n1", Forecast(1, 2, 3, "rate"), ends)
+
+    train, eval_ = forecast("train", (10.0, 20.0, 30.0)), forecast("eval", (5.0, 25.0, 28.0))
+    two = [
+        Allocation("n1", "0", "GPU-0", "ml", "p", "train"),
+        Allocation("n1", "1", "GPU-1", "ml", "p", "notebook"),
+    ]
+    assert gpu_free_times(two, [train]) == []
+    both = [two[0], dataclasses.replace(two[1], container="eval")]
+    got = {g.uuid: g.timestamps for g in gpu_free_times(both, [train, eval_])}
+    assert got == {"GPU-0": (10.0, 25.0, 30.0), "GPU-1": (10.0, 25.0, 30.0)}
+    # the run filed under the pod's first container, a sidecar without GPUs
+    (free,) = gpu_free_times(two[:1], [forecast("sidecar", (10.0, 20.0, 30.0))])
+    assert free.timestamps == (10.0, 20.0, 30.0)
+    assert gpu_free_times(two, [forecast("sidecar", (10.0, 20.0, 30.0))]) == []
 
 
 def test_background_refit_never_blocks_a_cycle(store: HistoryStore) -> None:
