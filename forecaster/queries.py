@@ -11,15 +11,19 @@ of the GPU queue (``PENDING``) folded into one (``fold``: each part tagged with 
 more folded query when the pods' answers call for it (``kube_state.second_round``: the
 GPU nodes' labels when pending pods select keys beyond the GPU type, when pods without
 ``kube_pod_created`` were first seen Pending, and where KSM exports it for no pod the GPU
-pods first seen in the arrival window): at most
-``QUERIES_PER_CYCLE`` (20), whatever the number of jobs and pods. That keeps the load
-on Prometheus flat as the cluster grows, and makes the count checkable by a test.
-A site whose own GPU resource names (``--pending.gpu-resource``) are many and long
-enough that a round of the queue does not fit one query of ``MAX_QUERY_CHARS`` has that
-round split (``kube_state.batches``): each extra query comes on top of
-``QUERIES_PER_CYCLE``, at most ``len(PENDING) - 1`` for the first round and 2 for the
-second (32 names of 68 characters: 4, the first round in 5). The count is still fixed
-by the configuration, not by the cluster.
+pods first seen in the arrival window): ``QUERIES_PER_CYCLE`` (20) with one query
+of each kind, whatever the number of jobs and pods. That keeps the load on Prometheus
+flat as the cluster grows, and makes the count checkable by a test. A few reads are cut
+into several queries, each extra query on top, each bounded by the configuration, not
+by the cluster (``MOST_QUERIES_PER_CYCLE``, 48 in all): a first cycle's range read of
+more than ``MAX_CHANGES_RUNS`` runs, in up to ``MAX_RANGE_WINDOWS`` time windows per
+template (``range_windows``: 18 more); the ending runs' GPU-use and memory means, in up
+to ``MAX_POD_QUERIES`` each (6 more, never with the windows); a round of the queue
+that does not fit one query of ``MAX_QUERY_CHARS`` for a site whose own GPU resource
+names (``--pending.gpu-resource``) are many and long (``kube_state.batches``: at most
+``len(PENDING) - 1`` more for the first round and 2 for the second; 32 names of 68
+characters: 4, the first round in 5); and the first query sent again when the cycle
+starts over at Prometheus' time (``Cycle.run``).
 (Folding the per-run queries the same way would save queries, not TSDB time:
 Prometheus' ``or`` over 90,000 series cost a third more than the nine queries it
 replaced.)
@@ -394,14 +398,11 @@ CHANGES_RANGE: Mapping[str, str] = MappingProxyType(
 # sent folded into one, or into as few as fit MAX_QUERY_CHARS each where the site's
 # own GPU resource names are many and long (kube_state.batches).
 PENDING: Mapping[str, str] = kube_state.QUERIES
-# + step range + pending + its second round (kube_state.second_round), each round one
-# query: a round split for long names adds its extra queries on top (module docstring).
-# Tests hold cycles to it and docs/forecaster.md states it as the per-cycle bound.
+# One query of each kind: + step range + pending + its second round
+# (kube_state.second_round). What a cycle sends that reads each in one query (tests
+# hold cycles to it); a read cut into several adds its extra queries on top
+# (MOST_QUERIES_PER_CYCLE, module docstring).
 QUERIES_PER_CYCLE = len(INSTANT) + len(RANGE) + 1 + 1 + 1
-# With the queue's rounds split for long resource names: at most len(PENDING) - 1 more
-# for the first round and 2 for the second (module docstring). What the liveness
-# probe's "wedged" limit allows a cycle's queries (server.wedged_limit_seconds).
-MOST_QUERIES_PER_CYCLE = QUERIES_PER_CYCLE + len(PENDING) - 1 + 2
 
 # Answers that do not change while a run lives: its plan, start and batch size (per
 # run, matched by ``{runs}``) and the pod labels that name its job (per pod, ``{pods}``).
@@ -733,6 +734,27 @@ MAX_CHANGES_RUNS = 1000
 # new forecaster's first cycle). Why a bound: the first cycle's time grows with the
 # windows, and a cluster past it still gets every run read, at the coarse step.
 MAX_RANGE_WINDOWS = 10
+
+# The queries beyond one of each kind that a cycle may send (module docstring), each
+# bounded by the configuration, not by the cluster:
+# - a long read of more than MAX_CHANGES_RUNS runs (a first cycle) cut into time
+#   windows: up to MAX_RANGE_WINDOWS queries per range template (range_windows);
+# - the ending runs' GPU-use and memory means, up to MAX_POD_QUERIES queries each
+#   (Cycle._ending_means). Never in the same cycle as the windows: they are read for
+#   at most MAX_UNKNOWN_RUNS runs (more make a full read), one window's worth, and a
+#   full read's means are one query each; so the larger of the two counts;
+# - the queue's rounds split for long resource names: at most len(PENDING) - 1 more
+#   for the first round and 2 for the second (kube_state.batches);
+# - the cycle started over once its first answer shows the clocks apart (Cycle.run):
+#   that first query sent again.
+EXTRA_RANGE_WINDOWS = len(RANGE) * (MAX_RANGE_WINDOWS - 1)
+EXTRA_POD_QUERIES = len(SPAN) * (MAX_POD_QUERIES - 1)
+EXTRA_PENDING_QUERIES = len(PENDING) - 1 + 2
+# The most queries one cycle sends: what the liveness probe's "wedged" limit allows
+# a cycle's queries (server.wedged_limit_seconds); docs/forecaster.md states it.
+MOST_QUERIES_PER_CYCLE = (
+    QUERIES_PER_CYCLE + max(EXTRA_RANGE_WINDOWS, EXTRA_POD_QUERIES) + EXTRA_PENDING_QUERIES + 1
+)
 
 
 def range_reads(

@@ -313,6 +313,25 @@ def test_query_count_does_not_grow_with_jobs(store: HistoryStore) -> None:
     assert queries.STEP_RANGE.format(runs="") in client.seen
 
 
+def test_a_first_cycle_over_many_runs_stays_within_the_most_queries(store: HistoryStore) -> None:
+    """A new forecaster's first cycle over 10,000 runs and a 6 h lookback reads the epoch
+    ranges at the fine step in ``MAX_RANGE_WINDOWS`` time windows each: 18 queries
+    beyond one of each kind, still within ``MOST_QUERIES_PER_CYCLE``, the count the
+    liveness probe's wedged limit allows a cycle (server.wedged_limit_seconds)."""
+    many = merge(*(job(f"r{i}", 10, [(1, NOW - 60)], NOW - 120) for i in range(9_998)))
+    steps_only = {"namespace": "ml", "pod": "pod-tqdm", "container": "c", "run_id": "tqdm"}
+    many["steps_planned"] = [s(1000, **steps_only)]
+    many["last_report"] = [s(NOW - 5, **steps_only)]
+    many = merge(many, job("overdue", 10, [(1, NOW - 3600)], NOW - 4000))  # may be stalled
+    many["ksm_pod_meta"] = [s(1, uid="u9", meta="nodeselectors", nodeselector_pool="a")]
+    client = CannedClient(many)
+    fs = make_cycle(client, store, lookback_seconds=6 * 3600).run()
+    windows = [q for q in client.seen if q.startswith("gpu_eta_training_epoch")]
+    assert len(windows) == len(queries.RANGE) * queries.MAX_RANGE_WINDOWS
+    assert fs.queries == queries.QUERIES_PER_CYCLE + len(windows) - len(queries.RANGE)
+    assert fs.queries <= queries.MOST_QUERIES_PER_CYCLE
+
+
 def test_empty_prometheus_and_empty_history(store: HistoryStore) -> None:
     fs = make_cycle(CannedClient({}), store).run()
     assert fs.jobs == () and fs.n_history == 0

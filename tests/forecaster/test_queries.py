@@ -18,6 +18,17 @@ def test_fixed_count_within_budget() -> None:
     assert queries.QUERIES_PER_CYCLE == len(queries.INSTANT) + len(queries.RANGE) + 3 <= 20
 
 
+def test_the_most_queries_a_cycle_sends_counts_every_split_read() -> None:
+    """The ending runs' means are read split only for at most ``MAX_UNKNOWN_RUNS`` runs,
+    which a long range read takes in one window: the windows and the split means never
+    add up in one cycle, so the bound counts the larger (docs/forecaster.md, "Queries")."""
+    assert queries.MAX_UNKNOWN_RUNS <= queries.MAX_CHANGES_RUNS
+    assert len(queries.range_windows(0, 6 * 3600, 1, queries.MAX_UNKNOWN_RUNS)) == 1
+    windows = queries.range_windows(0, 6 * 3600, 1, 10**6)
+    assert len(queries.RANGE) * (len(windows) - 1) == queries.EXTRA_RANGE_WINDOWS
+    assert queries.MOST_QUERIES_PER_CYCLE == queries.QUERIES_PER_CYCLE + 18 + 9 + 1 == 48
+
+
 def test_fold_tags_every_part_and_unfold_splits_them_back() -> None:
     folded = queries.fold({"a": "up", "b": "x or y"})
     assert folded == (
