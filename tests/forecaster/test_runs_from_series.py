@@ -484,43 +484,21 @@ def test_a_mig_instance_is_a_gpu_model_of_its_own() -> None:
     its GPU instance (``GPU_I_ID``), is part of its ``gpu_model``. Rows of the other
     instances of the same GPU do not leak into it."""
     model = "NVIDIA A100-SXM4-80GB"
+    gpu_a = {"node": "n1", "gpu": "0", "UUID": "GPU-A"}
+    gpu_b = {"node": "n1", "gpu": "1", "UUID": "GPU-B"}
+    holder = {"namespace": "ml", "container": "main"}
     instant = merge(
         base("small", 10, 1, NOW - 300, NOW - 50, pod="small"),
         base("big", 10, 1, NOW - 300, NOW - 50, pod="big"),
         {
             "allocated": [
-                s(
-                    1,
-                    node="n1",
-                    namespace="ml",
-                    pod="small",
-                    container="main",
-                    gpu="0",
-                    UUID="GPU-A",
-                    GPU_I_ID="13",
-                ),
-                s(1, node="n1", namespace="ml", pod="big", container="main", gpu="1", UUID="GPU-B"),
+                s(1, **gpu_a, **holder, pod="small", GPU_I_ID="13"),
+                s(1, **gpu_b, **holder, pod="big"),
             ],
             "gpu_info": [
-                s(
-                    1,
-                    node="n1",
-                    gpu="0",
-                    UUID="GPU-A",
-                    GPU_I_ID="2",
-                    model=model,
-                    mig_profile="3g.40gb",
-                ),
-                s(
-                    1,
-                    node="n1",
-                    gpu="0",
-                    UUID="GPU-A",
-                    GPU_I_ID="13",
-                    model=model,
-                    mig_profile="1g.10gb",
-                ),
-                s(1, node="n1", gpu="1", UUID="GPU-B", model=model),
+                s(1, **gpu_a, GPU_I_ID="2", model=model, mig_profile="3g.40gb"),
+                s(1, **gpu_a, GPU_I_ID="13", model=model, mig_profile="1g.10gb"),
+                s(1, **gpu_b, model=model),
             ],
         },
     )

@@ -5,6 +5,8 @@ cycle and after a restart (docs/forecaster.md, "Rejected")."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
@@ -43,6 +45,19 @@ def exposition(now: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+@contextmanager
+def served(body: Callable[[float], str]) -> Iterator[str]:
+    """``body(now)`` served as an exporter's ``/metrics`` on loopback, at each scrape;
+    yields its address, stops it after."""
+    target = MetricsServer(
+        "127.0.0.1", 0, lambda _accept: (body(time.time()).encode(), TEXT_FORMAT)
+    ).serve()
+    try:
+        yield f"127.0.0.1:{target.port}"
+    finally:
+        target.stop()
+
+
 def new_cycle(url: str, store: HistoryStore) -> Cycle:
     """A cycle as ``serve`` runs it, its range queries one point a second: the answers
     of a few seconds of scrapes already hold several steps of each run."""
@@ -56,11 +71,8 @@ def new_cycle(url: str, store: HistoryStore) -> Cycle:
 def test_a_run_breaking_the_cells_arithmetic_costs_only_itself(
     tmp_path: Path, prometheus_factory
 ) -> None:
-    target = MetricsServer(
-        "127.0.0.1", 0, lambda _accept: (exposition(time.time()).encode(), TEXT_FORMAT)
-    ).serve()
-    try:
-        prom = prometheus_factory([ScrapeJob("exporter", [f"127.0.0.1:{target.port}"])])
+    with served(exposition) as address:
+        prom = prometheus_factory([ScrapeJob("exporter", [address])])
         prom.wait_for("gpu_eta_training_step", min_results=2)
         prom.wait_for("count_over_time(gpu_eta_training_step[1m]) >= 3", min_results=2)
         store = HistoryStore.open(tmp_path / "h.sqlite")
@@ -81,8 +93,6 @@ def test_a_run_breaking_the_cells_arithmetic_costs_only_itself(
         assert 'gpu_eta_forecaster_job_errors_total{reason="invalid_progress"} 2.0' in errors
         assert 'gpu_eta_forecaster_job_errors_total{reason="invalid_steps_planned"} 2.0' in errors
         store.close()
-    finally:
-        target.stop()
 
 
 def test_a_pod_scraped_twice_holds_its_one_gpu_once(tmp_path: Path, prometheus_factory) -> None:
@@ -96,12 +106,8 @@ def test_a_pod_scraped_twice_holds_its_one_gpu_once(tmp_path: Path, prometheus_f
         lines = [*exposition(now).splitlines()[:5], f"gpu_eta_pod_gpu_allocated{{{holder}}} 1"]
         return "\n".join(lines) + "\n"
 
-    target = MetricsServer(
-        "127.0.0.1", 0, lambda _accept: (body(time.time()).encode(), TEXT_FORMAT)
-    ).serve()
-    address = f"127.0.0.1:{target.port}"
     exporter_pod = {"namespace": "gpu-eta", "pod": "gpu-eta-exporter-x", "container": "exporter"}
-    try:
+    with served(body) as address:
         prom = prometheus_factory(
             [
                 ScrapeJob("exporter", [address]),
@@ -119,8 +125,6 @@ def test_a_pod_scraped_twice_holds_its_one_gpu_once(tmp_path: Path, prometheus_f
             assert stored.run.features["gpus"] == 1
         finally:
             store.close()
-    finally:
-        target.stop()
 
 
 def test_a_run_on_a_mig_instance_has_the_instances_model(
@@ -143,11 +147,8 @@ def test_a_run_on_a_mig_instance_has_the_instances_model(
         ]
         return "\n".join(lines) + "\n"
 
-    target = MetricsServer(
-        "127.0.0.1", 0, lambda _accept: (body(time.time()).encode(), TEXT_FORMAT)
-    ).serve()
-    try:
-        prom = prometheus_factory([ScrapeJob("exporter", [f"127.0.0.1:{target.port}"])])
+    with served(body) as address:
+        prom = prometheus_factory([ScrapeJob("exporter", [address])])
         prom.wait_for("gpu_eta_gpu_info", min_results=2)
         prom.wait_for('gpu_eta_training_epoch{run_id="good"}')
         store = HistoryStore.open(tmp_path / "h.sqlite")
@@ -157,5 +158,3 @@ def test_a_run_on_a_mig_instance_has_the_instances_model(
             assert job.run.features["gpus"] == 1
         finally:
             store.close()
-    finally:
-        target.stop()
