@@ -160,11 +160,15 @@ gpu-eta.gpuResourceRegex (.path: the file under the chart, .root: the top contex
 {{- end -}}
 {{- /* an empty port list opens every port */ -}}
 {{- if .Values.networkPolicy.egress.enabled -}}
+{{- if not (kindIs "slice" .Values.networkPolicy.egress.apiServerPorts) -}}
+{{- fail (printf "networkPolicy.egress.apiServerPorts must be a list of ports, not %v (--set 'networkPolicy.egress.apiServerPorts={443,16443}')" .Values.networkPolicy.egress.apiServerPorts) -}}
+{{- end -}}
 {{- if empty .Values.networkPolicy.egress.apiServerPorts -}}
 {{- fail "networkPolicy.egress.apiServerPorts is empty: the exporter's egress rule would open every port; list the API server's (kubectl get endpointslice -n default -l kubernetes.io/service-name=kubernetes)" -}}
 {{- end -}}
 {{- range .Values.networkPolicy.egress.apiServerPorts -}}
-{{- if or (not (regexMatch "^[0-9]+$" (toString .))) (lt (int .) 1) (gt (int .) 65535) -}}
+{{- /* no leading zero: Helm's int reads "0443" as octal (291) */ -}}
+{{- if or (not (regexMatch "^[1-9][0-9]*$" (toString .))) (gt (int .) 65535) -}}
 {{- fail (printf "networkPolicy.egress.apiServerPorts: %v is not a port (1-65535)" .) -}}
 {{- end -}}
 {{- end -}}
