@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.main import build_parser, main
 from gpu_eta.forecaster.publish import ServiceState
 from gpu_eta.forecaster.push import NO_AUTH, PushAuth, push_auth, push_metrics
+from tests.support.net import loopback_server
 
 
 @contextlib.contextmanager
@@ -42,13 +42,8 @@ def gateway_answering(
         def log_message(self, *args: object) -> None:
             pass
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}", seen
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with loopback_server(H) as url:
+        yield url, seen
 
 
 @pytest.fixture

@@ -1,9 +1,14 @@
-"""Network facts of the machine the tests run on, and a raw progress POST."""
+"""Network facts of the machine the tests run on, a raw progress POST, and a loopback
+HTTP server for a handler class."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
@@ -76,3 +81,16 @@ def read_answer(sock: socket.socket) -> bytes:
             length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
             if len(body) >= length:
                 return data
+
+
+@contextlib.contextmanager
+def loopback_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` served on 127.0.0.1 (a thread per request) while the block runs: its
+    base URL. Shut down and closed after, whatever the block raised."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
