@@ -32,7 +32,8 @@ hook cannot read at all, costs its own estimate only, logged in one line. A
 ``profile_options`` choice whose own override names a GPU count gets that count's
 estimate after its name (``annotate_option``). When
 Prometheus cannot be read, does not answer within the timeout (2 s: the query runs in
-a thread, never in the hub's event loop), or something else answers (a port speaking
+a thread, never in the hub's event loop, and gives up by then too, status line and
+headers included: ``fetch``), or something else answers (a port speaking
 HTTP/2 or another protocol, an answer cut short, JSON of another shape, a redirect,
 which is not followed: it would take the URL's credentials along), the profiles
 come back unchanged (the spawn page must never break, nor wait, because of a forecast)
@@ -53,10 +54,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import http.client
+import io
 import json
 import logging
 import math
 import re
+import socket
 import time
 import urllib.parse
 import urllib.request
@@ -155,8 +159,11 @@ Starts = dict[tuple[str, str, int], float]
 
 def fetch(prometheus_url: str, timeout_seconds: float = 2.0, after: float = -math.inf) -> Starts:
     """(resource, model, gpus) → P50 start timestamp, from one instant query (``resource``
-    as the forecaster publishes it, ``ksm_label``), read within about ``timeout_seconds``
-    (blocking: the hook runs it in a thread). Raises whatever urllib and http.client
+    as the forecaster publishes it, ``ksm_label``). Blocking (the hook runs it in a
+    thread), and over within ``timeout_seconds`` whatever the server does: connect, TLS
+    handshake, request, status line, headers and body share that one deadline
+    (``DeadlineConnection``), so a slow server never keeps the thread past it (the
+    name lookup is the resolver's alone). Raises whatever urllib and http.client
     raise (OSError, ``http.client.HTTPException``...) and ValueError (``parse_starts``):
     the hook, not this, decides that any of them means no estimate. ``after``:
     as ``parse_starts``."""
@@ -166,16 +173,127 @@ def fetch(prometheus_url: str, timeout_seconds: float = 2.0, after: float = -mat
     deadline = time.monotonic() + timeout_seconds
     raw = bytearray()
     request = urllib.request.Request(url, headers=headers)
-    opener = urllib.request.build_opener(RefuseRedirects)
+    opener = urllib.request.build_opener(
+        RefuseRedirects, DeadlineHTTPHandler(deadline), DeadlineHTTPSHandler(deadline)
+    )
     with opener.open(request, timeout=timeout_seconds) as resp:
-        # the socket timeout bounds each read, not the answer: a trickle would go on
         while chunk := resp.read1(65536):
             raw += chunk
             if len(raw) > MAX_RESPONSE_BYTES:
                 raise ValueError(f"Prometheus answer larger than {MAX_RESPONSE_BYTES} bytes")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"Prometheus answer not read within {timeout_seconds:g} s")
     return parse_starts(bytes(raw), after)
+
+
+def time_left(deadline: float) -> float:
+    """Seconds left until ``deadline`` (monotonic), else ``TimeoutError``: what a socket
+    timeout raises, so that the caller sees one kind of timeout."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("Prometheus did not answer within the timeout")
+    return left
+
+
+class DeadlineReads(io.RawIOBase):
+    """A socket's reads, each given the time left until ``deadline`` as its timeout:
+    what ``http.client`` reads the status line, the headers and the body through.
+
+    Why: a socket timeout bounds each read, not the answer, so a Prometheus (or a proxy)
+    sending a byte now and then, status line and headers included, held ``fetch``'s
+    thread, one of the hook's 4, for as long as it went on."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._raw = sock.makefile("rb", buffering=0)  # counted by the socket, as http.client's
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        self._sock.settimeout(time_left(self._deadline))
+        return self._raw.readinto(buffer)
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class DeadlineSocketReads:
+    """What ``HTTPResponse`` takes as its socket: it only calls ``makefile("rb")``,
+    which here reads by ``DeadlineReads``."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(DeadlineReads(self._sock, self._deadline))
+
+
+class DeadlineConnection(http.client.HTTPConnection):
+    """An ``HTTPConnection`` whose connect, TLS handshake (``DeadlineHTTPSConnection``),
+    request and answer all end by ``deadline`` (monotonic seconds): the connect is given
+    the time left as its timeout, the socket then the time left again (a TLS handshake
+    and the request's ``sendall`` are each bounded by it whole) and the answer is read
+    through ``DeadlineReads``. The name lookup is the resolver's and not bounded."""
+
+    def __init__(self, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.deadline = deadline
+        self._create_connection = self._connect_by_deadline
+
+    def _connect_by_deadline(
+        self, address: tuple[str, int], _timeout: object = None, source: Any = None
+    ) -> socket.socket:
+        sock = socket.create_connection(address, time_left(self.deadline), source)
+        sock.settimeout(time_left(self.deadline))
+        return sock
+
+    def response_class(self, sock: socket.socket, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return http.client.HTTPResponse(
+            DeadlineSocketReads(sock, self.deadline),  # type: ignore[arg-type]
+            *args,
+            **kwargs,
+        )
+
+
+class DeadlineHTTPSConnection(DeadlineConnection, http.client.HTTPSConnection):
+    """``DeadlineConnection`` over TLS: the handshake takes the socket's timeout, the
+    time left once connected, as its bound."""
+
+
+class DeadlineOpening:
+    """What urllib's http and https handlers do, with ``connection_class``'s
+    connections ending by ``deadline`` (monotonic seconds) in place of
+    ``http.client``'s own."""
+
+    connection_class: type[DeadlineConnection]
+
+    def __init__(self, deadline: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.deadline = deadline
+
+    def do_open(
+        self, _http_class: Any, req: urllib.request.Request, **kwargs: Any
+    ) -> http.client.HTTPResponse:
+        connection = functools.partial(self.connection_class, deadline=self.deadline)
+        return super().do_open(connection, req, **kwargs)  # type: ignore[misc]
+
+
+class DeadlineHTTPHandler(DeadlineOpening, urllib.request.HTTPHandler):
+    """urllib's http handler, its connections ending by a deadline."""
+
+    connection_class = DeadlineConnection
+
+
+class DeadlineHTTPSHandler(DeadlineOpening, urllib.request.HTTPSHandler):
+    """The default TLS context (the system's CAs), as urllib's own handler has it."""
+
+    connection_class = DeadlineHTTPSConnection
 
 
 class RedirectRefused(Exception):

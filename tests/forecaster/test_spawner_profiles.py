@@ -8,6 +8,8 @@ import inspect
 import json
 import logging
 import re
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -33,6 +35,7 @@ from gpu_eta.forecaster.spawner_profiles import (
     without_credentials,
 )
 from gpu_eta.launch.prometheus import ScrapeJob, free_port
+from tests.forecaster.test_promapi import self_signed
 
 A100 = "NVIDIA-A100-SXM4-40GB"
 T4 = "Tesla-T4"
@@ -851,3 +854,66 @@ def test_each_gpu_count_offered_as_a_profile_option_gets_its_own_estimate() -> N
         "not a choice",
         "Odd type",
     ]
+
+
+@contextmanager
+def header_trickler(tls: tuple[Path, Path] | None = None) -> Iterator[str]:
+    """A Prometheus that sends its status line at once, then a header one byte every
+    0.1 s for 5 s (over TLS with ``tls``'s certificate and key); yields its URL."""
+    server = socket.create_server(("127.0.0.1", 0))
+    context = None
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+
+    def one(conn: socket.socket) -> None:
+        try:
+            if context is not None:
+                conn = context.wrap_socket(conn, server_side=True)
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            for _ in range(50):
+                time.sleep(0.1)
+                conn.sendall(b"a")
+        except OSError:
+            pass  # the client gave up
+        finally:
+            conn.close()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=one, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    scheme = "https" if tls else "http"
+    try:
+        yield f"{scheme}://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_trickled_status_line_and_headers_end_within_the_timeout(
+    scheme: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hook answers within its timeout whatever fetch does, but fetch runs in one of
+    the hook's 4 threads: a Prometheus (or a proxy) trickling its headers, each byte
+    within the socket timeout, held a thread for as long as it went on (12 s for a 2 s
+    timeout), and 4 such page loads left every later one without estimates. The
+    timeout bounds the whole exchange, status line and headers as well as the body,
+    over TLS too."""
+    tls = None
+    if scheme == "https":
+        tls = self_signed(tmp_path)
+        monkeypatch.setenv("SSL_CERT_FILE", str(tls[0]))  # the default context's CA
+    with header_trickler(tls) as url:
+        started = time.monotonic()
+        with pytest.raises(Exception) as raised:
+            fetch(url, timeout_seconds=0.5)
+        took = time.monotonic() - started
+    assert took < 1.5, (took, raised.value)
+    assert isinstance(raised.value, TimeoutError), raised.value
