@@ -64,6 +64,7 @@ import socket
 import time
 import urllib.parse
 import urllib.request
+import zoneinfo
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, tzinfo
@@ -598,11 +599,31 @@ def display_name(profile: object) -> object:
     return profile.get("display_name") if isinstance(profile, Mapping) else None
 
 
+def time_zone(tz: tzinfo | str | None) -> tzinfo | None:
+    """``tz`` as ``label`` takes it: a ``tzinfo`` or None as given, a zone name
+    ("Europe/Berlin") read by ``zoneinfo``. Raises ValueError for a name the time zone
+    database does not hold and TypeError for anything else, so that the mistake stops
+    the hub when it loads its configuration, in one message: found by ``label`` at page
+    time instead, it made every GPU profile "no estimate", one WARNING each per page."""
+    if tz is None or isinstance(tz, tzinfo):
+        return tz
+    if not isinstance(tz, str):
+        raise TypeError(f"tz must be a tzinfo (zoneinfo.ZoneInfo) or a zone name, got {tz!r}")
+    try:
+        return zoneinfo.ZoneInfo(tz)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise ValueError(
+            f"tz {tz!r}: no such time zone in this image's time zone database (a name "
+            "such as 'Europe/Berlin'; an image without /usr/share/zoneinfo needs the "
+            "tzdata package)"
+        ) from None
+
+
 def profile_list_hook(
     profiles: Sequence[Mapping[str, Any]],
     prometheus_url: str,
     timeout_seconds: float = 2.0,
-    tz: tzinfo | None = None,
+    tz: tzinfo | str | None = None,
     clock: Callable[[], float] = time.time,
     gpu_resources: Sequence[str] = (),
 ) -> Callable[[Any], Awaitable[list[dict[str, Any]]]]:
@@ -610,7 +631,11 @@ def profile_list_hook(
     the spawner and awaits the answer). The query runs in a worker thread, so the hub's
     event loop, which serves every user, never waits on Prometheus; the answer comes
     within ``timeout_seconds`` whatever Prometheus does. ``gpu_resources``: the site's
-    own GPU resource names, as given to the forecaster's ``--pending.gpu-resource``."""
+    own GPU resource names, as given to the forecaster's ``--pending.gpu-resource``.
+    ``tz``: the zone the times are shown in, a ``tzinfo`` or a zone name; raises
+    ValueError or TypeError here, when the hub loads its configuration, for anything
+    else (``time_zone``)."""
+    tz = time_zone(tz)
 
     async def hook(_spawner: Any = None) -> list[dict[str, Any]]:
         loop = asyncio.get_running_loop()

@@ -917,3 +917,25 @@ def test_a_trickled_status_line_and_headers_end_within_the_timeout(
         took = time.monotonic() - started
     assert took < 1.5, (took, raised.value)
     assert isinstance(raised.value, TimeoutError), raised.value
+
+
+def test_tz_may_be_a_zone_name_and_anything_else_fails_when_the_hub_loads(
+    prometheus_answer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``tz="Europe/Berlin"`` (a name where a ``ZoneInfo`` was meant) made every GPU
+    profile "no estimate" at page time, one WARNING per profile per page load. A zone
+    name is taken (read by ``zoneinfo`` when the hook is made); a name no time zone
+    database holds, or a ``tz`` that is neither a name nor a ``tzinfo``, raises when
+    the hub loads its configuration, naming the mistake."""
+    url, body = prometheus_answer
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC).timestamp()
+    body[0] = query_answer(now + 7200)
+    profiles = [profile("A100, 1 GPU", 1, A100)]
+    hook = profile_list_hook(profiles, url, tz="Europe/Berlin", clock=lambda: now)
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.spawner_profiles"):
+        assert [p["display_name"] for p in spawn_page(hook)] == ["A100, 1 GPU — ~15:00 CET"]
+    assert caplog.records == []
+    with pytest.raises(ValueError, match="Europe/Berln"):
+        profile_list_hook(profiles, url, tz="Europe/Berln")
+    with pytest.raises(TypeError, match="tzinfo"):
+        profile_list_hook(profiles, url, tz=1)  # type: ignore[arg-type]
