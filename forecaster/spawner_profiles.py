@@ -28,9 +28,10 @@ shown is the one published for that resource; its GPU type from ``node_selector`
 so is one whose resources are a callable (KubeSpawner calls an override value that is
 one with the spawner, at spawn time: the hook cannot know its answer); a GPU profile
 whose ``node_selector`` is a callable is "no estimate". Such a profile, or one the
-hook cannot read at all, costs its own estimate only, logged in one line. A
-``profile_options`` choice whose own override names a GPU count gets that count's
-estimate after its name (``annotate_option``). When
+hook cannot read at all, costs its own estimate only, logged in one line. When a
+``profile_options`` choice sets the GPU count or type (its override, merged into the
+profile's), the estimates go after the names of that option's choices, each for its
+own count and type, else the profile's, and none after the profile's (``annotate_one``). When
 Prometheus cannot be read, does not answer within the timeout (2 s: the query runs in
 a thread, never in the hub's event loop, and gives up by then too, status line and
 headers included: ``fetch``), or something else answers (a port speaking
@@ -375,11 +376,20 @@ def parse_starts(raw: bytes, after: float = -math.inf) -> Starts:
 
 
 def gpu_request(profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -> tuple[str, int]:
-    """The profile's GPU resource and count: its first GPU resource (``BUILT_IN``, a
-    MIG slice, or one of ``gpu_resources``) in ``extra_resource_limits``, else in
-    ``extra_resource_guarantees``; ``(GPU_RESOURCE, 0)`` when it asks for none.
-    SpawnTimeValue when neither names one and either is a callable (it may ask for
-    GPUs, or not: unknown until KubeSpawner calls it)."""
+    """The profile's GPU resource and count (``named_gpu_request``); ``(GPU_RESOURCE,
+    0)`` when it names none."""
+    return named_gpu_request(profile, gpu_resources) or (GPU_RESOURCE, 0)
+
+
+def named_gpu_request(
+    profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()
+) -> tuple[str, int] | None:
+    """The GPU resource and count the profile's (or choice's) own override names: its
+    first GPU resource (``BUILT_IN``, a MIG slice, or one of ``gpu_resources``) in
+    ``extra_resource_limits``, else in ``extra_resource_guarantees``; None when it
+    names none (a choice then asks for its profile's). SpawnTimeValue when neither
+    names one and either is a callable (it may ask for GPUs, or not: unknown until
+    KubeSpawner calls it)."""
     own = (gpu_resources,) if isinstance(gpu_resources, str) else tuple(gpu_resources)
     override = overrides(profile)
     resolved_later = []
@@ -401,7 +411,7 @@ def gpu_request(profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -
             return name, n
     if resolved_later:
         raise SpawnTimeValue(f"{' and '.join(resolved_later)} given at spawn time (not a mapping)")
-    return GPU_RESOURCE, 0
+    return None
 
 
 def overrides(profile: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -413,14 +423,54 @@ def overrides(profile: Mapping[str, Any]) -> Mapping[str, Any]:
     return override
 
 
-def gpu_model(override: Mapping[str, Any]) -> str:
-    """The GPU type a profile's ``node_selector`` asks for ("" = any type);
+def named_gpu_model(override: Mapping[str, Any]) -> str | None:
+    """The GPU type an override's own ``node_selector`` names, None when it names none;
     SpawnTimeValue when the selector is given at spawn time (a callable): the earliest
     start of any type would be a guess."""
     selector = override.get("node_selector") or {}
     if not isinstance(selector, Mapping):
         raise SpawnTimeValue("node_selector given at spawn time (not a mapping)")
-    return str(selector.get(PRODUCT_LABEL, ""))
+    return str(selector[PRODUCT_LABEL]) if PRODUCT_LABEL in selector else None
+
+
+COUNT, TYPE = "count", "type"  # the parts of a GPU request a choice may set
+
+
+def parts_named(item: Any, gpu_resources: Sequence[str] = ()) -> frozenset[str]:
+    """Which parts of a GPU request a ``profile_options`` choice's own override may set:
+    ``COUNT`` (it names a GPU resource), ``TYPE`` (a ``nvidia.com/gpu.product``
+    selector). A value given at spawn time (a callable) may set its part, and an
+    override that cannot be read either; a choice that is no mapping sets nothing."""
+    if not isinstance(item, Mapping):
+        return frozenset()
+    try:
+        override = overrides(item)
+        own = (gpu_resources,) if isinstance(gpu_resources, str) else tuple(gpu_resources)
+        named = set()
+        for key in ("extra_resource_limits", "extra_resource_guarantees"):
+            asked = override.get(key) or {}
+            if not isinstance(asked, Mapping) or any(is_gpu_resource(str(n), own) for n in asked):
+                named.add(COUNT)
+        selector = override.get("node_selector") or {}
+        if not isinstance(selector, Mapping) or PRODUCT_LABEL in selector:
+            named.add(TYPE)
+        return frozenset(named)
+    except Exception:  # cannot be read: it may set either
+        return frozenset((COUNT, TYPE))
+
+
+def option_parts(option: Any, gpu_resources: Sequence[str] = ()) -> frozenset[str]:
+    """The parts of a GPU request (``parts_named``) some choice of one
+    ``profile_options`` entry sets, its free-form ``unlisted_choice`` included when
+    enabled: the parts whose value depends on what the user picks there."""
+    if not isinstance(option, Mapping):
+        return frozenset()
+    choices = option.get("choices")
+    items = list(choices.values()) if isinstance(choices, Mapping) else []
+    unlisted = option.get("unlisted_choice")
+    if isinstance(unlisted, Mapping) and unlisted.get("enabled"):
+        items.append(unlisted)
+    return frozenset().union(*(parts_named(item, gpu_resources) for item in items))
 
 
 def start_for(
@@ -483,7 +533,8 @@ def annotate(
     gpu_resources: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Copies of ``profiles`` with " — free now" / " — ~HH:MM UTC" after the name of
-    each GPU profile and of each ``profile_options`` choice naming a GPU count, each
+    each GPU profile, or of each ``profile_options`` choice where a choice sets its GPU
+    count or type (``annotate_one``), each
     profile with its slug (``with_slug``). Never raises: a profile that cannot be read
     (a callable override value, an odd one) costs its own estimate only, with one log
     line, and comes back as given (``as_given``)."""
@@ -505,28 +556,44 @@ def annotate_one(
     gpu_resources: Sequence[str],
 ) -> dict[str, Any]:
     """``p`` (a copy: modified) with its estimate after its name when it asks for GPUs,
-    and its ``profile_options`` choices with theirs (copied, the choices' keys kept:
-    the form sends them back). A request it cannot read (a bad count, an override that
-    is no mapping, GPUs given at spawn time) is logged and costs its own estimate."""
+    or, when a ``profile_options`` choice may set its GPU count or type
+    (``option_parts``), with the estimates on that option's choices instead (copied,
+    the choices' keys kept: the form sends them back). A request it cannot read (a bad
+    count, an override that is no mapping, GPUs given at spawn time) is logged and
+    costs its own estimate.
+
+    Why not the profile's own name then: KubeSpawner merges the chosen choice's
+    override into the profile's, so the start is the choice's. "1 GPU — free now",
+    the earliest of any type, read as the start of the A100 the user then picked, 3
+    days away. When two options set parts of the request, each choice's start depends
+    on the other option's choice (and on which is applied last): none is shown."""
     name = repr(display_name(p))
-    try:
-        text = estimate(p, None, starts, now, tz, gpu_resources, name)
-    except ProfileError as err:  # the profile's own request: its choices may still be read
-        log_no_estimate(name, err)
-        text = None
-    if text:
-        p["display_name"] = f"{p.get('display_name', '')} — {text}"
     options = p.get("profile_options")
-    if isinstance(options, Mapping):
-        p["profile_options"] = {
-            key: annotate_option(option, p, starts, now, tz, gpu_resources, name)
-            for key, option in options.items()
-        }
+    options = options if isinstance(options, Mapping) else {}
+    setting = [key for key, option in options.items() if option_parts(option, gpu_resources)]
+    if not setting:
+        try:
+            text = estimate(p, None, starts, now, tz, gpu_resources, name)
+        except ProfileError as err:  # the profile's own request
+            log_no_estimate(name, err)
+            text = None
+        if text:
+            p["display_name"] = f"{p.get('display_name', '')} — {text}"
+    elif len(setting) == 1:
+        (key,) = setting
+        option = annotate_option(options[key], p, starts, now, tz, gpu_resources, name)
+        p["profile_options"] = {**options, key: option}
+    else:
+        log.info(
+            "gpu-eta: profile %s: no estimate: options %s each set the GPU count or type",
+            name,
+            " and ".join(repr(k) for k in setting),
+        )
     return p
 
 
 def annotate_option(
-    option: Any,
+    option: Mapping[str, Any],
     profile: Mapping[str, Any],
     starts: Mapping[tuple[str, str, int], float],
     now: float,
@@ -534,12 +601,12 @@ def annotate_option(
     gpu_resources: Sequence[str],
     name: str,
 ) -> Any:
-    """A copy of one ``profile_options`` entry, each choice whose own
-    ``kubespawner_override`` names a GPU count annotated for that count (KubeSpawner
-    applies it on top of the profile's); its GPU type its own ``node_selector``'s, else
-    the profile's. A choice that cannot be read is left as it is, logged. A free-form
+    """A copy of the ``profile_options`` entry whose choices set the GPU count or type,
+    each choice asking for GPUs annotated (``estimate``): KubeSpawner applies its
+    override on top of the profile's, so its count and type are its own, else the
+    profile's. A choice that cannot be read is left as it is, logged. A free-form
     ``unlisted_choice`` is not covered: its value is only known once typed."""
-    choices = option.get("choices") if isinstance(option, Mapping) else None
+    choices = option.get("choices")
     if not isinstance(choices, Mapping):
         return option
     shown = {}
@@ -567,20 +634,24 @@ def estimate(
     gpu_resources: Sequence[str],
     what: str,
 ) -> str | None:
-    """The label for a profile (or a choice of ``parent``'s) asking for GPUs, None when
-    it asks for none; "no estimate" when its GPU type is given at spawn time. Raises
-    ProfileError as ``gpu_request``."""
-    resource, gpus = gpu_request(item, gpu_resources)
+    """The label for a profile, or for a choice of ``parent``'s (its GPU count and type
+    its own, else the profile's), asking for GPUs; None when it asks for none; "no
+    estimate" when its GPU type is given at spawn time. Raises ProfileError as
+    ``named_gpu_request``."""
+    request = named_gpu_request(item, gpu_resources)
+    if request is None and parent is not None:
+        request = named_gpu_request(parent, gpu_resources)
+    resource, gpus = request or (GPU_RESOURCE, 0)
     if gpus == 0:
         return None
     try:
-        model = gpu_model(overrides(item))
-        if not model and parent is not None:
-            model = gpu_model(overrides(parent))
+        model = named_gpu_model(overrides(item))
+        if model is None and parent is not None:
+            model = named_gpu_model(overrides(parent))
     except SpawnTimeValue as err:
         log_no_estimate(what, err)
         return "no estimate"
-    return label(start_for(starts, gpus, model, resource), now, tz)
+    return label(start_for(starts, gpus, model or "", resource), now, tz)
 
 
 def log_no_estimate(what: str, err: Exception) -> None:

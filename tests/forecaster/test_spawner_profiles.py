@@ -939,3 +939,125 @@ def test_tz_may_be_a_zone_name_and_anything_else_fails_when_the_hub_loads(
         profile_list_hook(profiles, url, tz="Europe/Berln")
     with pytest.raises(TypeError, match="tzinfo"):
         profile_list_hook(profiles, url, tz=1)  # type: ignore[arg-type]
+
+
+def type_choice(name: str, product: str) -> dict:
+    """A ``profile_options`` choice setting the GPU type only (its node_selector)."""
+    return {
+        "display_name": name,
+        "kubespawner_override": {"node_selector": {"nvidia.com/gpu.product": product}},
+    }
+
+
+def test_a_gpu_type_offered_as_a_choice_is_estimated_on_the_choice_not_the_profile() -> None:
+    """The count on the profile, the GPU type a choice (KubeSpawner merges the choice's
+    node_selector into the profile's). The choices had no estimate while the profile
+    showed the earliest start of any type: "1 GPU — free now" (a T4), and the user
+    picked the A100, 3 days away. Each choice is annotated for the profile's count on
+    its type; the profile's own name, whose start depends on the choice, has none."""
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC).timestamp()
+    gpu = "nvidia_com_gpu"
+    starts = {(gpu, T4, 1): now + 10, (gpu, A100, 1): now + 3 * 86400}
+    choices = {
+        "t4": type_choice("T4", T4),
+        "a100": type_choice("A100", A100),
+        "any": {"display_name": "Any type"},
+    }
+    one_gpu = {
+        **profile("1 GPU", 1),
+        "profile_options": {
+            "gpu": {"display_name": "GPU type", "choices": choices},
+            "image": {"display_name": "Image", "choices": {"lab": {"display_name": "Lab"}}},
+        },
+    }
+    (shown,) = annotate([one_gpu], starts, now, UTC)
+    assert shown["display_name"] == "1 GPU"
+    assert shown["slug"] == "1-gpu"
+    assert [c["display_name"] for c in shown["profile_options"]["gpu"]["choices"].values()] == [
+        "T4 — free now",
+        "A100 — ~Wed 12:00 UTC",
+        "Any type — free now",  # the profile's own request: any type, the earliest
+    ]
+    assert shown["profile_options"]["image"] == one_gpu["profile_options"]["image"]
+
+    # a profile whose options pick nothing of its request keeps its own estimate
+    (alone,) = annotate(
+        [
+            {
+                **profile("A100", 1, A100),
+                "profile_options": {"image": one_gpu["profile_options"]["image"]},
+            }
+        ],
+        starts,
+        now,
+        UTC,
+    )
+    assert alone["display_name"] == "A100 — ~Wed 12:00 UTC"
+
+    # a free-form choice picking the type makes the profile's start depend on it too
+    typed = {
+        **profile("1 GPU", 1),
+        "profile_options": {
+            "gpu": {
+                "display_name": "GPU type",
+                "choices": {"t4": type_choice("T4", T4)},
+                "unlisted_choice": {
+                    "enabled": True,
+                    "display_name": "Other type",
+                    "kubespawner_override": {
+                        "node_selector": {"nvidia.com/gpu.product": "{value}"}
+                    },
+                },
+            }
+        },
+    }
+    (shown,) = annotate([typed], starts, now, UTC)
+    assert shown["display_name"] == "1 GPU"
+    assert shown["profile_options"]["gpu"]["choices"]["t4"]["display_name"] == "T4 — free now"
+
+
+def test_a_choice_whose_start_depends_on_another_options_choice_has_no_estimate(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two options, one picking the GPU type and one the count: a type choice's start
+    depends on the count chosen in the other option, and a count choice's on the type.
+    Neither is shown (a guess reads as a promise), nor is a choice naming both while
+    the other option picks one of them (the later option's override wins); a choice
+    whose parts no other option picks has its own."""
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC).timestamp()
+    gpu = "nvidia_com_gpu"
+    starts = {(gpu, T4, 1): now + 10, (gpu, A100, 1): now + 3600, (gpu, A100, 2): now + 7200}
+    server = {
+        **profile("GPU server", 1),
+        "profile_options": {
+            "type": {
+                "display_name": "GPU type",
+                "choices": {"t4": type_choice("T4", T4), "a100": type_choice("A100", A100)},
+            },
+            "count": {
+                "display_name": "GPUs",
+                "choices": {
+                    "one": gpu_choice("1 GPU", 1),
+                    "two_a100": gpu_choice("2 A100", 2, A100),
+                },
+            },
+        },
+    }
+    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.spawner_profiles"):
+        (shown,) = annotate([server], starts, now, UTC)
+    (record,) = caplog.records
+    assert record.levelno == logging.INFO  # a site's choice, not a fault
+    assert "'type' and 'count' each set the GPU count or type" in record.getMessage()
+    assert shown["display_name"] == "GPU server"
+    options = shown["profile_options"]
+    assert [c["display_name"] for c in options["type"]["choices"].values()] == ["T4", "A100"]
+    assert [c["display_name"] for c in options["count"]["choices"].values()] == [
+        "1 GPU",
+        "2 A100",
+    ]
+    solo = {**server, "profile_options": {"count": server["profile_options"]["count"]}}
+    (shown,) = annotate([solo], starts, now, UTC)
+    assert [c["display_name"] for c in shown["profile_options"]["count"]["choices"].values()] == [
+        "1 GPU — free now",
+        "2 A100 — ~14:00 UTC",
+    ]
