@@ -36,6 +36,7 @@ from gpu_eta.forecaster.spawner_profiles import (
 )
 from gpu_eta.launch.prometheus import ScrapeJob, free_port
 from tests.forecaster.test_promapi import self_signed
+from tests.support.net import loopback_server
 
 A100 = "NVIDIA-A100-SXM4-40GB"
 T4 = "Tesla-T4"
@@ -480,13 +481,8 @@ def authorization_recorder(start: float) -> Iterator[tuple[str, list[str | None]
         def log_message(self, *_args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_server(Handler) as url:
+        yield url, seen
 
 
 def test_a_prometheus_behind_basic_auth_gives_estimates(monkeypatch) -> None:
