@@ -129,6 +129,15 @@ def at_now(
     never lands in the past, slides forward while the run is late, and keeps a width
     — a run late on its last epoch is not "done any moment now" to the second. At
     ``now`` equal to the report the quantiles are returned as given.
+
+    Before the run's first report the whole forecast is the interval (the start-up
+    counts against it, whatever the unit: ``next_report_increments``), and each
+    quantile ``q`` is at least ``F(waited)·q``, ``F`` the forecast's own distribution.
+    Why: a run with no report has done none of its plan, so once it is late for the
+    whole forecast the plan's work is still ahead at the forecast's pace; conditioned
+    alone, a narrow start band (1028–1031–1036 s) read 1.5 s left 1,100 s after the
+    start and 5.5 s after 4,000 s. While the start-up is not due, ``F`` is about 0 and
+    the end stays put.
     """
     m = remaining_epochs(run)
     if m <= 0:
@@ -138,9 +147,14 @@ def at_now(
     waited = min(max(0.0, now - run.last_timestamp), MAX_SECONDS)
     if not waited > 0.0:
         return p10, p50, p90
-    ends = [d if d < m else m for d in next_report_increments(run)]  # none past the plan
-    share = sum(ends) / (m * len(ends))
     slopes = _slopes(p10, p50, p90) if p50 > 0.0 else None  # any interval's: a scaled band
+    increments = next_report_increments(run)
+    if not increments:  # no report yet: the whole forecast is the interval, with a floor
+        u10, u50, u90 = interval_left((p10, p50, p90), waited, slopes)
+        late = _chance_ended(waited, p50, slopes) if slopes is not None else 0.0
+        return ordered(max(u10, late * p10), max(u50, late * p50), max(u90, late * p90))
+    ends = [d if d < m else m for d in increments]  # none past the plan
+    share = sum(ends) / (m * len(ends))
     if slopes is not None and len(ends) > ends.count(ends[0]):
         log_waited_ratio = math.log(waited) - math.log(p50)
         # the shortest case is the likeliest to have ended: while even its log-odds of
@@ -152,6 +166,14 @@ def at_now(
     rest = 1.0 - share
     u10, u50, u90 = interval_left((share * p10, share * p50, share * p90), waited, slopes)
     return ordered(rest * p10 + u10, rest * p50 + u50, rest * p90 + u90)
+
+
+def _chance_ended(waited: float, t50: float, slopes: tuple[float, float]) -> float:
+    """The chance that an interval of median ``t50`` (> 0) and these slopes
+    (``_slopes``) would have ended within ``waited`` (> 0) seconds: its CDF there."""
+    r = math.log(waited) - math.log(t50)
+    l0 = r * (slopes[0] if r < 0.0 else slopes[1])  # log-odds; may be huge: no overflow
+    return 1.0 / (1.0 + math.exp(-l0)) if l0 >= 0.0 else math.exp(l0) / (1.0 + math.exp(l0))
 
 
 def _share_given(
@@ -245,21 +267,20 @@ def _log_ratio(upper: float, lower: float) -> float:
 
 def next_report_increments(run: Run, last: int = 5) -> list[float]:
     """Progress the run's next report may add: each of its last ``last`` increments
-    (the start's first report included) and twice their median; before it has any,
-    the whole rest of its plan.
+    (the start's first report included) and twice their median; none before it has
+    any (``at_now`` then reads the whole forecast as the interval).
 
     Why these: reports come at the trainer's pace (each epoch, each logged step, each
     evaluation block) but not always evenly (a read thinned to a few points a run
     lands between them), and one missed scrape doubles a single gap. Not numpy: this
     runs for every forecast, on at most ``last`` values.
 
-    Why the whole rest before the first report: nothing says how far on it comes nor
-    when (a start-up of data loading and compilation takes what it takes), and any
-    fixed share of the plan is a unit's: one or two units of a plan of steps or
-    samples put the first report due within seconds, and the whole forecast, held as
-    the rest after it, slid later with the clock through the start-up (1,000 steps
-    forecast to end an hour on: 10 minutes on, the end 11 minutes later). Read as one
-    interval, the forecast counts down while the start-up lasts, whatever the unit.
+    Why none before the first report: nothing says how far on it comes nor when (a
+    start-up of data loading and compilation takes what it takes), and any fixed
+    share of the plan is a unit's: one or two units of a plan of steps or samples put
+    the first report due within seconds, and the whole forecast, held as the rest
+    after it, slid later with the clock through the start-up (1,000 steps forecast to
+    end an hour on: 10 minutes on, the end 11 minutes later).
     """
     epochs = [e for e, _t in run.epoch_times[-(last + 1) :]]
     floor = run.epochs_planned * NEGLIGIBLE_PROGRESS_SHARE
@@ -267,7 +288,7 @@ def next_report_increments(run: Run, last: int = 5) -> list[float]:
     # divided by what remains it underflowed to 0, whose log raised
     steps = [b - a for a, b in itertools.pairwise(epochs) if b - a >= floor]
     if not steps:
-        return [remaining_epochs(run)]
+        return []
     return [*steps, 2.0 * statistics.median(steps)]
 
 

@@ -155,3 +155,30 @@ def test_before_the_first_report_a_start_up_past_the_forecast_moves_the_end_late
         assert 0.0 < p10 < p50 < p90
         ends.append(waited + p50)
     assert 3600.0 < ends[0] < ends[1] < ends[2]
+
+
+@pytest.mark.parametrize(
+    "q", [(1028.0, 1031.0, 1036.0), (120.0, 120.0, 120.0), (2400.0, 3600.0, 5400.0)]
+)
+@pytest.mark.parametrize("planned", [10.0, 1000.0])
+def test_a_run_late_for_its_whole_start_forecast_still_has_its_plan_ahead(
+    q: tuple[float, float, float], planned: float
+) -> None:
+    """A run with no report well past its whole start forecast has done none of its
+    plan: what is left never falls to seconds (a narrow band, 1028–1031–1036 s, read
+    1.5 s left 1,100 s after the start, 5.5 s after 4,000 s, with all 10 epochs to
+    do), but is at least the forecast again (its pace for the whole plan); while the
+    start-up is not due, the end stays put."""
+    start = 1_700_000_000.0
+    run = Run("start", planned, ((0.0, start),))
+    early = at_now(q, run, start + 0.1 * q[0])
+    assert early[1] == pytest.approx(q[1] - 0.1 * q[0], rel=1e-3)
+    previous_end = 0.0
+    for late in (2.0, 4.0, 40.0):
+        waited = late * q[2]
+        p10, p50, p90 = at_now(q, run, start + waited)
+        assert p10 >= 0.85 * q[0]
+        assert p50 >= 0.85 * q[1]
+        assert p90 >= 0.85 * q[2]
+        assert waited + p50 >= previous_end
+        previous_end = waited + p50
