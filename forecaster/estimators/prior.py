@@ -372,13 +372,15 @@ class PriorEstimator:
 
         Learned because it is a property of the cluster (a dedicated GPU repeats a run
         within a few %; a time-sliced or contended one does not); ``within_job_sigma``
-        until at least 5 such pairs exist.
+        until at least 5 such pairs exist. Runs without a batch size are one batch
+        size of their job (``batch_key``: a NaN key never equal to itself made each a
+        group alone, and a cluster that gives no batch sizes never learned the spread).
         """
-        groups: dict[tuple[str, float], list[float]] = {}
+        groups: dict[tuple[str, float | None], list[float]] = {}
         for _end, y, run in rows[-self.max_regression_runs :]:
             key = group_key(run)
             if key:
-                groups.setdefault((key, round(log_batch(run), 6)), []).append(y)
+                groups.setdefault((key, batch_key(run, 6)), []).append(y)
         sq = 0.0
         n_extra = 0
         for ys in groups.values():

@@ -508,3 +508,26 @@ def test_the_warm_up_is_learned_from_first_intervals_of_any_width() -> None:
     prior = PriorEstimator().fit(_warm_history(first_width=2))
     assert prior.warmup_excess(_started_late(1)) == pytest.approx(math.log(3.0))
     assert prior.warmup_excess(_started_late(2)) == pytest.approx(math.log(2.0))
+
+
+@pytest.mark.parametrize("batch_size", [64, None])
+def test_the_within_job_spread_is_learned_with_or_without_batch_sizes(
+    batch_size: int | None,
+) -> None:
+    """Runs of four jobs repeating within ~5 %: the pooled within-job spread is learned
+    from them whether or not they give a batch size (runs without one were each a group
+    of their own, a NaN key never equal to itself, and the spread stayed at 0.3)."""
+    rng = np.random.default_rng(0)
+    extra = {} if batch_size is None else {"batch_size": batch_size}
+    history = [
+        make_run(
+            f"h{i}",
+            [100.0 * math.exp(0.05 * rng.standard_normal())] * 10,
+            start=2000.0 * i,
+            job_name=f"j{i % 4}",
+            **extra,
+        )
+        for i in range(40)
+    ]
+    prior = PriorEstimator().fit(history)
+    assert prior.within_sigma_ == pytest.approx(0.05, abs=0.02)
