@@ -68,7 +68,7 @@ from gpu_eta.forecaster.estimators.campaign import latest_runs
 from gpu_eta.forecaster.estimators.pooled import POOLED_MODELS, PooledRegression, number
 from gpu_eta.forecaster.estimators.rate import weighted_median
 from gpu_eta.forecaster.forecast import Forecast
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run, own_work
 
 HOLDOUT_SPAN = 600  # the runs a calibration replays: EtaModel.max_calibration_runs' default
 HOLDOUT_CUTS = 10  # held-out regressions over that span
@@ -297,13 +297,20 @@ class PriorEstimator:
 
     # -- fit ---------------------------------------------------------------
     def fit(self, history: Sequence[Run]) -> PriorEstimator:
-        """Learn job groups and the pooled regression from finished runs."""
+        """Learn job groups and the pooled regression from finished runs, each read as
+        the work it did in its own time (``runs.own_work``, as ``EtaModel`` reads them).
+
+        Why here too: epochs stamped at a run's start (a resume; reports without
+        ``run_start``, whose first epoch end is the start) took no time of the run, and
+        counted in its time per epoch they made it short (4 epochs of 100 s, the first
+        stamped at the start: 75 s) for a prior fitted on the stored runs directly.
+        """
         if self.pooled not in POOLED_MODELS:
             raise ForecasterError(
                 f"pooled must be one of {', '.join(POOLED_MODELS)}, got {self.pooled!r}"
             )
         rows = []
-        for run in history:
+        for run in map(own_work, history):  # a resumed run's epochs are no epochs it did
             if run.completed is None:
                 continue
             y = log_seconds_per_epoch(run)
@@ -353,7 +360,7 @@ class PriorEstimator:
         fit.
         """
         self._check()
-        for run in new_runs:
+        for run in map(own_work, new_runs):  # as ``fit`` reads them
             key, hw = group_key(run), hardware_key(run)
             if run.completed is None or not (key or hw):
                 continue

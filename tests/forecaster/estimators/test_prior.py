@@ -531,3 +531,21 @@ def test_the_within_job_spread_is_learned_with_or_without_batch_sizes(
     ]
     prior = PriorEstimator().fit(history)
     assert prior.within_sigma_ == pytest.approx(0.05, abs=0.02)
+
+
+def test_a_first_report_stamped_at_the_start_is_no_epoch_of_the_runs_time() -> None:
+    """A job whose reports carry no run_start (epoch 1 is stamped at each run's start,
+    then epochs of 100 s): fitted directly, the prior learns 100 s an epoch, as
+    ``EtaModel`` (which reads runs as ``runs.own_work``) does; the whole run's time over
+    every epoch, the stamped one included, read 75 s."""
+    history = []
+    for i in range(6):
+        t = 10_000.0 * i
+        points = ((0.0, t), (1.0, t), (2.0, t + 100.0), (3.0, t + 200.0), (4.0, t + 300.0))
+        history.append(Run(f"h{i}", 4.0, points, features={"job_name": "j"}, completed=True))
+    prior = PriorEstimator().fit(history)
+    fresh = Run("new", 4.0, ((0.0, 90_000.0),), features={"job_name": "j"})
+    assert math.exp(prior.per_epoch(fresh).log_seconds) == pytest.approx(100.0, rel=1e-6)
+    updated = PriorEstimator().fit(history[:1])
+    updated.update(history[1:])
+    assert math.exp(updated.per_epoch(fresh).log_seconds) == pytest.approx(100.0, rel=1e-6)
