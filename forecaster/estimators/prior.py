@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -262,6 +262,24 @@ def _with_row(group: _JobGroup | None, row: tuple[float, float, float, float, fl
     )
 
 
+def _pooled_warmups(runs: Iterable[Run]) -> dict[str, float]:
+    """The cluster's typical warm-up excess one unit wide (``log_warmup_excess``) per
+    unit of progress (``analog.unit_of``): the median over ``runs`` counting it, for a
+    unit with three such runs at least.
+
+    Why per unit: the excess is one unit wide, and 20 s of warm-up is log 201 before
+    0.1 s steps and log 1.2 before 100 s epochs; pooled over both, jobs counting steps
+    gave an epoch-counting job theirs, and its own rate read a first epoch of 120 s as
+    0.6 s an epoch. Never negative: a first interval faster than the rest means the
+    runs slowed later, a neighbour's doing, not a warm-up."""
+    excess: dict[str, list[float]] = {}
+    for run in runs:
+        e = log_warmup_excess(run)
+        if e == e:  # not NaN
+            excess.setdefault(unit_of(run), []).append(e)
+    return {u: max(0.0, float(np.median(es))) for u, es in excess.items() if len(es) >= 3}
+
+
 @dataclass(frozen=True)
 class PriorEstimate:
     """Per-epoch log seconds, its log-sd, and where it came from."""
@@ -335,12 +353,7 @@ class PriorEstimator:
                     groups.setdefault(key, []).append(row)
                 if hw:
                     hardware.setdefault(hw, []).append(row)
-        excess = [log_warmup_excess(r[2]) for r in rows[-self.max_regression_runs :]]
-        excess = [e for e in excess if e == e]
-        # pooled warm-up excess: the cluster's typical first-epoch cost (0 until 3 runs;
-        # never negative: a first epoch faster than the rest means the runs slowed
-        # later, which is a neighbour's doing, not a warm-up)
-        self.warmup_ = max(0.0, float(np.median(excess))) if len(excess) >= 3 else 0.0
+        self.warmup_ = _pooled_warmups(r[2] for r in rows[-self.max_regression_runs :])
         self.groups_ = {key: _job_group(items) for key, items in groups.items()}
         self.hardware_ = {key: _job_group(items) for key, items in hardware.items()}
         self.within_sigma_ = self._within_sigma(rows)
@@ -563,8 +576,8 @@ class PriorEstimator:
 
         The median over the job's earlier runs (those that ended before ``before``) of
         the excess one unit wide (``log_warmup_excess``), shrunk toward the pooled
-        excess ``warmup_`` with the weight of two runs; the pooled excess alone for a
-        new job; both spread over the width of ``run``'s first interval (``per_width``,
+        excess of its unit of progress (``warmup_``) with the weight of two runs; the
+        pooled excess alone for a new job; both spread over the width of ``run``'s first interval (``per_width``,
         ``first_width``). Never negative: a warm-up only costs time (a first epoch
         faster than the rest means the run slowed later). The own rate divides a first
         interval by it while that interval is most of what a run has shown (10 %).
@@ -572,7 +585,7 @@ class PriorEstimator:
         self._check()
         width = first_width(run)
         group = self.groups_.get(group_key(run))
-        pooled = per_width(getattr(self, "warmup_", 0.0), width)
+        pooled = per_width(self.warmup_.get(unit_of(run), 0.0), width)
         if group is None:
             return pooled
         start, stop = self._window(group, run, before)

@@ -145,7 +145,7 @@ def test_warm_up_is_learned_and_excluded_after_the_first_epoch() -> None:
     assert math.exp(prior.per_epoch(started).log_seconds) == pytest.approx(10.0)
     assert prior.warmup_excess(started) == pytest.approx(math.log(3.0))
     # temporal prefix: before any run of the job ended, only the pooled excess is known
-    assert prior.warmup_excess(started, before=0.0) == pytest.approx(prior.warmup_)
+    assert prior.warmup_excess(started, before=0.0) == pytest.approx(prior.warmup_[""])
 
 
 def test_a_first_epoch_faster_than_the_rest_is_no_warm_up() -> None:
@@ -157,7 +157,7 @@ def test_a_first_epoch_faster_than_the_rest_is_no_warm_up() -> None:
     ]
     prior = PriorEstimator().fit(history)
     started = make_run("new", [10.0], planned=10, start=9000.0, job_name="j", batch_size=64)
-    assert prior.warmup_ == 0.0
+    assert prior.warmup_ == {"": 0.0}
     assert prior.warmup_excess(started) == 0.0
 
 
@@ -549,3 +549,25 @@ def test_a_first_report_stamped_at_the_start_is_no_epoch_of_the_runs_time() -> N
     updated = PriorEstimator().fit(history[:1])
     updated.update(history[1:])
     assert math.exp(updated.per_epoch(fresh).log_seconds) == pytest.approx(100.0, rel=1e-6)
+
+
+def test_a_job_counting_epochs_is_not_given_the_warm_up_of_jobs_counting_steps() -> None:
+    """The pooled warm-up excess is one unit wide, and a unit differs between jobs: six
+    jobs counting steps (20 s of warm-up before 0.1 s steps: log 201 a step) gave a new
+    job counting epochs (20 s before 100 s epochs: log 1.2 an epoch) their excess, and
+    its own rate read a first epoch of 120 s as 0.6 s an epoch."""
+    history = []
+    t = 0.0
+    for j in range(6):
+        for i in range(4):
+            points = [(0.0, t)] + [(50.0 * k, t + 20.0 + 5.0 * k) for k in range(1, 21)]
+            features = {"job_name": f"steps{j}", "progress_unit": "steps"}
+            history.append(Run(f"s{j}-{i}", 1000.0, tuple(points), features=features))
+            t += 200.0
+    epochs = [make_run(f"e{i}", [120.0] + [100.0] * 9, start=t + 2000.0 * i) for i in range(3)]
+    prior = PriorEstimator().fit([dataclasses.replace(r, completed=True) for r in history] + epochs)
+    started = make_run("new", [120.0], planned=10, job_name="new", start=t + 9000.0)
+    assert prior.warmup_excess(started) == pytest.approx(math.log(1.2), rel=1e-6)
+    steps = Run("new-s", 1000.0, ((0.0, 0.0), (50.0, 25.0)), features={"progress_unit": "steps"})
+    # log 201 a step, spread over a first interval 50 steps wide: 1 + 200/50
+    assert prior.warmup_excess(steps) == pytest.approx(math.log(5.0))
