@@ -335,7 +335,9 @@ def step_range(runs: str = "", again: str = "") -> str:
 # or no ``up``: removed), as last scraped within Prometheus' own lookback (5 min: what
 # the plain selector would see without the marker). A target that never had ``up``
 # (series remote-written or federated from elsewhere) holds nothing: ``_SEEN_LAST_GOOD``
-# asks for its ``up == 1`` within the lookback. Asked only for the runs present at the previous read and absent
+# asks for its ``up == 1`` within the lookback. Nor is anything held of a node whose
+# exporter answers now (its ``gpu_eta_exporter_build_info``, from any target: the new
+# pod of a rollout): what it does not show is gone (a pod deleted during the rollout). Asked only for the runs present at the previous read and absent
 # now, folded into a query the cycle sends anyway where it can (Cycle._scrape_gap,
 # gpu_eta.forecaster.scrape_gap).
 #
@@ -348,7 +350,10 @@ def step_range(runs: str = "", again: str = "") -> str:
 # between a deleted pod's last good scrape and the failure; 1 s serves any interval of
 # 1 s or more. Cost: ``up`` of every target and the named runs' series, 300 steps each
 # (docs/forecaster.md, "Scrape gaps").
-_SCRAPE_FAILED = "unless on (job, instance) (up == 1)"
+_SCRAPE_FAILED = (
+    "unless on (job, instance) (up == 1) "
+    "unless on (node) group by (node) (gpu_eta_exporter_build_info)"
+)
 HELD_LOOKBACK = "5m"
 HELD_STEP = "1s"
 _REPORT = "gpu_eta_training_last_report_timestamp_seconds{runs}"

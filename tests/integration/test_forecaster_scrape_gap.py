@@ -142,6 +142,40 @@ def test_runs_of_an_exporter_replaced_by_a_new_target_stay_forecast(
 
 
 @pytest.mark.parametrize("server", ["prometheus", "victoriametrics"])
+def test_a_pod_deleted_during_a_rollout_leaves_once_the_new_exporter_answers(
+    server: str, tmp_path: Path, prometheus_factory, exporter_factory
+) -> None:
+    """The old exporter target removed, a pod deleted meanwhile, the node's new exporter
+    (a new address) answering without it: the deleted pod's run was held from the
+    removed target's last scrape for the whole 5-minute lookback, forecast and its GPU
+    shown held. A node whose exporter answers holds nothing."""
+    from gpu_eta.launch.prometheus import render_config
+    from gpu_eta.launch.victoria import scrape_config
+    from tests.integration.test_forecaster_prometheus import post_from, simulated_exporter
+
+    with _gap_stack(server, tmp_path, prometheus_factory, exporter_factory) as gap:
+        cycle = _both_runs_forecast(gap)
+        os.kill(gap.exporter.process.pid, signal.SIGSTOP)
+        gap.stopped = True
+        (tmp_path / "new").mkdir()
+        new = simulated_exporter(
+            exporter_factory, tmp_path / "new", NODE, "--progress.gone-grace=0s"
+        )
+        start = float(int(time.time())) - 60
+        post_from(new, 0, {"run_id": "keep-1", "run_start": start, "epochs": 8, "epoch": 2})
+        jobs = [ScrapeJob("exporter", [new.target])]
+        gap.srv.config_path.write_text(
+            render_config(jobs) if server == "prometheus" else scrape_config(jobs, "1s")
+        )
+        gap.srv.reload()
+        gap.srv.wait_for(f'up{{instance="{new.target}"}} == 1', timeout=30)
+        gap.srv.wait_for('count(gpu_eta_training_epoch{pod="keep"}) == 1', timeout=30)
+        fs = cycle.run()
+        assert "gone" not in _forecast(fs)[0], _forecast(fs)
+        assert fs.n_held == 0
+
+
+@pytest.mark.parametrize("server", ["prometheus", "victoriametrics"])
 def test_a_pod_deleted_just_before_its_exporter_fails_is_not_brought_back(
     server: str, tmp_path: Path, prometheus_factory, exporter_factory
 ) -> None:
