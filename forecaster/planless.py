@@ -64,7 +64,7 @@ from gpu_eta.forecaster.calibration import POINTS, conformal_bounds, conformal_z
 from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.methods import PLANLESS_METHODS
-from gpu_eta.forecaster.runs import Feature, Run, RunKey, run_key
+from gpu_eta.forecaster.runs import Feature, Run, RunKey, resume_point, run_key
 
 METHODS = PLANLESS_METHODS
 """The ``method`` of a forecast from each level, finest first (``methods``). A run is
@@ -192,8 +192,10 @@ class DurationsFit:
         its configuration's earlier ones (out of sample: measured before it joins them),
         and the residuals of the coarser levels that would have answered it at its
         scored points (``_measure_coarser``). A run that stopped before its plan is left
-        out: a cancelled run's duration says nothing of when a run of the job ends."""
-        if run.completed is not True:
+        out: a cancelled run's duration says nothing of when a run of the job ends; so is
+        one that started with progress (``runs.resume_point``: resumed from a checkpoint):
+        its duration is its tail's, its whole run's unknown."""
+        if run.completed is not True or resume_point(run) > 0:
             return
         duration = run.last_timestamp - run.start_timestamp
         if not (math.isfinite(duration) and duration > 0):

@@ -358,3 +358,29 @@ def test_a_run_past_its_configurations_durations_or_without_a_job_reads_the_clus
     assert fc is not None and fc.method == METHOD  # its configuration's 100 s
     fc = fit.forecast(own, 150.0, spread)  # past it, and its job ran only that: the cluster
     assert fc is not None and fc.method == "cluster_durations"
+
+
+def test_a_resumed_runs_tail_is_not_learnt_as_a_whole_run() -> None:
+    """A run resumed from a checkpoint at epoch 40 (its points at the run's start) took
+    600 s of a 3,000 s training: learnt as a duration of the configuration, a fresh run
+    10 s in was forecast 1,790 s (truth 2,990). Its whole duration is unknown: left out."""
+    from gpu_eta.forecaster.planless import fit_durations, stub
+
+    t = 1_700_000_000.0
+    f = {"job_name": "qt", "namespace": "ml", "gpu_model": "A100", "gpus": 1, "batch_size": 32}
+    history = []
+    for i in range(6):
+        start = t - 20000 * (6 - i)
+        if i % 2 == 0:  # a whole training: 50 epochs of 60 s
+            points = tuple((float(k), start + 60 * k) for k in range(51))
+        else:  # resumed at epoch 40
+            tail = ((40.0 + j, start + 60 * j) for j in range(1, 11))
+            points = ((0.0, start), (40.0, start), *tail)
+        history.append(
+            Run(
+                f"r{i}", 50.0, points, f, completed=True, namespace="ml", pod=f"p{i}", container="c"
+            )
+        )
+    fit = fit_durations(history)
+    forecast = fit.forecast(stub(("ml", "new", "c", "fresh"), t - 10, f), 10.0, fit.spread())
+    assert forecast is not None and forecast.p50 == pytest.approx(2990.0)
