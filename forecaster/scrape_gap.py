@@ -67,16 +67,22 @@ def held(
     """``instant``'s ``present`` and ``allocated`` answers with what ``gap`` (the
     ``queries.SCRAPE_GAP`` answers, by part) holds of the runs ``gone`` (``missing``):
     their last reports, and their containers' allocations where a container has none
-    now. One sample per run (its series can come from two targets: an HA pair)."""
+    now; a run filed under a container that holds no GPU (its report named no
+    container, the pod's first a sidecar) holds its pod's, as it counts for the pod's
+    GPU-holding container in ``cycle.gpu_free_times``. One sample per run (its series
+    can come from two targets: an HA pair)."""
     wanted = set(gone)
     kept = {key: s for s in gap.get("held_present", ()) if (key := sample_run_key(s)) in wanted}
     containers = {key[:3] for key in kept}
+    held_allocated = list(gap.get("held_allocated", ()))
+    holding = {_container(s) for s in held_allocated}
+    pods = {c[:2] for c in containers if c not in holding}
     allocated = list(instant.get("allocated", ()))
     now_allocated = {_container(s) for s in allocated}
     allocated += [
         s
-        for s in gap.get("held_allocated", ())
-        if (c := _container(s)) in containers and c not in now_allocated
+        for s in held_allocated
+        if ((c := _container(s)) in containers or c[:2] in pods) and c not in now_allocated
     ]
     return {"present": [*instant.get("present", ()), *kept.values()], "allocated": allocated}
 

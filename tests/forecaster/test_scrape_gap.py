@@ -370,3 +370,21 @@ def test_named_gap_parts_too_long_fall_back_to_every_runs() -> None:
     got = scrape_gap.parts(keys)
     assert got == {n: queries.render(t, 0, 0) for n, t in queries.SCRAPE_GAP.items()}
     assert queries.fits({**got, "gpu_info": queries.GPU_INFO}), len(queries.fold(got))
+
+
+def test_a_run_under_a_gpu_less_container_holds_its_pods_allocations() -> None:
+    """A run filed under a container that holds no GPU (its report named no container
+    and the pod's first is a sidecar) counts for the pod's GPU-holding container
+    (cycle.gpu_free_times); held without that container's allocation, the GPU lost its
+    free time for the whole gap."""
+    from gpu_eta.forecaster.series import Sample
+
+    run = {"node": "n1", "namespace": "ml", "pod": "p", "container": "sidecar", "run_id": "r1"}
+    alloc = {"node": "n1", "namespace": "ml", "pod": "p", "container": "train", "gpu": "0"}
+    other = {**alloc, "pod": "q", "gpu": "1"}  # another pod's: not held
+    gap = {
+        "held_present": [Sample({**run, "job": "e", "instance": "a"}, NOW - 20, NOW)],
+        "held_allocated": [Sample(alloc, 1.0, NOW), Sample(other, 1.0, NOW)],
+    }
+    out = scrape_gap.held([("ml", "p", "sidecar", "r1")], {"present": [], "allocated": []}, gap)
+    assert [(x.labels["pod"], x.labels["container"]) for x in out["allocated"]] == [("p", "train")]
