@@ -1482,7 +1482,8 @@ SPAWN_WORKER_TRAINING = """
         if step % 3 == 0:
             r.epoch_end(step // 3)
     r.end()
-    print("RANK", rank, r.enabled, flush=True)
+    # one write (atomic on a pipe): print's pieces from two ranks interleaved ("RANKRANK")
+    os.write(1, f"RANK {rank} {r.enabled}\\n".encode())
     dist.barrier()  # rank 1 leaving the group while rank 0 ends its run aborts gloo
     dist.destroy_process_group()
 """
