@@ -32,7 +32,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,21 +118,28 @@ def owner_alive(owner: Owner, proc: Path = _PROC) -> bool:
     return ticks == owner.start_ticks and state not in ("Z", "X")
 
 
-def named_by_a_process(path: Path, proc: Path = _PROC) -> bool:
-    """Whether a running process (one whose command line can be read) names ``path`` or
-    something under it in its command line: every child of the demo does (its
-    ``--storage.tsdb.path``, its ``--simulate`` file, its log)."""
+def process_naming(
+    path: Path, proc: Path = _PROC, skip: Callable[[int], bool] = lambda _pid: False
+) -> int | None:
+    """A running process (one whose command line can be read, ``skip`` false for its
+    pid) that names ``path`` or something under it in its command line, or None: every
+    child of the demo does (its ``--storage.tsdb.path``, its ``--simulate`` file, its
+    log)."""
     needle = os.fsencode(str(path))
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes()
+            if needle in (entry / "cmdline").read_bytes() and not skip(int(entry.name)):
+                return int(entry.name)
         except OSError:  # gone meanwhile, or not ours to read
             continue
-        if needle in cmdline:
-            return True
-    return False
+    return None
+
+
+def named_by_a_process(path: Path, proc: Path = _PROC) -> bool:
+    """Whether any running process names ``path`` (``process_naming``)."""
+    return process_naming(path, proc) is not None
 
 
 def stale(path: Path, proc: Path = _PROC) -> bool:
@@ -254,20 +261,8 @@ def _ancestors(proc: Path) -> set[int]:
 def _user_of(workdir: Path, proc: Path) -> int | None:
     """A process outside this demo's own (its parents, its process group: ``tee`` in
     the same pipeline) whose command line names ``workdir``: a killed demo's child."""
-    mine = _ancestors(proc)
-    group = os.getpgrp()
-    needle = os.fsencode(str(workdir))
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) in mine:
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            if needle not in cmdline or os.getpgid(int(entry.name)) == group:
-                continue
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        return int(entry.name)
-    return None
+    mine, group = _ancestors(proc), os.getpgrp()
+    return process_naming(workdir, proc, lambda pid: pid in mine or os.getpgid(pid) == group)
 
 
 def claim_workdir(workdir: Path, proc: Path = _PROC) -> Claim:
