@@ -168,11 +168,17 @@ def at_now(
     return ordered(rest * p10 + u10, rest * p50 + u50, rest * p90 + u90)
 
 
+def _log_odds_ended(log_ratio: float, slopes: tuple[float, float]) -> float:
+    """The log-odds that an interval of these slopes (``_slopes``: the lower one below
+    its median, the upper above) would have ended by a time ``log_ratio`` =
+    ``ln(time / median)`` from its start: the log-logistic's CDF, in log-odds."""
+    return log_ratio * (slopes[0] if log_ratio < 0.0 else slopes[1])
+
+
 def _chance_ended(waited: float, t50: float, slopes: tuple[float, float]) -> float:
     """The chance that an interval of median ``t50`` (> 0) and these slopes
     (``_slopes``) would have ended within ``waited`` (> 0) seconds: its CDF there."""
-    r = math.log(waited) - math.log(t50)
-    l0 = r * (slopes[0] if r < 0.0 else slopes[1])  # log-odds; may be huge: no overflow
+    l0 = _log_odds_ended(math.log(waited) - math.log(t50), slopes)  # may be huge
     return 1.0 / (1.0 + math.exp(-l0)) if l0 >= 0.0 else math.exp(l0) / (1.0 + math.exp(l0))
 
 
@@ -185,12 +191,10 @@ def _share_given(
 
     The chances are relative to the likeliest case's, in logs: long overdue, every
     case's chance is far below a double's range while their ratios are not."""
-    k_lo, k_hi = slopes
     cases = dict.fromkeys(ends)  # each case once, with its count (C loops: per forecast)
     logs = []
     for d in cases:
-        r = log_waited_ratio - math.log(d / m)
-        l0 = r * (k_lo if r < 0.0 else k_hi)  # log-odds that it would have ended by now
+        l0 = _log_odds_ended(log_waited_ratio - math.log(d / m), slopes)
         # log(1 − F) = −log(1 + e^l0), without overflow
         logs.append(-l0 - math.log1p(math.exp(-l0)) if l0 > 0.0 else -math.log1p(math.exp(l0)))
     top = max(logs)
@@ -225,7 +229,7 @@ def interval_left(
     k_lo, k_hi = _slopes(t10, t50, t90) if slopes is None else slopes
     r = math.log(waited) - math.log(t50)
     k0 = k_lo if r < 0.0 else k_hi
-    l0 = r * k0  # log-odds that the interval would have ended by now
+    l0 = _log_odds_ended(r, (k_lo, k_hi))  # log-odds that the interval would have ended
     out = []
     for a, la, l1a in LEVELS:
         # log-odds of level p0 + a·(1 − p0), less l0: ≥ 0, without cancellation
