@@ -101,13 +101,18 @@ def follow(root: Path, data: bytes) -> list[Row]:
 
 def shown_from(path: Path, records: list[bytes], stop: int, restart: bool) -> list[Row]:
     """The rows shown from ``stop`` on, each change once, by an exporter that read
-    ``records[:stop]`` and, with ``restart``, was restarted there (its state file kept)."""
+    ``records[:stop]`` and, with ``restart``, was restarted there (its state file kept).
+
+    Fails when a line is counted ``invalid`` (by either exporter): the fixtures are real
+    output, read whole with no invalid line, so one counted so is the reader failing
+    (a raise caught per line), whose rows may still look right."""
     d = path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
     d.mkdir(parents=True)
     (d / "0.log").write_bytes(b"".join(records[:stop]))
     store = ProgressStore(path / "state.json")
     col = collector(path, store)
     read_out(col)
+    invalid = col.counts()["invalid"] if restart else 0  # a restart starts a new count
     if restart:
         store.save()
         store = ProgressStore(path / "state.json")
@@ -115,14 +120,17 @@ def shown_from(path: Path, records: list[bytes], stop: int, restart: bool) -> li
     rows = [row(p) for p in store.snapshot()]
     merge = store.merge
 
-    def merge_and_note(*args, **kw):
-        merge(*args, **kw)
+    def merge_and_note(*args, **kw) -> Progress:
+        merged = merge(*args, **kw)
         (p,) = store.snapshot()
         if rows[-1:] != [row(p)]:
             rows.append(row(p))
+        return merged
 
     store.merge = merge_and_note  # type: ignore[method-assign]
     with open(d / "0.log", "ab") as fh:
         fh.write(b"".join(records[stop:]))
     read_out(col)
+    invalid += col.counts()["invalid"]
+    assert invalid == 0, f"{invalid} lines counted invalid (stopped at record {stop})"
     return rows
