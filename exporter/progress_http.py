@@ -636,7 +636,13 @@ class _Connection(asyncio.BufferedProtocol):
             self.server.lingering += 1
             self._reply(403, f"forbidden: {reason}", close=False, linger=True)
             if self.transport.can_write_eof():  # type: ignore[union-attr]
-                self.transport.write_eof()  # type: ignore[union-attr]
+                try:
+                    self.transport.write_eof()  # type: ignore[union-attr]
+                except OSError:
+                    # the peer went before its answer (a port scan, a TCP health
+                    # check: ENOTCONN); raised, asyncio logged a traceback per client
+                    transport.abort()
+                    return
             self.timer = asyncio.get_running_loop().call_later(
                 REFUSED_LINGER_SECONDS, transport.abort
             )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator
 
@@ -761,3 +762,23 @@ def test_the_index_gives_the_answers_of_reading_the_whole_pod_list(allow_host_ne
         for address in [*addresses, "10.9.9.9"]:
             expected = _scanned_sender(by_ip.get, pods, allow_host_network, address)
             assert lst.sender(address) == expected, (address, pods)
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["close", "reset"])
+def test_a_refused_client_gone_before_its_answer_logs_no_error(listener, caplog, reset):
+    """A client from no pod that connects and goes at once (a port scan, a liveness
+    probe on the wrong port, a load balancer's TCP check) is refused at accept, whose
+    answer and half-close find the peer gone (``ENOTCONN``): that is no error of the
+    exporter's, and must not log asyncio's 10-line traceback per connection."""
+    import socket
+    import struct
+
+    caplog.set_level(logging.WARNING)
+    for _ in range(200):
+        s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+        if reset:  # closed with an RST: the peer is gone before the accept is handled
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+    assert post(listener, {"epoch": 1})[0] == 200  # every one handled meanwhile
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert errors == [], errors[0].getMessage()
