@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+# the names ``tempfile.mkstemp`` gives ours: ``.<target>.`` + 8 of these + ``.tmp``
+_TMP_CHARS = "[a-z0-9_]{8}"
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read once, at import: the mode a new file would have had
 
@@ -58,6 +61,36 @@ def write_atomically(
         raise
     if durable:
         fsync_dir(target.parent)
+
+
+def remove_leftovers(path: Path) -> tuple[int, int]:
+    """Remove the temporary files ``write_atomically(path, ..., follow_symlinks=False)``
+    left beside ``path`` when its process was killed mid-write; (files, bytes) removed.
+
+    Why: the clean-up on failure above cannot run on SIGKILL (the OOM killer, a node
+    drain past its grace), and each leftover may be a whole copy of the file, on a
+    disk kept for months. Only for a file that one process writes, called before it
+    writes: a leftover of another live writer would be removed under it. Only our
+    names (``.<name>.`` + ``mkstemp``'s 8 characters + ``.tmp``), never a user's
+    ``.<name>.tmp``; a file that cannot be listed or removed is left as it is.
+    """
+    target = Path(os.path.abspath(path))
+    ours = re.compile(rf"\.{re.escape(target.name)}\.{_TMP_CHARS}\.tmp\Z")
+    try:
+        names = [n for n in os.listdir(target.parent) if ours.match(n)]
+    except OSError:
+        return 0, 0
+    files = size = 0
+    for name in names:
+        leftover = target.parent / name
+        try:
+            info = leftover.lstat()
+            leftover.unlink()
+        except OSError:
+            continue
+        files += 1
+        size += info.st_size
+    return files, size
 
 
 def _fsync_file(path: Path) -> None:

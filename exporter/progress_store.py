@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from gpu_eta.common.atomic_file import write_atomically
+from gpu_eta.common.atomic_file import remove_leftovers, write_atomically
 from gpu_eta.exporter import progress_journal
 from gpu_eta.exporter.progress import (
     GONE_GRACE_SECONDS,
@@ -162,6 +162,16 @@ class ProgressStore:
         self._save_failures = 0  # state writes failed in a row
         self._save_error_logged = 0.0  # when the last ERROR line about it was logged
         if self._state_path is not None:
+            # a save killed mid-write (SIGKILL, OOM) left its temporary file: never used
+            files, size = remove_leftovers(self._state_path)
+            if files:
+                log.info(
+                    "progress state: removed %d temporary file(s) (%d bytes) of a save "
+                    "interrupted beside %s",
+                    files,
+                    size,
+                    self._state_path,
+                )
             self._load(self._state_path)
             if self.not_persisting is not None:
                 self._recover_due = clock() + recover_interval_seconds

@@ -13,6 +13,8 @@ import errno
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -423,6 +425,53 @@ def test_a_journal_of_one_torn_line_is_cut_to_nothing(tmp_path):
     store.journal.close()
     rows, damaged, torn = read_journal(journal_path(path).read_bytes())
     assert [row["pod"] for _, row in rows] == ["a"] and (damaged, torn) == (0, False)
+
+
+# A state save that stalls inside its temporary file, in a process of its own: killed there
+_STALLED_SAVE = """
+import sys, threading, time
+from pathlib import Path
+from gpu_eta.exporter import progress_store
+from gpu_eta.exporter.progress import Report
+store = progress_store.ProgressStore(Path(sys.argv[1]))
+report = Report(run_id="r", epoch=2, epochs=9)
+durable = threading.Event()
+store.merge("ns", "sender", "main", "http", report, float(sys.argv[2]), lambda ok: durable.set())
+assert durable.wait(10)
+def stalled(obj, fh):
+    fh.write("{" + " " * 100_000)
+    fh.flush()
+    print("saving", flush=True)
+    time.sleep(60)
+progress_store.json.dump = stalled
+store.save()
+"""
+
+
+def test_a_save_killed_mid_write_leaves_no_temporary_file_after_the_next_start(tmp_path):
+    """kill -9 (the OOM killer, a node drain past its grace) inside a state save leaves
+    its temporary file (a whole state's size, on a hostPath kept for months): the next
+    start removes it, and only it, while the report the journal holds is kept."""
+    path = tmp_path / "progress.json"
+    saver = subprocess.Popen(
+        [sys.executable, "-c", _STALLED_SAVE, str(path), str(NOW)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert saver.stdout is not None and saver.stdout.readline() == "saving\n"
+    finally:
+        saver.kill()
+        saver.wait(10)
+    (left,) = tmp_path.glob(".progress.json.*.tmp")
+    assert left.stat().st_size > 100_000
+    theirs = [".progress.json.tmp", ".progress.json.mine.tmp", ".other.json.abcd_123.tmp"]
+    for name in theirs:
+        (tmp_path / name).write_text("not ours")
+    store = ProgressStore(path)
+    assert [p.epoch for p in store.snapshot()] == [2]  # the journal's report kept
+    assert not left.exists()
+    assert sorted(p.name for p in tmp_path.glob(".*.tmp")) == sorted(theirs)
 
 
 # -- 5. set-aside copies never overwrite one another --------------------------------
