@@ -487,8 +487,9 @@ class ProgressStore:
 
     # -- persistence -----------------------------------------------------------------
 
-    def save(self) -> None:
+    def save(self, final: bool = False) -> None:
         """Write the state file atomically (temp file + rename) and empty the journal.
+        ``final``: the last save before the exporter exits (``close``).
 
         Errors are logged, never raised: the journal still holds what the state file
         misses, and a crash would cost the node's exporter. Nothing is written over
@@ -506,10 +507,10 @@ class ProgressStore:
         self._last_save = self._clock()
         journal = self.journal
         if journal is None:
-            self._save_state()
+            self._save_state(final)
             return
         with journal.io_lock:  # no journal batch between the state write and the truncate
-            if self._save_state():
+            if self._save_state(final):
                 try:
                     journal.truncate()
                 except OSError as err:
@@ -521,7 +522,7 @@ class ProgressStore:
         recovery = self._recovery
         if recovery is not None:
             recovery.join(timeout)
-        self.save()
+        self.save(final=True)
         with self._lock:
             self._closing = True  # a recovery still running opens no journal now
             journal = self.journal
@@ -597,8 +598,9 @@ class ProgressStore:
             with self._lock:
                 self._recovering = False
 
-    def _save_state(self) -> bool:
+    def _save_state(self, final: bool = False) -> bool:
         """Write the state file if anything changed; False when writing failed.
+        ``final``: the last save, at shutdown (``_unsaved_note`` says why it matters).
 
         A failure is an ERROR line the first time and then every
         ``SAVE_ERROR_REPEAT_SECONDS`` (saves are retried every save interval: a line
@@ -613,16 +615,12 @@ class ProgressStore:
                 SAVE_ERROR_REPEAT_SECONDS
             ):
                 self._save_error_logged = now
-                journal = self.journal
                 log.error(
                     "progress state: cannot write %s: %s (%d attempt(s) in a row)%s",
                     self._state_path,
                     err,
                     self._save_failures,
-                    ""
-                    if journal is None
-                    else f"; the journal holds what it misses ({journal.size} of "
-                    f"{journal.full_bytes} bytes; reports are answered 503 once it is full)",
+                    _unsaved_note(self.journal, final),
                 )
             return False
         if self._save_failures:
@@ -806,6 +804,34 @@ class ProgressStore:
                 path,
                 " (an unacknowledged torn last line dropped)" if torn else "",
             )
+
+
+def _unsaved_note(journal: Journal | None, final: bool) -> str:
+    """What a failed state save's ERROR line says of the changes it did not write.
+
+    The journal holds them only while it can be written: a state path whose folder
+    cannot be made (a file in its way, a read-only mount) fails the journal too, every
+    report is answered 503, and what the save misses is nowhere on disk (at shutdown:
+    lost). Saying the journal holds it would send whoever reads the line to the wrong
+    file. Without a journal (``durable`` False) nothing else holds them either.
+    """
+    where = "lost at exit" if final else "held in memory only"
+    if journal is None:
+        return f"; what changed since the last save is {where}"
+    if journal.full:
+        return (
+            f"; the journal is full ({journal.size} of {journal.full_bytes} bytes): reports "
+            f"since are answered 503 and {where}"
+        )
+    if journal.failing:
+        return (
+            "; the journal cannot be written either: what changed since the last save is "
+            f"{where} (those reports were answered 503)"
+        )
+    return (
+        f"; the journal holds what it misses ({journal.size} of {journal.full_bytes} bytes; "
+        "reports are answered 503 once it is full)"
+    )
 
 
 def _too_many_runs(new: Progress, named: bool, runs: TokenBuckets, wait: int) -> str:

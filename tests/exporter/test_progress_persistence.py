@@ -676,3 +676,31 @@ def test_removed_free_form_names_keep_their_places_across_a_restart(tmp_path):
         assert "new" not in after.metrics
     finally:
         restarted.close()
+
+
+@pytest.mark.parametrize("final", [False, True], ids=["save", "shutdown"])
+def test_a_failed_save_says_the_journal_holds_nothing_when_it_cannot_be_written(
+    tmp_path, caplog, final
+):
+    """A state path whose folder cannot be made (a file where the folder should be:
+    a mistyped hostPath) fails the state file and the journal alike: the save's ERROR
+    line must not promise that the journal holds what the state file misses, and at
+    shutdown says that what changed since the last save is lost."""
+    (tmp_path / "afile").write_text("")
+    store = ProgressStore(tmp_path / "afile" / "sub" / "progress.json")
+    assert not merge(store, "pod-0")  # answered 503: the journal cannot be written
+    with caplog.at_level(logging.ERROR):
+        if final:
+            store.close()
+        else:
+            store.save()
+    (line,) = [
+        r.getMessage()
+        for r in caplog.records
+        if "cannot write" in r.getMessage() and r.name.endswith("progress_store")
+    ]
+    assert "journal holds" not in line
+    assert "the journal cannot be written either" in line
+    assert ("lost at exit" in line) is final
+    if not final:
+        store.close()
