@@ -25,7 +25,9 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   31ms/step``), read as the complete bar it stands for; Keras ≤ 2.2 printed no count
   (`` - 1s - loss: 0.17 - acc: 0.93``), read as "the header's epoch is done"
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
-  description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N. Between
+  description; ``Epoch 3/10: …`` (or ``Epoch [3/10]``) in it is read as the 1-based
+  epoch of N, or, after an ``Epoch 0/10`` bar (a container counting from 0), as the
+  4th (``_counted_from_zero``). Between
   such bars (until the last epoch's bar ends), a bar without an epoch is an
   evaluation's and is not read, nor one naming the epoch of the last epoch bar over
   another count (its validation loop's: ``Epoch 3/10`` again, ``Epoch 3/10 [Val]``;
@@ -104,7 +106,8 @@ _TQDM_RATE = re.compile(
 _TQDM_UNKNOWN_AT = re.compile(r"\s*\|[^|\n]{0,200}\| ?(\d{1,15})/\? \[")
 _TQDM_UNKNOWN = re.compile(r": \|[^|\n]{0,200}\| ?(\d{1,15})/\? \[")
 _TQDM_POSTFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63})=(-?[0-9.]+(?:e[-+]?\d+)?)")
-_EPOCH_OF = re.compile(r"[Ee]poch[ :]*(\d{1,9})\s*/\s*(\d{1,9})")
+# "Epoch 3/10", "epoch: 3/10", "Epoch [3/10]", "Epoch (3/10)" (tutorials' set_description)
+_EPOCH_OF = re.compile(r"[Ee]poch[ :]*[\[(]?(\d{1,9})\s*/\s*(\d{1,9})")
 _EPOCH_INDEX = re.compile(r"Epoch (\d{1,9})\Z")
 # the rich bar's head; its metrics follow the last "•" (``_parse_rich``)
 _RICH_LIGHTNING = re.compile(r"\s*Epoch (\d{1,9})/(\d{1,9}) +━+ *(\d{1,15})/(\d{1,15}) ")
@@ -183,6 +186,9 @@ class LogMatch:
     metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     metrics_beyond: int = 0  # usable numbers read past the MAX_METRICS kept, left out
     report: Report | None = None  # marker lines carry a full report
+    # an ``Epoch 0/N`` description: the container counts its epochs from 0, so this is
+    # the first (``epoch_current`` 1), and its later ``Epoch k/N`` are the (k+1)-th
+    epoch_from_zero: bool = False
 
 
 def visible(segment: str) -> str:
@@ -444,11 +450,9 @@ def _parse_tqdm(text: str) -> LogMatch | None:
         return None
     complete = n == total
     metrics, beyond = _numbers(_TQDM_POSTFIX.findall(postfix))
-    of = _EPOCH_OF.search(desc) if desc else None
+    of = _epoch_of(desc)
     if of is not None:  # "Epoch 3/10": 1-based epoch of N, bar over that epoch's steps
-        k, epochs = int(of[1]), int(of[2])
-        if k < 1 or epochs < 1 or k > epochs:
-            return None
+        k, epochs, from_zero = of
         return LogMatch(
             kind="tqdm",
             epoch_done=k if complete else k - 1,
@@ -460,6 +464,7 @@ def _parse_tqdm(text: str) -> LogMatch | None:
             complete=complete,
             metrics=metrics,
             metrics_beyond=beyond,
+            epoch_from_zero=from_zero,
         )
     index = _EPOCH_INDEX.search(desc) if desc else None
     if index is not None:  # Lightning's "Epoch 2": 0-based index, N not printed
@@ -483,6 +488,24 @@ def _parse_tqdm(text: str) -> LogMatch | None:
         metrics=metrics,
         metrics_beyond=beyond,
     )
+
+
+def _epoch_of(desc: str) -> tuple[int, int, bool] | None:
+    """A description's ``Epoch k/N`` (or ``Epoch [k/N]``): (1-based epoch, N, whether
+    it is ``Epoch 0/N``), or None when there is none or it is no epoch of N.
+
+    ``Epoch 0/N`` is the first epoch of a container counting from 0 (``for epoch in
+    range(n): tqdm(desc=f"Epoch {epoch}/{n}")``): read as 1, and ``fold`` reads that
+    container's later ``Epoch k/N`` as k+1 (``LogState.from_zero``). Why: refused,
+    the run lost its first epoch and ended at N-1 of N, a finished job shown unfinished
+    for good."""
+    of = _EPOCH_OF.search(desc) if desc else None
+    if of is None:
+        return None
+    k, epochs = int(of[1]), int(of[2])
+    if epochs < 1 or k > epochs:
+        return None
+    return (1, epochs, True) if k == 0 else (k, epochs, False)
 
 
 def _find_tqdm_count(text: str) -> tuple[str | None, str] | None:
@@ -559,11 +582,9 @@ def _no_total(raw_desc: str | None, postfix: str) -> LogMatch | None:
     if desc and _skipped(desc):
         return None
     metrics, beyond = _numbers(_TQDM_POSTFIX.findall(postfix))
-    of = _EPOCH_OF.search(desc) if desc else None
+    of = _epoch_of(desc)
     if of is not None:
-        k, epochs = int(of[1]), int(of[2])
-        if k < 1 or epochs < 1 or k > epochs:
-            return None
+        k, epochs, from_zero = of
         return LogMatch(
             kind="tqdm",
             epoch_done=k - 1,
@@ -571,6 +592,7 @@ def _no_total(raw_desc: str | None, postfix: str) -> LogMatch | None:
             epochs=epochs,
             metrics=metrics,
             metrics_beyond=beyond,
+            epoch_from_zero=from_zero,
         )
     index = _EPOCH_INDEX.search(desc) if desc else None
     if index is not None:  # Lightning's "Epoch 2": 0-based, so 2 epochs are done
@@ -650,6 +672,9 @@ class LogState:
     # as the epoch's first, held back until the next header (``_fold_keras_bar``)
     steps_per_epoch: int | None = None
     held_total: int | None = None
+    # the N of the last ``Epoch 0/N`` bar read: the container counts epochs from 0, so
+    # its ``Epoch k/N`` bars are the (k+1)-th epoch (``_counted_from_zero``)
+    from_zero: int | None = None
 
 
 def _keras_header(state: LogState, match: LogMatch) -> tuple[LogState, Report]:
@@ -773,6 +798,7 @@ def fold(
             metrics=match.metrics,
         )
     # tqdm and Lightning bars
+    state, match = _counted_from_zero(state, match)
     if match.bar is None:  # a bar without a total: its description's epoch, begun
         return replace(state, epoch_current=None), Report(
             epoch=match.epoch_done, epochs=match.epochs, metrics=match.metrics
@@ -800,6 +826,25 @@ def fold(
     return replace(state, run_bar_total=match.bar_total, run_bar_ended=match.complete), Report(
         step=match.bar, steps=match.bar_total, metrics=match.metrics
     )
+
+
+def _counted_from_zero(state: LogState, match: LogMatch) -> tuple[LogState, LogMatch]:
+    """An ``Epoch k/N`` bar read in the container's count: after an ``Epoch 0/N`` bar
+    (``_epoch_of``), ``Epoch k/N`` is the (k+1)-th epoch, as long as N stays the same.
+
+    ``Epoch N/N`` is never drawn by a loop counting from 0: seen, the container counts
+    from 1 after all (another training), and is read so from then on.
+    """
+    if match.kind != "tqdm" or match.epochs is None or match.epoch_current is None:
+        return state, match
+    if match.epoch_from_zero:
+        return replace(state, from_zero=match.epochs), match
+    if state.from_zero != match.epochs:
+        return state, match
+    if match.epoch_current >= match.epochs:
+        return replace(state, from_zero=None), match
+    done = None if match.epoch_done is None else match.epoch_done + 1
+    return state, replace(match, epoch_current=match.epoch_current + 1, epoch_done=done)
 
 
 def _run_steps(

@@ -34,8 +34,10 @@ from tests.exporter.collectors.logreplay import (
     T0,
     collector,
     cri,
+    follow,
     logdir,
     pieces,
+    run_ids,
     shown_from,
 )
 
@@ -1502,3 +1504,60 @@ def test_an_earlier_containers_log_deleted_under_the_reader_holds_up_nothing(roo
     assert [f.path.name for f in col._followers[(POD.namespace, POD.name, "trainer")].values()] == [
         "1.log"
     ]
+
+
+def _epoch_bars(desc: str, first: int, total: int | None = 4) -> bytes:
+    """tqdm's output for ``for epoch in range(first, first + 3): tqdm(loader,
+    desc=desc.format(epoch))`` (leave=True): each bar's screens, 0 to 4 steps, drawn
+    after a ``\r``, the last one ended by a newline."""
+    out = []
+    for epoch in range(first, first + 3):
+        prefix = desc.format(epoch)
+        screens = [tqdm.format_meter(i, total, 1.0, prefix=prefix) for i in range(5)]
+        out.append("\r" + "\r".join(screens) + "\n")
+    return "".join(out).encode()
+
+
+@pytest.mark.parametrize(
+    ("desc", "first"),
+    [
+        ("Epoch {}/3", 0),  # ``for epoch in range(n)``: 0-based
+        ("Epoch [{}/3]", 1),  # ``set_description(f"Epoch [{e}/{N}]")``
+        ("Epoch ({}/3)", 1),
+        ("Epoch [{}/3]", 0),
+        ("Epoch {}/3", 1),  # 1-based, as ever
+    ],
+)
+def test_epoch_bars_counted_from_zero_or_in_brackets_end_as_one_whole_run(
+    root, desc: str, first: int
+) -> None:
+    """Bars of 4 steps per epoch described ``Epoch 0/3``, ``Epoch 1/3``, ``Epoch 2/3``
+    (a container counting from 0) or ``Epoch [1/3]`` (in brackets) are one run that
+    ends at 3 of 3 epochs and 12 of 12 steps, screen by screen as tqdm draws them."""
+    rows = follow(root, cri(_epoch_bars(desc, first), "stderr", chunk=60))
+    assert len(run_ids(rows)) == 1
+    assert rows[-1][1:] == (3, 3, 12, 12)
+    assert rows[0][1:3] == (0, 3)  # the first epoch is shown from its start
+
+
+def test_bars_without_a_total_counted_from_zero_show_the_last_epoch_begun(root) -> None:
+    """``Epoch 0/3: 4it [...]`` .. ``Epoch 2/3``: a container counting from 0 over an
+    iterable without ``len``: the last bar is the third epoch's, begun (2 done)."""
+    rows = follow(root, cri(_epoch_bars("Epoch {}/3", 0, total=None), "stderr", chunk=60))
+    assert len(run_ids(rows)) == 1
+    assert [r[1:3] for r in rows] == [(0, 3), (1, 3), (2, 3)]
+
+
+def test_a_restart_anywhere_in_bars_counted_from_zero_keeps_their_count(tmp_path) -> None:
+    """Whether the container counts from 0 is remembered from its ``Epoch 0/3`` bar,
+    which a restarted exporter reads again: stopped after any record, it shows what one
+    that never stopped shows."""
+    output = cri(_epoch_bars("Epoch {}/3", 0), "stderr", chunk=60)
+    records = [r + b"\n" for r in output.split(b"\n") if r]
+    differ = [
+        stop
+        for stop in range(1, len(records))
+        if shown_from(tmp_path / f"r{stop}", records, stop, True)
+        != shown_from(tmp_path / f"n{stop}", records, stop, False)
+    ]
+    assert len(records) > 8 and differ == []
