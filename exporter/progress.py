@@ -415,14 +415,40 @@ def check_report(
     return report
 
 
-def derived_run_id(namespace: str, pod: str, container: str, source: str, start: float) -> str:
+def derived_run_id(
+    namespace: str, pod: str, container: str, source: str, start: float, after: str = ""
+) -> str:
     """A stable run id for runs whose sender named none (logs, plain curl).
 
     Derived, not random, so a restarted exporter re-reading the same log lines
-    arrives at the same id.
+    arrives at the same id. ``after``: the id of the run before, for a run whose start
+    alone would give that run's id (``unnamed_run_id``).
     """
     key = f"{namespace}/{pod}/{container}/{source}/{start:.3f}".encode()
+    if after:
+        key += f"/after/{after}".encode()
     return hashlib.blake2b(key, digest_size=6).hexdigest()
+
+
+def unnamed_run_id(
+    previous: Progress | None, namespace: str, pod: str, container: str, source: str, start: float
+) -> str:
+    """The id of a new run whose sender named none (``starts_new_run`` decided it): its
+    start's (``derived_run_id``), or, when that start is not after the start the run
+    before stated (``_sender_start``, within 1 ms), one derived from it and the run
+    before's id. Pure.
+
+    Why: a sender that states its ``run_start`` but no ``run_id`` (curl, a script)
+    keeps that start while the rules begin new runs (its counter goes back, its plan
+    changes, a start after the end), and an id of the start alone was the run before's:
+    two trainings under one id, the epoch going back within it, read by the forecaster
+    as one run. Chained on the id before, every such run differs from the one before
+    it and from the earlier ones of the chain, and folding the same reports again (a
+    restart: the state file and journal keep the run before) gives the same ids.
+    """
+    if previous is not None and start <= _sender_start(previous) + _SAME_START_SECONDS:
+        return derived_run_id(namespace, pod, container, source, start, after=previous.run_id)
+    return derived_run_id(namespace, pod, container, source, start)
 
 
 # Two start times this close are one start: the client sends its start rounded to 1 ms.
@@ -514,7 +540,8 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
     than its sender's. The sender runs on this node, on its clock: a new training's
     start is after the last one's. Kept ended, with the old start, the forecaster
     would read a new training done at once (its end after its start) and never forecast
-    it. Without a run id (logs, curl) a run restarts when the
+    it. Without a run id (logs, curl) a ``start`` is a new run, but a copy of the
+    running run's stated start (within 1 ms, as for a named run); a run restarts when the
     epoch or step counter goes back or the planned totals change: the signature of
     a notebook that trains again; and any report with a counter or total but another
     ``end`` after the run's ``end`` (its next training may go on from where it stopped:
@@ -531,7 +558,13 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
             return report.run_start > _sender_start(previous) + _SAME_START_SECONDS
         return report.event == "start" and previous.ended_timestamp is not None
     if report.event == "start":
-        return True
+        # as for a named run: a copy of the running run's start (a retried POST) is no
+        # new run; without a run_start, or after the end, it is
+        return not (
+            report.run_start is not None
+            and previous.ended_timestamp is None
+            and abs(report.run_start - _sender_start(previous)) <= _SAME_START_SECONDS
+        )
     if previous.ended_timestamp is not None and report.event != "end":
         # a counter or total says a training goes on; free-form numbers alone (a test
         # score logged after the end) still belong to the run that ended
@@ -759,7 +792,7 @@ def advance(
             # a start not after the end (another reporter, its clock behind the
             # node's): the new run starts at the end at the earliest
             start = max(now, previous.ended_timestamp)
-        run_id = report.run_id or derived_run_id(namespace, pod, container, source, start)
+        run_id = report.run_id or unnamed_run_id(previous, namespace, pod, container, source, start)
         base = Progress(
             namespace=namespace,
             pod=pod,

@@ -25,6 +25,7 @@ from gpu_eta.exporter.progress import (
     ended_by_exit,
     parse_report,
 )
+from gpu_eta.exporter.readings import Progress
 
 NOW = 1_800_000_000.0
 
@@ -527,6 +528,47 @@ def test_start_event_begins_a_run_unless_it_repeats_the_current_one():
     anon = _adv(None, Report(epoch=3, epochs=10), NOW)
     fresh = _adv(anon, Report(event="start"), NOW + 5)
     assert fresh.run_id != anon.run_id and fresh.epoch is None
+
+
+def test_runs_without_a_run_id_stating_one_start_never_share_an_id():
+    """A sender without a run_id that states its ``run_start`` (curl, a script) and
+    whose counter goes back (``{"epoch": 3, ..., "run_start": T}``, then ``{"epoch": 1,
+    ..., "run_start": T}``) begins a new run: its id was derived from T alone, the run
+    before's, so the epoch went 3 -> 1 under one id, two runs spliced into one. Each
+    new run gets an id of its own, and the same reports folded again (a restart
+    re-reading them) give the same ids."""
+
+    def fold(now: float, *reports: Report) -> list[Progress]:
+        runs: list[Progress] = []
+        for i, report in enumerate(reports):
+            runs.append(_adv(runs[-1] if runs else None, report, now + 10 * i))
+        return runs
+
+    reports = (
+        Report(epoch=3, epochs=5, run_start=NOW),
+        Report(epoch=1, epochs=5, run_start=NOW),  # back: a new run
+        Report(epoch=0, epochs=5, run_start=NOW),  # back again: a third
+        Report(epoch=2, epochs=8, run_start=NOW),  # another plan: a fourth
+    )
+    runs = fold(NOW + 5, *reports)
+    assert [p.epoch for p in runs] == [3, 1, 0, 2]
+    assert len({p.run_id for p in runs}) == 4
+    assert [p.run_id for p in fold(NOW + 5, *reports)] == [p.run_id for p in runs]
+
+
+def test_a_start_without_a_run_id_repeating_the_current_runs_start_changes_nothing():
+    """``{"event": "start", "run_start": T, "epochs": 5}``, ``{"epoch": 3}``, the same
+    start again (a retried POST), ``{"epoch": 1}``: the repeat changes nothing (as for
+    a named run), and the run the counter going back begins has an id of its own."""
+    start = Report(event="start", run_start=NOW, epochs=5)
+    p = _adv(None, start, NOW + 1)
+    p = _adv(p, Report(epoch=3), NOW + 100)
+    assert _adv(p, start, NOW + 101) == p
+    again = _adv(p, Report(epoch=1), NOW + 200)
+    assert again.run_id != p.run_id and again.epoch == 1
+    ended = _adv(p, Report(event="end", epoch=5), NOW + 300)
+    restarted = _adv(ended, start, NOW + 301)  # after its end: a new training
+    assert restarted.run_id != ended.run_id and restarted.epoch is None
 
 
 def test_a_start_naming_a_run_that_ended_begins_it_again():

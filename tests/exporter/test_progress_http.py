@@ -782,3 +782,18 @@ def test_a_refused_client_gone_before_its_answer_logs_no_error(listener, caplog,
     assert post(listener, {"epoch": 1})[0] == 200  # every one handled meanwhile
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert errors == [], errors[0].getMessage()
+
+
+def test_a_sender_without_run_id_going_back_under_one_run_start_gets_a_new_run_id(listener):
+    """From one pod, ``{"epoch": 3, "epochs": 5, "run_start": T}`` then ``{"epoch": 1,
+    ...}`` with the same T: a new run (the counter went back), under an id of its own,
+    so the epoch series of the first run never goes back."""
+    start = time.time() - 60
+    ids = []
+    for epoch in (3, 1):
+        status, text = post(listener, {"epoch": epoch, "epochs": 5, "run_start": start})
+        assert status == 200
+        (p,) = listener.store.snapshot()
+        assert text.rstrip().endswith(f"run {p.run_id}") and p.epoch == epoch
+        ids.append(p.run_id)
+    assert ids[0] != ids[1]
