@@ -11,7 +11,7 @@ are (run_id, epoch, epochs, step, steps).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from gpu_eta.exporter.collectors.logs import LogProgressCollector
@@ -134,3 +134,15 @@ def shown_from(path: Path, records: list[bytes], stop: int, restart: bool) -> li
     invalid += col.counts()["invalid"]
     assert invalid == 0, f"{invalid} lines counted invalid (stopped at record {stop})"
     return rows
+
+
+def restarts_that_differ(path: Path, records: list[bytes], stops: Sequence[int]) -> list[int]:
+    """The records of ``stops`` after which an exporter restarted there (``shown_from``)
+    shows other progress than one that never stopped: none, when the state the reader
+    keeps between lines is rebuilt by reading the log again."""
+    return [
+        stop
+        for stop in stops
+        if shown_from(path / f"r{stop}", records, stop, True)
+        != shown_from(path / f"n{stop}", records, stop, False)
+    ]

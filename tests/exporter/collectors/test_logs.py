@@ -37,8 +37,8 @@ from tests.exporter.collectors.logreplay import (
     follow,
     logdir,
     pieces,
+    restarts_that_differ,
     run_ids,
-    shown_from,
 )
 
 _PIECES = [
@@ -1396,13 +1396,8 @@ def test_a_restart_anywhere_in_a_log_ends_with_the_progress_of_one_that_never_st
     records = _two_streams()
     stops = [i + 1 for i, r in enumerate(records) if b"shard" not in r]  # Keras', tqdm's
 
-    differ = [
-        stop
-        for stop in stops
-        if shown_from(tmp_path / f"r{stop}", records, stop, True)
-        != shown_from(tmp_path / f"n{stop}", records, stop, False)
-    ]
-    assert len(stops) > 40 and differ == []
+    assert len(stops) > 40
+    assert restarts_that_differ(tmp_path, records, stops) == []
 
 
 def test_a_restarted_containers_logs_are_read_in_the_order_they_were_written(root) -> None:
@@ -1554,10 +1549,5 @@ def test_a_restart_anywhere_in_bars_counted_from_zero_keeps_their_count(tmp_path
     that never stopped shows."""
     output = cri(_epoch_bars("Epoch {}/3", 0), "stderr", chunk=60)
     records = [r + b"\n" for r in output.split(b"\n") if r]
-    differ = [
-        stop
-        for stop in range(1, len(records))
-        if shown_from(tmp_path / f"r{stop}", records, stop, True)
-        != shown_from(tmp_path / f"n{stop}", records, stop, False)
-    ]
-    assert len(records) > 8 and differ == []
+    assert len(records) > 8
+    assert restarts_that_differ(tmp_path, records, range(1, len(records))) == []

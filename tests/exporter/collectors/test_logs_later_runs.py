@@ -26,8 +26,8 @@ from tests.exporter.collectors.logreplay import (
     cri,
     follow,
     logdir,
+    restarts_that_differ,
     run_ids,
-    shown_from,
 )
 
 
@@ -157,13 +157,8 @@ def test_a_restart_anywhere_in_a_second_training_ends_as_one_that_never_stopped(
     never stopped shows."""
     output = (FIXTURES / name).read_bytes()
     records = [r + b"\n" for r in cri(output, stream, chunk=300).split(b"\n") if r]
-    differ = [
-        stop
-        for stop in range(1, len(records))
-        if shown_from(tmp_path / f"r{stop}", records, stop, True)
-        != shown_from(tmp_path / f"n{stop}", records, stop, False)
-    ]
-    assert len(records) > 8 and differ == []
+    assert len(records) > 8
+    assert restarts_that_differ(tmp_path, records, range(1, len(records))) == []
 
 
 def _read_from_behind(root: Path, name: str, stream: str, **kw: int) -> Row:
