@@ -206,6 +206,11 @@ _TRAINING_FIELDS = (
     ("gpu_eta_training_batch_size", "Batch size as reported", "batch_size"),
     ("gpu_eta_training_run_start_timestamp_seconds", "When the run started", "run_start_timestamp"),
     (
+        "gpu_eta_training_start_step",
+        "Steps completed when the run started (resumed from a checkpoint); absent from step 0",
+        "start_step",
+    ),
+    (
         "gpu_eta_training_epoch_end_timestamp_seconds",
         "When the latest completed epoch ended",
         "epoch_end_timestamp",

@@ -860,6 +860,7 @@ def advance(
         # where the run starts (a resume from a checkpoint), ended at its start, which
         # the forecaster reads as the run's origin; any other report's, by its time
         epoch_end = base.run_start_timestamp if report.event == "start" else stamp
+    begun = start_step(report, base.run_start_timestamp, stamp) if new_run else base.start_step
     return Progress(
         namespace=namespace,
         pod=pod,
@@ -880,7 +881,27 @@ def advance(
         removed_metrics=removed_metrics,
         held_epoch=held_epoch,
         held_epoch_timestamp=held_at,
+        start_step=begun,
     )
+
+
+def start_step(report: Report, run_start: float, stamp: float) -> float | None:
+    """The step a run begun by ``report`` started at: the report's step when it is the
+    run's ``start`` (a resume from a checkpoint: the client's ``initial_step``) or
+    starts the run at its own time (``run_start`` ``stamp``: no ``run_start`` stated,
+    curl, a log line), else None, and None for step 0. Pure.
+
+    Why: steps carry no time on the wire, so the forecaster times a step when a scrape
+    first shows it. A run resumed at step 8,000 of 10,000 read as 8,000 steps done in
+    its first scrape interval: its forecast was seconds, and stored so, the job's next
+    runs were forecast a fraction of their length. Published
+    (``gpu_eta_training_start_step``), it is the run's origin, as epochs ended at its
+    start are (``advance``). A first report that is no start made after the run's
+    start (its start lost) counts steps done in the run's time: none."""
+    step = report.step
+    if step is None or not step > 0:
+        return None
+    return step if report.event == "start" or run_start >= stamp else None
 
 
 def _epoch_beyond(base: Progress, epoch: float | None) -> float | None:
@@ -963,6 +984,17 @@ def _check_held(progress: Progress) -> None:
         raise InvalidReport(f"held_epoch {held:g} > epochs {progress.epochs:g}")
 
 
+def _check_start_step(progress: Progress) -> None:
+    """``InvalidReport`` unless ``progress``'s start step is one ``advance`` could have
+    kept: none, or a step within the planned steps."""
+    begun = progress.start_step
+    if begun is None:
+        return
+    _number("start_step", begun)
+    if progress.steps is not None and begun > progress.steps:
+        raise InvalidReport(f"start_step {begun:g} > steps {progress.steps:g}")
+
+
 _POD_NAME = DNS_SUBDOMAIN
 _SOURCES = ("http", "log")
 
@@ -998,6 +1030,7 @@ def check_progress(progress: Progress) -> Progress:
         if value is not None:
             _number(name, value)
     _check_held(progress)
+    _check_start_step(progress)
     check_report(
         Report(
             epoch=progress.epoch,

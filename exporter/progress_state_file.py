@@ -264,9 +264,10 @@ def progress_to_row(progress: Progress) -> dict:
     # exporter: after a rollback the removed names only lose their places
     if progress.removed_metrics:
         row["removed_metrics"] = sorted(progress.removed_metrics)
-    # absent unless an epoch is held back (most rows: none): read as None, and ignored
-    # by an exporter from before they were kept, which loses only that epoch
-    for name in _HELD_FIELDS:
+    # absent unless set (an epoch held back, a run resumed in steps; most rows: none):
+    # read as None, and ignored by an exporter from before they were kept, which loses
+    # only that epoch, or the step the run resumed at
+    for name in _SPARSE_FIELDS:
         if getattr(progress, name) is not None:
             row[name] = getattr(progress, name)
     return row
@@ -286,7 +287,7 @@ _OPT_FIELDS = (
     # (``progress.superseded``)
     "sender_start_timestamp",
 )
-_HELD_FIELDS = ("held_epoch", "held_epoch_timestamp")
+_SPARSE_FIELDS = ("held_epoch", "held_epoch_timestamp", "start_step")
 
 
 def progress_from_row(row: object) -> Progress:
@@ -305,7 +306,7 @@ def progress_from_row(row: object) -> Progress:
     for name in _NUM_FIELDS:
         if isinstance(row.get(name), bool) or not isinstance(row.get(name), int | float):
             raise ValueError(f"{name} is not a number")
-    for name in (*_OPT_FIELDS, *_HELD_FIELDS):
+    for name in (*_OPT_FIELDS, *_SPARSE_FIELDS):
         value = row.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ValueError(f"{name} is not a number")
@@ -330,7 +331,7 @@ def progress_from_row(row: object) -> Progress:
             base,
             **{
                 name: None if row.get(name) is None else float(row[name])
-                for name in (*_OPT_FIELDS, *_HELD_FIELDS)
+                for name in (*_OPT_FIELDS, *_SPARSE_FIELDS)
             },
             metrics=MappingProxyType({k: float(v) for k, v in metrics.items()}),
             removed_metrics=frozenset(removed),

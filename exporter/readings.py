@@ -238,6 +238,10 @@ class Progress:
     # but the run's epoch for its checks, and published when the run ends
     held_epoch: float | None = None
     held_epoch_timestamp: float | None = None
+    # the step the run started at (a resume from a checkpoint: its ``start``'s step;
+    # None from step 0): steps carry no time on the wire, so the forecaster reads a
+    # run's origin from it (``progress.start_step``), published as it is
+    start_step: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -329,6 +329,19 @@ def test_training_values_capped_at_16() -> None:
     assert 'source="log"' in next(iter(_samples(text, "gpu_eta_training_info")))
 
 
+def test_a_resumed_runs_start_step_is_published_and_a_fresh_runs_is_not() -> None:
+    """``gpu_eta_training_start_step``: the step a run started at (resumed from a
+    checkpoint at 8,000), the forecaster's origin for a run followed in steps; a run
+    started from 0 has no such series (no series added for it)."""
+    resumed = Progress("ns", "p", "c", "r", 1.0, 2.0, "http", step=8100, start_step=8000)
+    fresh = Progress("ns", "p", "c", "f", 1.0, 2.0, "http", step=100)
+    text = _exposition(_snap(progress=(resumed, fresh)))
+    assert _samples(text, "gpu_eta_training_start_step") == {
+        '{container="c",namespace="ns",node="n1",pod="p",run_id="r"}': 8000.0
+    }
+    assert "# TYPE gpu_eta_training_start_step gauge" in text
+
+
 def test_snapshot_age_is_computed_at_scrape_time() -> None:
     age = _samples(
         _exposition(_snap(timestamp=100.0), now=107.5), "gpu_eta_exporter_snapshot_age_seconds"

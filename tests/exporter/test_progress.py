@@ -889,3 +889,40 @@ def test_a_run_resumed_from_a_checkpoint_has_its_epochs_ended_at_its_start() -> 
     assert lost.epoch_end_timestamp == NOW
     curl = _adv(None, Report(run_id="c", epoch=3, epochs=10), NOW)  # no run_start
     assert curl.epoch_end_timestamp == curl.run_start_timestamp == NOW
+
+
+def test_a_run_resumed_in_steps_keeps_the_step_it_started_at() -> None:
+    """A run followed in steps alone (``start(steps=10_000, initial_step=8_000)``: event
+    ``start``, ``run_start``, step 8,000) has no epoch end to carry where it resumed: its
+    start's step is kept as ``start_step`` (``gpu_eta_training_start_step``), for the
+    forecaster to read as the run's origin, and stays through its later reports. A run
+    started from 0, or whose first report is no start (its start lost: its steps were
+    done in its time), has none; a first report that starts the run at its own time
+    (no ``run_start``: curl, a log line) counts its step from then, as its epochs."""
+    start = NOW - 0.4
+    resumed = _adv(
+        None, Report(run_id="r", run_start=start, event="start", step=8000, steps=10000), NOW
+    )
+    assert (resumed.step, resumed.start_step) == (8000, 8000)
+    later = _adv(resumed, Report(run_id="r", run_start=start, step=8100), NOW + 60)
+    assert (later.step, later.start_step) == (8100, 8000)
+    ended = _adv(later, Report(run_id="r", run_start=start, event="end", step=10000), NOW + 90)
+    assert ended.start_step == 8000
+    fresh = _adv(None, Report(run_id="f", run_start=start, event="start", step=0), NOW)
+    assert fresh.start_step is None
+    lost = _adv(None, Report(run_id="l", run_start=start, step=8100, steps=10000), NOW)
+    assert lost.start_step is None
+    curl = _adv(None, Report(run_id="c", step=300, steps=1000), NOW)  # no run_start
+    assert curl.start_step == 300
+    again = _adv(ended, Report(run_id="r", run_start=NOW + 100, event="start", step=0), NOW + 100)
+    assert again.start_step is None  # a new run under the id: its own start
+
+
+def test_a_stored_start_step_is_checked_as_a_step() -> None:
+    """A state-file row's ``start_step`` is held to the bounds of a step: a number, not
+    negative, within the planned steps."""
+    row = Progress("ns", "p", "c", "r", NOW, NOW, "http", step=10, steps=100, start_step=5)
+    assert check_progress(row) is row
+    for bad, reason in ((-1.0, "must not be negative"), (200.0, "start_step 200 > steps 100")):
+        with pytest.raises(InvalidReport, match=reason):
+            check_progress(replace(row, start_step=bad))

@@ -655,6 +655,20 @@ def test_an_epoch_held_back_survives_a_restart_and_is_published_at_the_end(tmp_p
         restarted.close()
 
 
+@pytest.mark.parametrize("stop", ["saved", "killed"])
+def test_a_resumed_runs_start_step_survives_a_restart(tmp_path, stop):
+    """The step a run resumed at (``start_step``) is where the forecaster counts its
+    work from: a restart, from the state file or the journal alone, keeps it."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    start = Report(run_id="r", run_start=NOW - 1, event="start", step=8000, steps=10000)
+    store.merge("ns", "sender", "main", "http", start, NOW)
+    store.merge("ns", "sender", "main", "http", Report(run_id="r", step=8100), NOW + 10)
+    stop_store(store, path, stop)
+    (again,) = ProgressStore(path).snapshot()
+    assert (again.step, again.start_step) == (8100, 8000)
+
+
 def test_removed_free_form_names_keep_their_places_across_a_restart(tmp_path):
     """A name removed by a null keeps its place among the run's 16 (docs/progress.md);
     a restart reading the state file must not free it, or a restart would let a
