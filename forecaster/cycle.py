@@ -846,6 +846,17 @@ class Cycle:
             query = queries.render(queries.INSTANT[name], over, idle, runs, pods, again)
             return self.client.instant(query, at=now, warnings=said)
 
+        def ask_steps() -> dict[str, list[Sample]]:
+            """The runs' steps and the step each started at, in one query
+            (queries.STEP_PARTS)."""
+            idle = s.idle_window_seconds
+            parts = {
+                name: queries.render(tpl, window, idle, again=again)
+                for name, tpl in queries.STEP_PARTS.items()
+            }
+            folded = self.client.instant(queries.fold(parts), at=now, warnings=said)
+            return queries.unfold(folded, parts)
+
         # presence and the runs' end in one query (queries.PRESENT_PARTS)
         presence = {
             name: queries.render(tpl, window, s.idle_window_seconds)
@@ -887,7 +898,7 @@ class Cycle:
         # the unchanging series, so that such a run restarted is found as an epoch run is
         steps_read = static.steps_only()
         if steps_read:
-            instant["step"] = ask("step")
+            instant.update(ask_steps())
         # a run restarted under its key: its start and plan are read again in this cycle,
         # not up to ``static_full_every`` later. Found three ways: its epoch, last end or
         # step went back; its start changed in the window (its new attempt may have
@@ -973,7 +984,7 @@ class Cycle:
         # (runs_from_series.PlanlessRun); no range read, it is not stored
         if not steps_read:
             wanted = steps_only or static.without_plan(seen)
-            instant["step"] = ask("step") if wanted else []
+            instant.update(ask_steps() if wanted else {n: [] for n in queries.STEP_PARTS})
             self._marks = progress_marks(instant)  # with the steps, for the next cycle
         # once, with every run's steps read (a run followed in steps at its plan is one)
         may_end = ending_runs(instant)

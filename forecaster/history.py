@@ -59,7 +59,7 @@ import os
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
@@ -106,6 +106,7 @@ from gpu_eta.forecaster.history_rows import (
 )
 from gpu_eta.forecaster.history_space import HistorySpace, Retention, low_room_bytes, space_of
 from gpu_eta.forecaster.runs import (
+    AT_START_SECONDS,
     SAME_START_SECONDS,
     Feature,
     Run,
@@ -203,17 +204,20 @@ def _insertable(epoch: float, ts: float) -> bool:
     return not (math.isnan(epoch) or math.isnan(ts))
 
 
-def crowded_steps(steps: Iterable[float], planned: float) -> set[float]:
+def crowded_steps(
+    steps: Iterable[float], planned: float, keep: Collection[float] = ()
+) -> set[float]:
     """Of a run's stored ``steps`` (or epochs, ``runs_from_series.kept_by_cell``), those
     that are not the newest (highest) of their 1/``STEP_CELLS`` of ``planned``: the
     points to drop (``_thin_step_ends``). A step in
     no cell (``progress_bound.step_cell``: stored steps, then a plan near zero) is not
-    dropped. Pure."""
+    dropped, nor one of ``keep``: the run's origin (``at_start``), which a later step
+    of its cell would otherwise replace, the run then read as starting from 0. Pure."""
     newest: dict[int, float] = {}
     drop: set[float] = set()
     for step in steps:
         cell = step_cell(step, planned)
-        if cell is None:
+        if cell is None or step in keep:
             continue
         held = newest.get(cell)
         if held is None:
@@ -224,6 +228,17 @@ def crowded_steps(steps: Iterable[float], planned: float) -> set[float]:
         else:
             drop.add(step)
     return drop
+
+
+def at_start(points: Iterable[tuple[object, object]], start: float) -> set[float]:
+    """The progress of the ``(progress, time)`` ``points`` stamped at their run's
+    ``start`` (``runs.AT_START_SECONDS``): what the run started with (a resume from a
+    checkpoint, ``runs.resume_point``); points that are not numbers left out. Pure."""
+    return {
+        float(p)  # type: ignore[arg-type]
+        for p, t in points
+        if is_number(p) and is_number(t) and float(t) - start < AT_START_SECONDS  # type: ignore[arg-type]
+    }
 
 
 def _numbers(epochs: Iterable[object], key: RunKey, bad: list[str]) -> list[float]:
@@ -937,12 +952,14 @@ class HistoryStore:
                 continue
             if not kept_by_cell((e for e, _t in up.epoch_ends), counts_steps(up)):
                 continue
+            origin = at_start(up.epoch_ends, up.start_timestamp)
             if key in held and key not in reread:
                 epochs = stored_now.get(key)
                 if epochs is None:
                     epochs = stored_now[key] = set(_numbers(held[key].ends, key, bad))
                     epochs |= new_ends.get(key, set())
-                drop = crowded_steps(epochs, float(up.epochs_planned))
+                origin |= at_start(held[key].ends.items(), up.start_timestamp)
+                drop = crowded_steps(epochs, float(up.epochs_planned), origin)
                 if drop:
                     self._conn.executemany(
                         """DELETE FROM epoch_ends WHERE epoch = ? AND run = (
@@ -954,13 +971,16 @@ class HistoryStore:
                     out.setdefault(key, set()).update(drop)
                 continue
             rows = self._conn.execute(
-                """SELECT e.run, e.epoch FROM epoch_ends e JOIN runs r ON r.id = e.run
-                   WHERE r.namespace = ? AND r.pod = ? AND r.container = ?
+                """SELECT e.run, e.epoch, e.timestamp FROM epoch_ends e JOIN runs r
+                   ON r.id = e.run WHERE r.namespace = ? AND r.pod = ? AND r.container = ?
                    AND r.run_id = ? AND r.state = 'running'""",
                 key,
             ).fetchall()
+            origin |= at_start(((e, t) for _run, e, t in rows), up.start_timestamp)
             drop = crowded_steps(
-                _numbers([epoch for _run, epoch in rows], key, bad), float(up.epochs_planned)
+                _numbers([epoch for _run, epoch, _t in rows], key, bad),
+                float(up.epochs_planned),
+                origin,
             )
             if drop:
                 self._conn.executemany(

@@ -97,7 +97,7 @@ ENDED = _per_run("last_over_time(gpu_eta_training_run_end_timestamp_seconds[{win
 # and every run not named, read as before. Without ``again`` the clause is empty and
 # the query is as it was: its cost is only the named runs' series, looked up in the
 # index.
-AGAIN_SERIES = ("epochs_planned", "epoch", "steps_planned", "step", "batch_size")
+AGAIN_SERIES = ("epochs_planned", "epoch", "steps_planned", "step", "batch_size", "start_step")
 _TRAINING = "gpu_eta_training_"
 _LAST_REPORT = f"{_TRAINING}last_report_timestamp_seconds"
 
@@ -116,6 +116,11 @@ EPOCH = _per_run(_lately("epoch"))
 _NO_EPOCHS = f"unless ({_lately('epochs_planned', '{runs}')})"
 STEPS_PLANNED = _per_run(f"{_lately('steps_planned', '{runs}')} {_NO_EPOCHS}")
 STEP = _per_run(f"{_lately('step')} {_NO_EPOCHS}")
+# The step a run followed in steps started at (a resume from a checkpoint; no series
+# from step 0, nor from an exporter that does not publish it): steps carry no time on the
+# wire, so this is where the run's work begins (runs_from_series.assemble). Never a query
+# of its own: asked folded with STEP (``STEP_PARTS``), so the cycle's count does not grow.
+START_STEP = _per_run(f"{_lately('start_step')} {_NO_EPOCHS}")
 START = _per_run("last_over_time(gpu_eta_training_run_start_timestamp_seconds{runs}[{window}])")
 # The latest start of the runs whose start changed in the window: restarted under their
 # key since the previous read (a named run trained again in its pod). The start itself is
@@ -421,6 +426,8 @@ STATIC_POD_EXPORTED = "pod_info_exported"
 PRESENT_PARTS: Mapping[str, str] = MappingProxyType(
     {"present": PRESENT, "ended": ENDED, "started_again": STARTED_AGAIN}
 )
+# ``step`` is sent folded with the step each run started at (``START_STEP``).
+STEP_PARTS: Mapping[str, str] = MappingProxyType({"step": STEP, "start_step": START_STEP})
 # Read in full every cycle: progress, presence (with the runs' end), allocations.
 # ``step`` only when some run reports only steps (as ``STEP_RANGE``), ``gpu_info`` when
 # an allocation names a GPU not read before (static_series).

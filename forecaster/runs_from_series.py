@@ -201,6 +201,7 @@ def assemble(
     batch = _by_run(instant.get("batch_size", ()))
     end = _by_run(instant.get("ended", ()), highest=True)
     step_firsts = _first_seen(ranges.get("step_range", ()))
+    start_step = _by_run(instant.get("start_step", ()))
 
     util_mean = _by_pod(instant.get("util_mean", ()))
     memory = _by_pod(instant.get("memory_ratio", ()))
@@ -242,7 +243,12 @@ def assemble(
             ended = end_s is not None and _finite(end_s.value) and end_s.value >= t0
             if by_steps:
                 candidates = _thin_steps(
-                    [(v, t) for t, v in step_firsts.get(run, ())] + latest_steps.get(run, []),
+                    _from_start_step(
+                        [(v, t) for t, v in step_firsts.get(run, ())] + latest_steps.get(run, []),
+                        start_step.get(run),
+                        t0,
+                        n_planned,
+                    ),
                     n_planned,
                 )
             else:
@@ -613,6 +619,25 @@ def kept_by_cell(progress: Iterable[float], counts_steps: bool) -> bool:
     epoch by epoch, and only such a run shows its evaluation passes
     (``runs.thinned``)."""
     return counts_steps or any(math.isfinite(p) and not float(p).is_integer() for p in progress)
+
+
+def _from_start_step(
+    points: list[tuple[float, float]], begun: Sample | None, start: float, planned: float
+) -> list[tuple[float, float]]:
+    """A run followed in steps: ``points`` (step, time) with the step it started at
+    (``begun``, ``gpu_eta_training_start_step``) as a point at its ``start``, the points
+    below it left out; ``points`` as they are without one, or with one that is no step
+    within the plan. Pure.
+
+    Why: steps carry no time on the wire, and a run resumed from a checkpoint at 8,000
+    of 10,000 read its 8,000 steps done by the first read that showed them (its forecast
+    seconds, its history a fifth of its length). Stamped at its start it is the run's
+    origin, as epochs a resume ended at its start are (``runs.resume_point``,
+    ``runs.own_work``). A step below it is not this run's (a named run's counter moved
+    back): left out, the points stay in order."""
+    if begun is None or not (_finite(begun.value) and 0 < begun.value < planned):
+        return points
+    return [(begun.value, start), *((v, t) for v, t in points if v >= begun.value)]
 
 
 def _thin_steps(points: list[tuple[float, float]], planned: float) -> list[tuple[float, float]]:

@@ -1012,9 +1012,14 @@ _UNCHANGING = (
 def unchanging(seen: list[str]) -> list[str]:
     """The queries of a cycle that ask for runs' unchanging series or the GPU models
     (not the present query, whose ``started_again`` part names the start series to
-    find the runs whose start changed)."""
+    find the runs whose start changed, nor the step query, whose parts leave out runs
+    with planned epochs: queries.STEP_PARTS)."""
     return [
-        q for q in seen if any(name in q for name in _UNCHANGING) and '"started_again"' not in q
+        q
+        for q in seen
+        if any(name in q for name in _UNCHANGING)
+        and '"started_again"' not in q
+        and '"start_step"' not in q
     ]
 
 

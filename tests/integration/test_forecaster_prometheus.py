@@ -38,7 +38,7 @@ from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.publish import Exposition, ServiceState
-from gpu_eta.forecaster.runs import run_key
+from gpu_eta.forecaster.runs import own_work, resume_point, run_key
 from gpu_eta.forecaster.runs_from_series import pod_values, sample_pod, sample_run_key
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.processes import log_tail, spawn, start_http
@@ -1417,6 +1417,37 @@ def test_a_run_stopped_early_is_stored_completed_at_its_last_epoch(
         fs = run.cycle.run()
         assert fs.jobs == () and fs.gpus == () and run.store.running() == []
         assert fs.queries <= queries.QUERIES_PER_CYCLE
+
+
+def test_a_run_resumed_in_steps_is_forecast_and_stored_from_where_it_resumed(
+    tmp_path, prometheus_factory, exporter_factory
+) -> None:
+    """Real exporter → Prometheus → in-process cycles: a run followed in steps alone
+    resumes from a checkpoint at step 8,000 of 10,000 (its ``start`` report, the client's
+    ``initial_step``) and reaches 9,000 100 s later. The exporter publishes its start
+    step; the cycle reads the run from there: 1,000 steps left at 10 a second (about
+    100 s), not 9,000 steps read done in 100 s (11 s). Ended at 10,000, it is stored as
+    the 2,000 steps it did, which the job's next runs learn from."""
+    with named_run_cycle(tmp_path, prometheus_factory, exporter_factory) as run:
+        start = float(int(time.time())) - 100
+        body = {"run_id": "resumed", "run_start": start, "steps": 10_000}
+        post_from(run.exporter, 0, {**body, "event": "start", "step": 8_000})
+        post_from(run.exporter, 0, {**body, "step": 9_000})
+        run.prom.wait_for('gpu_eta_training_start_step{run_id="resumed"} == 8000', timeout=30)
+        run.prom.wait_for('gpu_eta_training_step{run_id="resumed"} == 9000', timeout=30)
+        fs = run.cycle.run()
+        (job,) = [j for j in fs.jobs if j.run.run_id == "resumed"]
+        assert resume_point(job.run) == 8_000
+        left = job.completion_timestamps[1] - fs.timestamp
+        assert 60 < left < 150, left
+        post_from(run.exporter, 0, {**body, "event": "end", "step": 10_000})
+        run.prom.wait_for('gpu_eta_training_run_end_timestamp_seconds{run_id="resumed"}')
+        fs = run.cycle.run()
+        (done,) = [r for r in run.store.finished() if r.run_id == "resumed"]
+        assert done.completed and resume_point(done) == 8_000
+        work = own_work(done)
+        assert (work.epochs_planned, work.epochs_done) == (2_000, 2_000)
+        assert 100 <= work.last_timestamp - work.start_timestamp < 160
 
 
 def test_a_named_run_trained_again_past_its_old_epoch_is_forecast_from_its_new_start(
