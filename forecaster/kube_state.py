@@ -162,7 +162,9 @@ docs/metrics/cluster/node-metrics.md upstream):
   (GPU feature discovery sets both). Without them the GPU type falls back to the model
   gpu-eta's own exporter reports for the node (``gpu_eta_gpu_info``), spelt as GPU
   feature discovery spells it (``gfd_product``), and only replicas
-  renamed ``nvidia.com/gpu.shared`` count as time-sliced. A running pod holds a
+  renamed with a ``.shared`` suffix (``nvidia.com/gpu.shared``,
+  ``nvidia.com/mig-1g.10gb.shared``: ``SHARED_SUFFIX``) count as time-sliced. Those
+  are replicas with the label too. A running pod holds a
   replica when its resource is one of its node's shared ones (``Node.shared``). The
   GPU nodes' labels the pending pods' nodeSelectors name are read too, those keys only,
   in a second query once the pods are read and only when some pod selects one
@@ -524,6 +526,9 @@ NO_OWNER = "<none>"  # KSM's owner_kind and owner_name for a pod without an owne
 PRODUCT_LABEL = "label_nvidia_com_gpu_product"
 REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
 SELECTOR_LABEL = "nodeselector_nvidia_com_gpu_product"
+# how a GPU resource of time-sliced replicas ends in KSM's spelling: the device plugin's
+# ``renameByDefault`` appends ``.shared`` to the resource it shares
+SHARED_SUFFIX = "_shared"
 # KSM's prefixes of a pod's nodeSelector keys and a node's label keys (the key in its
 # spelling after them: ``nodeselector_pool``, ``label_pool``)
 SELECTOR_PREFIX = "nodeselector_"
@@ -1292,8 +1297,10 @@ def parse(
                 for r, v in resources.items()
                 if r == "nvidia_com_gpu" or (r in extra and not is_built_in(r))
             }
-        if "nvidia_com_gpu_shared" in resources:
-            shared["nvidia_com_gpu_shared"] = resources["nvidia_com_gpu_shared"]
+        # replicas renamed (the plugin's ``renameByDefault``: ``nvidia.com/gpu.shared``,
+        # ``nvidia.com/mig-1g.10gb.shared``; a site's ``rename: ...-shared``) are known
+        # by their name, with or without the replicas label
+        shared.update({r: v for r, v in resources.items() if r.endswith(SHARED_SUFFIX)})
         nodes.append(
             Node(
                 name,
@@ -1356,8 +1363,9 @@ def parse(
         rejected["invalid_request"] += len(unusable - requests.keys())
 
     # which of each node's resources are time-sliced replicas: a pod holding one holds a
-    # replica (``nvidia_com_gpu_shared`` always, ``nvidia_com_gpu`` and the site's own on
-    # a node labelled with replicas), whatever else the node offers (a MIG slice never)
+    # replica (a resource ending in ``_shared`` always, ``nvidia_com_gpu`` and the site's
+    # own on a node labelled with replicas), whatever else the node offers (a MIG slice
+    # not renamed never)
     shared_of = {n.name: n.shared for n in nodes}
     holders, pending, scheduled = [], [], []
     missing_in: set[str] = set()  # namespaces of pending pods without toleration series

@@ -176,6 +176,33 @@ def test_a_pod_holding_a_replica_holds_it_in_the_shared_pool():
     assert starts is not None and starts[0] == pytest.approx(NOW + 86400 - 600, abs=1)
 
 
+def test_time_sliced_mig_replicas_renamed_by_default_are_replicas():
+    """With MIG and time-slicing under ``renameByDefault`` the device plugin advertises
+    a slice's replicas as ``nvidia.com/mig-1g.10gb.shared`` (KSM:
+    ``nvidia_com_mig_1g_10gb_shared``, which the built-in regex reads). They are
+    replicas like ``nvidia_com_gpu_shared``'s: with ``failRequestsGreaterThanOne`` the
+    plugin refuses a container asking 2, so the pod never fits (it was predicted to
+    start now); a pod asking 1 starts now, and a pod running there holds a replica."""
+    res = "nvidia_com_mig_1g_10gb_shared"
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource=res, value="4")],
+        "ksm_pods": [
+            sample(namespace="ml", pod="run", uid="r", node="n1", resource=res, phase="Running"),
+            pod_request("two", 2, resource=res),
+            pod_request("one", 1, resource=res),
+        ],
+        "ksm_pod_times": [
+            sample(uid=f"uid-{p}", time="created", value=str(NOW - 60)) for p in ("two", "one")
+        ],
+    }
+    q = kube_state.parse(samples, NOW)
+    assert dict(q.nodes[0].shared) == {res: 4}
+    assert [h.shared for h in q.holders] == [True]
+    settings = PendingSettings(n_samples=5, one_replica_per_pod=True)
+    got = {p.pod: p.prediction.status for p in predict(q, {}, [3600.0], NOW, settings).pods}
+    assert got == {"two": NEVER_FITS, "one": PREDICTED}
+
+
 def test_a_node_typed_from_the_exporter_matches_pods_selecting_the_gfd_spelling():
     """Without KSM's label allow-list a node's type is the NVML name gpu-eta's exporter
     reports (``NVIDIA A100-SXM4-80GB``); pods and the JupyterHub profiles select GPU
@@ -447,13 +474,21 @@ def test_the_first_round_asks_arrivals_priority_classes_only_with_a_mapping():
     }
 
 
-def pod_request(pod: str, value: float, phase: str = "Pending", node: str = "") -> Sample:
+def pod_request(
+    pod: str,
+    value: float,
+    phase: str = "Pending",
+    node: str = "",
+    resource: str = "nvidia_com_gpu",
+    **labels: str,
+) -> Sample:
     return Sample(
         {
             "namespace": "ml",
             "pod": pod,
             "uid": f"uid-{pod}",
-            "resource": "nvidia_com_gpu",
+            "resource": resource,
+            **labels,
             "phase": phase,
             **({"node": node} if node else {}),
         },
