@@ -262,12 +262,13 @@ _PHASE = (
     "* on (uid) group_left (phase) topk by (uid) (1, max by (uid, phase) "
     '(kube_pod_status_phase{phase=~"Pending|Running"} == 1))'
 )
-# GPU pods Pending or Running: units of their GPU resource (summed over containers, each
-# container's once whatever the number of KSM replicas), with phase and node (if bound)
-PODS = (
-    "sum by (namespace, pod, uid, node, resource) "
-    f"(max by (namespace, pod, uid, container, node, resource) ({_REQ})) {_PHASE}"
-)
+# GPU pods Pending or Running: units of their GPU resource per container (each
+# container's once whatever the number of KSM replicas), with phase and node (if bound).
+# Per container, not summed: ``_PodRequests`` sums them, and keeps the largest, which
+# the device plugin's ``failRequestsGreaterThanOne`` holds (it checks each container);
+# a pod's GPU containers are few, so the answer is about as many series, and the
+# query shorter
+PODS = f"max by (namespace, pod, uid, container, node, resource) ({_REQ}) {_PHASE}"
 # their init containers' GPU requests, one series per container (whatever the number of
 # KSM replicas), a sidecar's tagged sidecar="true", with the pod's phase
 _INIT_ONE = f"max by (namespace, pod, uid, container, node, resource) ({_INIT_REQ})"
@@ -941,12 +942,15 @@ class _PodRequests:
         self.node: dict[str, str] = {}  # uid → node, "" until bound
         self.phase: dict[str, str] = {}
         self.unusable: set[str] = set()  # pods with a request that is no count of units
-        self._app: dict[tuple[str, str], int] = {}  # (uid, resource) → containers' sum
+        # (uid, resource, container) → an app container's units ("" for a series
+        # without a container label: a pod's sum, taken as one container)
+        self._app: dict[tuple[str, str, str], int] = {}
         # (uid, resource, container) → an init container's units, and whether a sidecar
         self._init: dict[tuple[str, str, str], tuple[int, bool]] = {}
 
     def add(self, s: Sample, rejected: Counter[str], init: bool = False) -> None:
-        """One series of ``PODS`` (or of ``INIT_REQUESTS`` when ``init``); malformed ones
+        """One series of ``PODS`` (or of ``INIT_REQUESTS`` when ``init``): a container's
+        request; malformed ones
         are counted (``bad_pod_series``), a request that is no count of units (NaN,
         negative) marks its pod (``unusable``), a request of 0 is left out (no GPU
         asked). A series with a node wins over one without: two KSM replicas disagree
@@ -971,30 +975,37 @@ class _PodRequests:
         self.phase.setdefault(uid, lab.get("phase", ""))
         if lab.get("node") or uid not in self.node:
             self.node[uid] = lab.get("node", "")
-        if not init:  # each series a sum; two, node apart, are the same sum
-            self._app[(uid, res)] = max(self._app.get((uid, res), 0), units)
-            return
         key = (uid, res, lab.get("container", ""))
+        if not init:  # two series, node apart, are the same container's
+            self._app[key] = max(self._app.get(key, 0), units)
+            return
         before, was_sidecar = self._init.get(key, (0, False))
         self._init[key] = (max(before, units), was_sidecar or lab.get("sidecar") == "true")
 
-    def effective(self) -> dict[str, tuple[str, str, str, str, int]]:
-        """uid → (namespace, pod, node, resource, units) of its largest effective request:
-        ``max(app + sidecars, largest plain init container + sidecars)`` per resource
-        (the first resource by name among equal ones)."""
+    def effective(self) -> dict[str, tuple[str, str, str, str, int, int]]:
+        """uid → (namespace, pod, node, resource, units, largest) of its largest effective
+        request: ``max(app + sidecars, largest plain init container + sidecars)`` per
+        resource (the first resource by name among equal ones), and the largest request
+        one of its containers (app or init) makes of that resource."""
+        app: dict[tuple[str, str], int] = {}
         plain: dict[tuple[str, str], int] = {}
         sidecars: dict[tuple[str, str], int] = {}
+        largest: dict[tuple[str, str], int] = {}
+        for (uid, res, _container), units in self._app.items():
+            app[(uid, res)] = app.get((uid, res), 0) + units
+            largest[(uid, res)] = max(largest.get((uid, res), 0), units)
         for (uid, res, _container), (units, sidecar) in self._init.items():
             if sidecar:
                 sidecars[(uid, res)] = sidecars.get((uid, res), 0) + units
             else:
                 plain[(uid, res)] = max(plain.get((uid, res), 0), units)
-        out: dict[str, tuple[str, str, str, str, int]] = {}
-        for uid, res in sorted({*self._app, *plain, *sidecars}):
+            largest[(uid, res)] = max(largest.get((uid, res), 0), units)
+        out: dict[str, tuple[str, str, str, str, int, int]] = {}
+        for uid, res in sorted(largest):
             side = sidecars.get((uid, res), 0)
-            units = max(self._app.get((uid, res), 0), plain.get((uid, res), 0)) + side
+            units = max(app.get((uid, res), 0), plain.get((uid, res), 0)) + side
             if uid not in out or units > out[uid][4]:
-                out[uid] = (*self.who[uid], self.node[uid], res, units)
+                out[uid] = (*self.who[uid], self.node[uid], res, units, largest[(uid, res)])
         return out
 
 
@@ -1372,7 +1383,7 @@ def parse(
     read_in: set[str] = set()  # ... and of those with
     first_seen = 0  # pending pods without kube_pod_created, placed by PENDING_SINCE
     unknown: Counter[str] = Counter()  # priority class names without a value → pods
-    for uid, (ns, pod, node, res, units) in sorted(requests.items()):
+    for uid, (ns, pod, node, res, units, largest) in sorted(requests.items()):
         ph = phase.get(uid)
         if ph == "Running" or (ph == "Pending" and node):
             if not node:
@@ -1426,6 +1437,7 @@ def parse(
                     node_selector=tuple(sorted(selects.get(uid, {}).items())),
                     uid=uid,
                     gated=uid in gated,
+                    largest_container_units=largest,
                 )
             )
             (read_in if uid in tolerations else missing_in).add(ns)

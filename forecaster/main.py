@@ -378,7 +378,8 @@ def _common_flags() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=False,
         help="the NVIDIA device plugin's time-slicing sets failRequestsGreaterThanOne: a pod "
-        "asking more than one GPU gets no time-sliced replica (off: the plugin's default)",
+        "whose container asks more than one GPU gets no time-sliced replica (checked per "
+        "container; off: the plugin's default)",
     )
     o = p.add_argument_group("output")
     o.add_argument(

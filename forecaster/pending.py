@@ -54,8 +54,8 @@ class PendingSettings:
     # what a request made now tolerates; None: the ExtendedResourceToleration plugin's
     # toleration of its own resource's taint (queue_replay.request_tolerations)
     request_tolerations: tuple[Toleration, ...] | None = None
-    # the device plugin refuses a pod more than one time-sliced replica
-    # (failRequestsGreaterThanOne; off by default upstream)
+    # the device plugin refuses a container more than one time-sliced replica
+    # (failRequestsGreaterThanOne, checked per container; off by default upstream)
     one_replica_per_pod: bool = False
     # GPU resources beside the built-in ones (Kubernetes names, a time-slicing rename:
     # nvidia.com/a100-shared); checked by the CLI (common.gpu_resources)

@@ -82,7 +82,9 @@ Time-sliced GPUs: the NVIDIA device plugin advertises each replica as one
 it requests. ``Node.shared`` says how many of those units are replicas of a shared
 device: a pod takes them after whole GPUs, as many as it asks (the plugin hands out
 replicas to anyone who asks, its ``failRequestsGreaterThanOne`` being off by
-default), or, with ``one_replica_per_pod`` (that setting on), only when it asks one.
+default), or, with ``one_replica_per_pod`` (that setting on), only when none of its
+containers asks more than one (the plugin checks each container's request:
+``PendingPod.largest_container_units``).
 MIG slices are resources of their own (``nvidia_com_mig_1g_5gb``...): each is a
 separate pool.
 
@@ -392,6 +394,11 @@ class PendingPod:
     the replay does not model, CPU or memory, say), so the replay starts it on the other
     nodes only.
 
+    ``largest_container_units``: the largest request one of its containers makes (app or
+    init), which the device plugin's ``failRequestsGreaterThanOne`` holds to one
+    time-sliced replica (it checks each container, not the pod: ``_pools``); 0 when not
+    read, taken as ``units`` (a pod of one container).
+
     ``gated``: its scheduling gates (``spec.schedulingGates``: Kueue's
     ``kueue.x-k8s.io/admission`` for a plain pod, a controller's own) are not all
     removed yet, as kube-state-metrics shows (``kube_state``). kube-scheduler does not
@@ -413,6 +420,7 @@ class PendingPod:
     uid: str = ""  # its Kubernetes UID ("" when not read), as ``Holder.uid``
     excluded_nodes: frozenset[str] = frozenset()
     gated: bool = False
+    largest_container_units: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -746,15 +754,30 @@ def product_spellings(node_product: str, product: str) -> bool:
 Pool = tuple[str, bool]  # (resource, time-sliced replicas)
 
 
-def _pools(resource: str, units: int, one_replica_per_pod: bool = False) -> tuple[Pool, ...]:
+def _pools(
+    resource: str, units: int, one_replica_per_pod: bool = False, largest: int = 0
+) -> tuple[Pool, ...]:
     """Where a pod asking ``units`` of ``resource`` draws them from, in that order: whole
-    devices, then time-sliced replicas, unless the device plugin gives a pod at most one
-    replica (``one_replica_per_pod``, its ``failRequestsGreaterThanOne``) and it asks
-    more. A pod takes its units from one pool: the plugin shares every device of a
-    resource on a node or none, so a node has units of one kind."""
-    if units == 1 or not one_replica_per_pod:
+    devices, then time-sliced replicas, unless the device plugin gives a container at
+    most one replica (``one_replica_per_pod``, its ``failRequestsGreaterThanOne``) and
+    the pod's largest container (``largest``; 0: not known, ``units``) asks more. Why
+    the container: the plugin's ``Allocate`` refuses a ``ContainerRequest`` of more than
+    one device, and the kubelet sends one per container, so two containers asking one
+    replica each start. A pod takes its units from one pool: the plugin shares every
+    device of a resource on a node or none, so a node has units of one kind."""
+    if not one_replica_per_pod or (largest or units) <= 1:
         return ((resource, False), (resource, True))
     return ((resource, False),)
+
+
+def container_units(item: PendingPod | Request | Arrival) -> int:
+    """The largest request one container of ``item`` makes, for ``_pools``: a pending
+    pod's as read (``PendingPod.largest_container_units``), else its units (a request
+    made now, a pod arriving later, a pod whose containers were not read: one
+    container)."""
+    if isinstance(item, PendingPod) and item.largest_container_units > 0:
+        return item.largest_container_units
+    return item.units
 
 
 def _holds(node: Node, units: int, pools: Sequence[Pool]) -> bool:
@@ -836,10 +859,12 @@ def fits_somewhere(
     tolerations: Sequence[Toleration] | None = None,
     one_replica_per_pod: bool = False,
     selector: Selector = (),
+    largest: int = 0,
 ) -> bool:
     """True when some suitable node (of the type, whose taints are tolerated, whose
-    labels hold ``selector``) could hold ``units`` with nothing else on it."""
-    pools = _pools(resource, units, one_replica_per_pod)
+    labels hold ``selector``) could hold ``units`` with nothing else on it (``largest``:
+    its largest container's, as ``_pools`` takes it)."""
+    pools = _pools(resource, units, one_replica_per_pod, largest)
     typed = typed_offers(nodes)
     return any(
         _suitable(n, resource, product, tolerations, selector, typed) and _holds(n, units, pools)
@@ -876,7 +901,7 @@ class _NodeLists:
         self._blocking = [policy_taints(n) if n.taints else () for n in nodes]
         self.typed = typed_offers(nodes)
         self._lists: dict[SuitableKey, tuple[tuple[int, ...], tuple[int, ...]]] = {}
-        self._fits: dict[tuple[tuple[int, ...], str, int], bool] = {}
+        self._fits: dict[tuple[tuple[int, ...], str, int, int], bool] = {}
 
     def of(
         self,
@@ -904,16 +929,17 @@ class _NodeLists:
             self._lists[key] = got
         return got
 
-    def pools(self, resource: str, units: int) -> tuple[Pool, ...]:
-        """Where a pod asking ``units`` of ``resource`` takes them from (``_pools``)."""
-        return _pools(resource, units, self._one_replica_per_pod)
+    def pools(self, resource: str, units: int, largest: int = 0) -> tuple[Pool, ...]:
+        """Where a pod asking ``units`` of ``resource``, ``largest`` of them in one
+        container, takes them from (``_pools``)."""
+        return _pools(resource, units, self._one_replica_per_pod, largest)
 
-    def fits(self, indices: tuple[int, ...], resource: str, units: int) -> bool:
+    def fits(self, indices: tuple[int, ...], resource: str, units: int, largest: int = 0) -> bool:
         """``fits_somewhere`` over the nodes at ``indices`` (already suitable)."""
-        key = (indices, resource, units)
+        key = (indices, resource, units, largest)
         got = self._fits.get(key)
         if got is None:
-            pools = self.pools(resource, units)
+            pools = self.pools(resource, units, largest)
             got = any(_holds(self.nodes[k], units, pools) for k in indices)
             self._fits[key] = got
         return got
@@ -958,8 +984,9 @@ def replay(
     """Predicted starts of ``pending`` and ``requests`` (see the module docstring);
     ``request_tolerations``: what a request tolerates, when not the default guess
     (``request_tolerations``, the function); ``one_replica_per_pod``: the device plugin
-    refuses a pod more than one time-sliced replica (its ``failRequestsGreaterThanOne``,
-    off by default), so such pods fit only whole devices."""
+    refuses a container more than one time-sliced replica (its ``failRequestsGreaterThanOne``,
+    off by default; checked per container: ``_pools``), so a pod of such a container
+    fits only whole devices."""
     if placement not in PLACEMENTS:
         raise ReplayError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     if n_samples < 1:
@@ -1002,17 +1029,18 @@ def replay(
         else:
             tol = it.tolerations
         suitable, cand = lists.of(it.resource, it.product, tol, it.selector, it.excluded_nodes)
-        fit_ok.append(lists.fits(suitable, it.resource, it.units))
-        place_ok.append(lists.fits(cand, it.resource, it.units))
+        largest = container_units(it)
+        fit_ok.append(lists.fits(suitable, it.resource, it.units, largest))
+        place_ok.append(lists.fits(cand, it.resource, it.units, largest))
         candidates.append(cand)
-        shape_of.append(shapes.of(it.resource, it.units, cand))
+        shape_of.append(shapes.of(it.resource, it.units, cand, largest))
     horizon = now + horizon_seconds
     # arrivals land where the recent pods they were measured on could (their tolerations)
     future: list[ArrivalShape] = []
     for a in arrivals:
         _, cand = lists.of(a.resource, a.product, a.tolerations, a.selector)
-        if a.rate_per_second > 0 and lists.fits(cand, a.resource, a.units):
-            future.append((a, cand, shapes.of(a.resource, a.units, cand)))
+        if a.rate_per_second > 0 and lists.fits(cand, a.resource, a.units, a.units):
+            future.append((a, cand, shapes.of(a.resource, a.units, cand, a.units)))
     plan = _queue_plan(items, candidates, shape_of, place_ok, future, lists)
     starts: list[list[float]] = [[] for _ in items]
     for _ in range(n_samples):
@@ -1034,28 +1062,30 @@ def replay(
     return ReplayResult(pods, reqs, n_samples, tuple(by_input))
 
 
-Shape = tuple[str, int, int]  # resource, units, id of the nodes it may land on
+# resource, units, id of the nodes it may land on, its largest container's units
+Shape = tuple[str, int, int, int]
 
 
 class _Shapes:
-    """Pods of one shape (resource, units, the nodes they may land on) fit or fail alike
-    in a sweep: one id per distinct node list (type and tolerations make them)."""
+    """Pods of one shape (resource, units, the nodes they may land on, their largest
+    container's units: ``_pools``) fit or fail alike in a sweep: one id per distinct
+    node list (type and tolerations make them)."""
 
     def __init__(self) -> None:
         self._ids: dict[tuple[int, ...], int] = {}
         self._by_object: dict[int, tuple[tuple[int, ...], int]] = {}
 
-    def of(self, resource: str, units: int, candidates: Sequence[int]) -> Shape:
+    def of(self, resource: str, units: int, candidates: Sequence[int], largest: int) -> Shape:
         # the same list object (``_NodeLists``) comes back for every pod of a key: its
         # id is looked up first, sparing a hash of thousands of node indices per pod
         known = self._by_object.get(id(candidates))
         if known is not None and known[0] is candidates:
-            return (resource, units, known[1])
+            return (resource, units, known[1], largest)
         key = tuple(candidates)
         shape_id = self._ids.setdefault(key, len(self._ids))
         if isinstance(candidates, tuple):
             self._by_object[id(candidates)] = (candidates, shape_id)
-        return (resource, units, shape_id)
+        return (resource, units, shape_id, largest)
 
 
 ArrivalShape = tuple[Arrival, Sequence[int], Shape]  # the nodes its pods may land on
@@ -1119,7 +1149,7 @@ def _queue_plan(
         queues={shape: tuple(queue) for shape, queue in queues.items()},
         arrivals=tuple(arrivals),
         nodes_of=nodes_of,
-        pools={shape: lists.pools(shape[0], shape[1]) for shape in nodes_of},
+        pools={shape: lists.pools(shape[0], shape[1], shape[3]) for shape in nodes_of},
         node_sets={shape[2]: frozenset(cand) for shape, cand in nodes_of.items()},
         by_node={k: tuple(v) for k, v in by_node.items()},
     )
@@ -1253,7 +1283,7 @@ def _one_sample(
     order on every node it may use (``_choose``). Done literally that is most of a
     replay's time for a long queue, so a sweep tries only the pods that can start:
 
-    - pods of one shape (resource, units, nodes it may use) fit or fail alike, so they
+    - pods of one shape (resource, units, nodes it may use, largest container) fit or fail alike, so they
       wait in one queue per shape, and a shape's first pod that does not fit ends the
       shape's sweep (units only shrink during a sweep); its pods start in their order;
     - a pod that already failed (not ``fresh``: waiting since an earlier sweep) can only
@@ -1462,7 +1492,7 @@ def _fitting_now(
     )
     holding = [h for h in holders if h.deletion_timestamp is None or h.deletion_timestamp > now]
     free = _free_now(lists.nodes, {n.name: k for k, n in enumerate(lists.nodes)}, holding)
-    pools = lists.pools(pod.resource, pod.units)
+    pools = lists.pools(pod.resource, pod.units, container_units(pod))
     return open_nodes, tuple(k for k in open_nodes if _fits(free, (k,), pools, pod.units))
 
 

@@ -523,3 +523,58 @@ def test_a_pod_its_scheduling_gate_holds_is_read_gated(
     else:
         assert got["held"].starts == (now, now, now)
         assert got["next"].starts[1] == pytest.approx(now + 3600)
+
+
+def test_one_replica_per_container_lets_a_pod_of_two_one_gpu_containers_start(
+    prometheus_factory, ksm_target
+):
+    """A T4 time-sliced into 4 replicas (GPU feature discovery labels it
+    ``nvidia.com/gpu.replicas=4``), the device plugin set ``failRequestsGreaterThanOne``.
+    The plugin checks each container: its ``Allocate`` refuses a ``ContainerRequest``
+    of more than one device id (k8s-device-plugin ``server.go``), and the kubelet
+    calls it once per container. A pod whose containers ``main`` and ``helper`` ask 1
+    each starts (it was ``never_fits``: the pod's sum, 2, was held to the setting); a pod
+    whose one container asks 2 does not, nor one whose init container asks 2.
+
+    Checked against KSM ``pod.go`` (``kube_pod_container_resource_requests``, one
+    series per container, ``container`` label) served to a real Prometheus."""
+    target, body = ksm_target
+    now = time.time()
+    nodes = [
+        KsmNode("ts-1", {GPU: 4}, {PRODUCT: "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "4"})
+    ]
+    pods = [
+        KsmPod(
+            "ml",
+            "two-containers",
+            "u1",
+            "Pending",
+            now - 90,
+            {GPU: 1},
+            more_containers={"helper": {GPU: 1}},
+        ),
+        KsmPod("ml", "one-container", "u2", "Pending", now - 60, {GPU: 2}),
+        KsmPod(
+            "ml",
+            "init-two",
+            "u3",
+            "Pending",
+            now - 30,
+            {GPU: 1},
+            init_containers={"prep": {GPU: 2}},
+        ),
+    ]
+    body[0] = exposition(nodes, pods, label_allowlist=(PRODUCT, "nvidia.com/gpu.replicas"))
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=3)
+    client = PromClient(prom.url)
+    now = time.time()
+    q = kube_state.parse(ksm_samples(client, now), now)
+    assert {p.pod: p.units for p in q.pending} == {
+        "two-containers": 2,
+        "one-container": 2,
+        "init-two": 2,
+    }
+    settings = PendingSettings(n_samples=5, one_replica_per_pod=True)
+    got = {p.pod: p.prediction.status for p in predict(q, {}, [3600.0], now, settings).pods}
+    assert got == {"two-containers": PREDICTED, "one-container": NEVER_FITS, "init-two": NEVER_FITS}

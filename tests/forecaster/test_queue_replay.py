@@ -598,6 +598,30 @@ def test_a_multi_gpu_pod_takes_replicas_unless_the_plugin_refuses_more_than_one(
     assert r.pods[("ml", "two")].status == NEVER_FITS
 
 
+def test_the_plugins_one_replica_setting_holds_each_container_not_the_pod():
+    """``failRequestsGreaterThanOne`` is checked per container (the device plugin's
+    ``Allocate`` gets one ``ContainerRequest`` per container): a pod of two containers
+    asking 1 each takes two replicas and starts as a 2-unit pod does without the
+    setting, beside a pod whose one container asks 2, which fits only whole GPUs (none
+    here). Its largest container not read (0): the pod's units, as a pod of one
+    container."""
+    nodes = [Node("ts", {G: 8}, "T4", {G: 8})]
+    holders = [
+        Holder("ml", f"h{i}", "ts", G, 1, (NOW + 100,) * 3, NOW - 100, True) for i in range(7)
+    ]
+    q = [
+        pending("two-of-one", units=2, largest_container_units=1),
+        pending("one-of-two", units=2, created=1, largest_container_units=2),
+        pending("unknown", units=2, created=2),
+    ]
+    r = replay(nodes, holders, q, NOW, one_replica_per_pod=True, **EXACT)
+    assert starts(r, "two-of-one")[1] == 100.0
+    assert r.pods[("ml", "one-of-two")].status == NEVER_FITS
+    assert r.pods[("ml", "unknown")].status == NEVER_FITS
+    assert nodes_fitting_now(nodes, [], q[0], NOW, one_replica_per_pod=True) == ("ts",)
+    assert nodes_fitting_now(nodes, [], q[1], NOW, one_replica_per_pod=True) == ()
+
+
 def test_requests_made_now_queue_behind_pending_pods_and_take_nothing():
     nodes = [node("n1", 2, "A100"), node("n2", 1, "T4")]
     holders = [job("a", "n1", 100, units=2), job("b", "n2", 1000)]
