@@ -660,7 +660,7 @@ class Cycle:
             # what the pods' answers call for (a second query, only when some pod
             # selects a node label beyond the GPU type or lacks kube_pod_created: with
             # it for none, the arrivals too)
-            second = kube_state.second_round(samples)
+            second = kube_state.second_round(samples, ps.priorities, ps.max_pods)
             if second:
                 samples.update(self._ask_queue(second, now, said))
         except PromQueryError as err:  # refused on this cluster's data: not Prometheus away
@@ -687,7 +687,13 @@ class Cycle:
                 if s.labels.get("node") and s.labels.get("model")
             }
             queue = kube_state.parse(
-                samples, now, node_models, ps.priorities, ps.arrivals_seconds, ps.gpu_resources
+                samples,
+                now,
+                node_models,
+                ps.priorities,
+                ps.arrivals_seconds,
+                ps.gpu_resources,
+                ps.max_pods,
             )
             queue, kept = self._last_seen.fill(queue, now)
             self._log_kept(kept, now)

@@ -168,17 +168,20 @@ docs/metrics/cluster/node-metrics.md upstream):
   replica when its resource is one of its node's shared ones (``Node.shared``). The
   GPU nodes' labels the pending pods' nodeSelectors name are read too, those keys only,
   in a second query once the pods are read and only when some pod selects one
-  (``selector_keys``, ``node_labels_query``, ``Node.labels``): a key some GPU node
+  (``selector_plan``, ``node_label_parts``, ``Node.labels``): a key some GPU node
   shows is matched as
   kube-scheduler does (every pair on the node's labels); a key none shows is not
   allow-listed as far as can be told, and is not held against any node
-  (``ClusterQueue.selectors_unchecked`` names it for the log, docs/pending.md).
+  (``ClusterQueue.selectors_unchecked`` names it for the log, docs/pending.md). Every
+  key selected is read up to a cap (``MAX_SELECTOR_KEYS``, ``MAX_SELECTOR_CHARS``); a
+  pod selecting a key past it is not predicted (``ClusterQueue.selectors_not_read``).
 
 Every query covers all pods at once, so the number of queries per cycle is fixed
 whatever the number of pods: the cycle sends the ``QUERIES`` folded into one
 (``gpu_eta.forecaster.queries.fold``; into as few as fit ``queries.MAX_QUERY_CHARS``
 each where the site's own GPU resource names are many and long: ``batches``), then,
-only when their answers call for it, the ``second_round`` folded into one more (the
+only when their answers call for it, the ``second_round`` folded into one more (as
+few as fit, ``SECOND_ROUND_PARTS`` at most; the
 node labels pending pods select beyond the GPU type, when pods without
 ``kube_pod_created`` were first seen Pending, and where KSM exports it for no pod, the
 GPU pods first seen in the arrival window). The reads of
@@ -396,7 +399,7 @@ PENDING_SINCE_PART = "ksm_pending_since"
 # the longest first-seen query that names its uids (each twice: ~74 characters a uid);
 # longer, it asks for every pending pod and ``parse`` takes the ones it needs. Why:
 # VictoriaMetrics refuses a query over 16 KiB (``-search.maxQueryLen``), and the second
-# round folds this with the node labels' query (32 keys at most): the fold stays within
+# round folds this with the other parts that fit (``batches``): each query stays within
 # ``queries.MAX_QUERY_CHARS`` (12,000), the bound every other query keeps. ~120 uids.
 MAX_SINCE_QUERY_CHARS = 9_000
 # pods created in the window (still present or not)
@@ -537,9 +540,21 @@ NODE_LABEL_PREFIX = "label_"
 # ``kubernetes.io/hostname`` in KSM's spelling: the kubelet sets it to the node's name,
 # which every ``kube_node_labels`` series carries (``node``), exported or not
 HOSTNAME_KEY = "kubernetes_io_hostname"
-# at most this many nodeSelector keys are read from kube_node_labels (the first by
-# name); a key beyond is not held, as one not allow-listed (no real queue selects so many)
-MAX_SELECTOR_KEYS = 32
+# The nodeSelector keys the pending pods select are read from kube_node_labels up to a
+# cap on the second round's cost (``selector_plan``): at most this many keys, and this
+# many characters of their labels in the queries (``label_<key>, `` each), asked in
+# parts of at most ``MAX_LABEL_PART_CHARS`` (``node_label_parts``). So at most
+# ``MAX_LABEL_PARTS`` parts (two closed parts hold more than the cap's characters), each
+# a series per GPU node of at most 120 keys' labels, the node's and the fold's tag:
+# within the 128 labels the answer parser takes (``promparse``). About 120 keys of
+# node-feature-discovery's length (``feature_node_kubernetes_io_cpu_cpuid_avx512f``)
+MAX_SELECTOR_KEYS = 120
+MAX_SELECTOR_CHARS = 7_000
+MAX_LABEL_PART_CHARS = 4_000
+MAX_LABEL_PARTS = 2
+# the second round's parts at most: the node labels', the first-seen one, the arrivals
+# first seen (``second_round``); each may be a query of its own (``batches``)
+SECOND_ROUND_PARTS = MAX_LABEL_PARTS + 2
 _LABEL_KEY = re.compile(r"^[a-zA-Z0-9_]+$")
 MAX_UNITS = 1024  # a request or allocatable beyond this is not a real GPU count
 # Kubernetes' bounds: a taint or toleration key is a qualified name (a DNS subdomain
@@ -618,13 +633,94 @@ def batches(
     return out
 
 
-def selector_keys(samples: Mapping[str, Sequence[Sample]]) -> tuple[str, ...]:
-    """The nodeSelector keys beyond the GPU type (KSM's spelling, sorted, at most
-    ``MAX_SELECTOR_KEYS``) that the pending GPU pods of ``QUERIES``' answers select:
-    the node labels ``node_labels_query`` asks for."""
+@dataclass(frozen=True)
+class SelectorPlan:
+    """Which nodeSelector keys of the pending pods the second round reads
+    (``selector_plan``). ``read``: the keys asked (KSM's spelling, sorted). ``not_read``:
+    the keys past the cap, each with the number of pending pods selecting it (empty on
+    any real queue)."""
+
+    read: tuple[str, ...] = ()
+    not_read: Mapping[str, int] = field(default_factory=dict)
+
+
+def _label_chars(key: str) -> int:
+    """What reading ``key`` adds to a node-label query (``label_<key>, ``)."""
+    return len(NODE_LABEL_PREFIX) + len(key) + 2
+
+
+def _waiting(samples: Mapping[str, Sequence[Sample]]) -> set[str]:
+    """The uids of the pending GPU pods not yet bound in ``QUERIES``' answers (a request
+    above 0, app or init container)."""
+    return {
+        s.labels.get("uid", "")
+        for name in ("ksm_pods", "ksm_init_requests")
+        for s in samples.get(name, ())
+        if s.labels.get("phase") == "Pending" and not s.labels.get("node") and s.value > 0
+    } - {""}
+
+
+def _in_front(
+    samples: Mapping[str, Sequence[Sample]],
+    waiting: Collection[str],
+    priorities: Mapping[str, int],
+    max_pods: int | None,
+) -> set[str]:
+    """The ``max_pods`` of ``waiting`` (None: all) first in the scheduler's order
+    (priority, then creation; a pod without ``kube_pod_created`` last) and not held by
+    a scheduling gate: the pods ``pending.predict`` replays."""
+    created = {
+        s.labels.get("uid", ""): s.value
+        for s in samples.get("ksm_pod_times", ())
+        if s.labels.get("time") == "created" and math.isfinite(s.value)
+    }
+    meta = _by_tag(samples.get("ksm_pod_meta", ()), "meta")
+    gated = {s.labels.get("uid", "") for s in meta.get("gated", ())}
+    klass = {
+        s.labels.get("uid", ""): s.labels.get("priority_class", "") for s in meta.get("info", ())
+    }
+    order = sorted(
+        waiting - gated,
+        key=lambda uid: (-priorities.get(klass.get(uid, ""), 0), created.get(uid, math.inf), uid),
+    )
+    return set(order if max_pods is None else order[:max_pods])
+
+
+def selector_plan(
+    samples: Mapping[str, Sequence[Sample]],
+    priorities: Mapping[str, int] | None = None,
+    max_pods: int | None = None,
+) -> SelectorPlan:
+    """The nodeSelector keys beyond the GPU type that the pending GPU pods of
+    ``QUERIES``' answers select, which ``node_label_parts`` asks: every one, up to
+    ``MAX_SELECTOR_KEYS`` keys and ``MAX_SELECTOR_CHARS`` characters, taken in order of
+    the pods that would be replayed selecting each (the first ``max_pods`` not yet bound
+    in the scheduler's order, ``priorities`` valuing their classes; none held by a
+    gate), then
+    of all pods selecting each, then by name. Past the cap, the keys left are
+    ``not_read``. Pure: ``parse`` makes the same plan from the same answers.
+
+    Why so, rather than the first keys by name: a pod selecting many keys (node-feature
+    discovery's ``feature.node.kubernetes.io/...``, which sort before ``pool``) took every
+    place, and the keys of the pods behind it were never read: a pod pinned to a busy
+    pool was predicted to start now on another. A key KSM could not have written (not
+    ``[a-zA-Z0-9_]``, longer than Kubernetes allows) is not asked (no node shows it)."""
     _, selects = _selections(samples.get("ksm_pod_meta", ()), ("meta", "nodeselectors"))
-    keys = {key for pairs in selects.values() for key in pairs if _LABEL_KEY.match(key)}
-    return tuple(sorted(keys)[:MAX_SELECTOR_KEYS])
+    front = _in_front(samples, _waiting(samples), priorities or {}, max_pods)
+    count: Counter[str] = Counter()
+    count_in_front: Counter[str] = Counter()
+    for uid, pairs in selects.items():
+        for key in pairs:
+            if len(key) <= MAX_KEY_CHARS and _LABEL_KEY.match(key):
+                count[key] += 1
+                count_in_front[key] += uid in front
+    ranked = sorted(count, key=lambda k: (-count_in_front[k], -count[k], k))
+    chars = 0
+    for i, key in enumerate(ranked):
+        chars += _label_chars(key)
+        if i >= MAX_SELECTOR_KEYS or chars > MAX_SELECTOR_CHARS:
+            return SelectorPlan(tuple(sorted(ranked[:i])), {k: count[k] for k in ranked[i:]})
+    return SelectorPlan(tuple(sorted(ranked)))
 
 
 def uncreated(samples: Mapping[str, Sequence[Sample]]) -> tuple[str, ...]:
@@ -640,13 +736,7 @@ def uncreated(samples: Mapping[str, Sequence[Sample]]) -> tuple[str, ...]:
         for s in samples.get("ksm_pod_times", ())
         if s.labels.get("time") == "created"
     }
-    waiting = {
-        s.labels.get("uid", "")
-        for name in ("ksm_pods", "ksm_init_requests")
-        for s in samples.get(name, ())
-        if s.labels.get("phase") == "Pending" and not s.labels.get("node") and s.value > 0
-    }
-    return tuple(sorted(waiting - created - {""}))
+    return tuple(sorted(_waiting(samples) - created))
 
 
 def pending_since_query(uids: Collection[str]) -> str | None:
@@ -690,17 +780,20 @@ def denylisted(
     return not created and not arrived
 
 
-def second_round(samples: Mapping[str, Sequence[Sample]]) -> dict[str, str]:
+def second_round(
+    samples: Mapping[str, Sequence[Sample]],
+    priorities: Mapping[str, int] | None = None,
+    max_pods: int | None = None,
+) -> dict[str, str]:
     """The queries to ask once ``QUERIES``' answers are read, by part name (templates
-    for ``render``; the cycle folds them into one): the node labels the pending pods
-    select (``node_labels_query``), when the pods without ``kube_pod_created`` were
-    first seen Pending (``pending_since_query``) and, where KSM exports no
-    ``kube_pod_created`` at all (``denylisted``), the GPU pods first seen in the arrival
-    window (``ARRIVALS_SEEN``). Empty on the usual cluster."""
-    parts = {}
-    labels = node_labels_query(selector_keys(samples))
-    if labels is not None:
-        parts[NODE_LABELS_PART] = labels
+    for ``render``; the cycle folds them into as few queries as hold them, ``batches``):
+    the node labels the pending pods select (``selector_plan`` with ``priorities`` and
+    ``--pending.max-pods``' ``max_pods``, as ``parse`` is given them;
+    ``node_label_parts``), when the pods without ``kube_pod_created`` were first seen
+    Pending (``pending_since_query``) and, where KSM exports no ``kube_pod_created`` at
+    all (``denylisted``), the GPU pods first seen in the arrival window
+    (``ARRIVALS_SEEN``). Empty on the usual cluster; ``SECOND_ROUND_PARTS`` at most."""
+    parts = node_label_parts(selector_plan(samples, priorities, max_pods).read)
     waiting = uncreated(samples)
     since = pending_since_query(waiting)
     if since is not None:
@@ -710,9 +803,36 @@ def second_round(samples: Mapping[str, Sequence[Sample]]) -> dict[str, str]:
     return parts
 
 
+def node_label_part(index: int) -> str:
+    """The name of the ``index``-th (from 0) part of the node labels' read."""
+    return NODE_LABELS_PART if index == 0 else f"{NODE_LABELS_PART}_{index + 1}"
+
+
+def node_label_parts(keys: Sequence[str]) -> dict[str, str]:
+    """The node-label queries of ``keys`` (``selector_plan``'s ``read``; templates for
+    ``render``) by part name (``node_label_part``): the keys in order, a new part where
+    the next key's label would take the part's past ``MAX_LABEL_PART_CHARS``. Empty
+    without keys; within the plan's cap, ``MAX_LABEL_PARTS`` at most."""
+    runs: list[list[str]] = []
+    chars = 0
+    for key in keys:
+        if not runs or chars + _label_chars(key) > MAX_LABEL_PART_CHARS:
+            runs.append([])
+            chars = 0
+        runs[-1].append(key)
+        chars += _label_chars(key)
+    out = {}
+    for i, run in enumerate(runs):
+        query = node_labels_query(run)
+        if query is not None:
+            out[node_label_part(i)] = query
+    return out
+
+
 def node_labels_query(keys: Collection[str]) -> str | None:
-    """The query of the GPU nodes' labels ``keys`` (``selector_keys``; a template for
-    ``render``), answered as ``NODE_LABELS_PART`` for ``parse``; None without keys.
+    """The query of the GPU nodes' labels ``keys`` (a part of ``node_label_parts``; a
+    template for ``render``), answered under its part's name for ``parse``; None without
+    keys.
 
     Why not ``kube_node_labels`` whole: a site allow-listing every node label
     (``nodes=[*]``) on nodes labelled by node-feature-discovery (the GPU Operator
@@ -768,6 +888,10 @@ class ClusterQueue:
     ``priorities_unknown``: the priority class names of pending pods that
     ``--pending.priority-class`` gives no value, each with the number of pending pods of
     it; they are queued at 0, Kubernetes' default, and named in the log.
+    ``selectors_not_read``: the nodeSelector keys past the cap of the node labels' read
+    (``selector_plan``), each with the number of pending pods selecting it; the pods
+    selecting one are not in ``pending`` (``rejected``: ``selector_not_read``) but when
+    gated.
     """
 
     nodes: tuple[Node, ...] = ()
@@ -782,6 +906,7 @@ class ClusterQueue:
     nodes_read: tuple[str, ...] = ()
     finished: tuple[tuple[str, str], ...] = ()
     priorities_unknown: Mapping[str, int] = field(default_factory=dict)
+    selectors_not_read: Mapping[str, int] = field(default_factory=dict)
     selectors_unchecked: Mapping[str, int] = field(default_factory=dict, init=False)
     selectors_checked: tuple[str, ...] = field(default=(), init=False)
 
@@ -1208,6 +1333,7 @@ def parse(
     priorities: Mapping[str, int] | None = None,
     arrivals_seconds: float = 3600.0,
     gpu_resources: Sequence[str] = (),
+    max_pods: int | None = None,
 ) -> ClusterQueue:
     """Pure: one cycle's answers to ``QUERIES`` → nodes, holders, pending pods, arrivals.
 
@@ -1218,6 +1344,9 @@ def parse(
     ``nvidia_com_gpu`` is: a time-slicing rename's replicas are shared on a node
     labelled with replicas, as ``nvidia_com_gpu``'s are. A pod asking for
     several GPU resources at once (rare) is placed on its largest request.
+    ``max_pods``: ``--pending.max-pods``, which with ``priorities`` says which
+    nodeSelector keys the second round read (``selector_plan``), as ``second_round``
+    was given them.
 
     Nothing is dropped unseen: a malformed sample or a pod that cannot be placed is
     counted in ``ClusterQueue.rejected`` by reason (``invalid_allocatable``: a node's
@@ -1229,7 +1358,10 @@ def parse(
     request of 0 is no GPU asked: the pod is no GPU pod, not counted);
     ``bad_taint_series``, ``too_many_taints``: a node taint skipped, a node's taints
     all; ``bad_toleration_series``, ``too_many_tolerations``: a pod whose tolerations
-    are then unknown, every taint passing for it); a pending pod asking more units than
+    are then unknown, every taint passing for it; ``selector_not_read``: a pending pod
+    selecting a nodeSelector key past the cap of the node labels' read, which might
+    keep it off any node: no node is known to hold it, so it gets no prediction; one
+    its scheduling gates hold is kept, gated); a pending pod asking more units than
     any node has is kept (``never_fits``). A pending pod without any toleration series
     is predicted as if it tolerated every taint and counted apart, not as rejected
     (its namespace in ``ClusterQueue.tolerations_missing``): its series are missing,
@@ -1244,7 +1376,7 @@ def parse(
         return samples.get(name, ())
 
     # nodes
-    node_labels = _node_labels(get(NODE_LABELS_PART))
+    node_labels = _node_labels([s for i in range(MAX_LABEL_PARTS) for s in get(node_label_part(i))])
     labels: dict[str, Mapping[str, str]] = {}
     alloc: dict[str, dict[str, int]] = {}
     down: dict[str, dict[str, int]] = {}  # nodes with their device plugin away
@@ -1367,6 +1499,7 @@ def parse(
         s.labels.get("uid", ""): s.labels.get("type", "") for s in meta.get("restart_policy", ())
     }
     gated = {s.labels.get("uid", "") for s in meta.get("gated", ())}
+    not_read = selector_plan(samples, priorities, max_pods).not_read
 
     # a pod whose every GPU request is NaN or negative; one with another usable
     # request is placed on that one
@@ -1412,6 +1545,12 @@ def parse(
                 # takes no GPU from the pods behind it (module docstring)
                 rejected["being_deleted"] += 1
                 continue
+            wanted = selects.get(uid, {})
+            if uid not in gated and not_read.keys() & wanted.keys():
+                # a key whose node labels were not read (past the cap): which nodes hold
+                # it is not known, so where the pod may start is not either
+                rejected["selector_not_read"] += 1
+                continue
             c = created.get(uid)
             if c is None and uid in since:  # kube_pod_created missing (module docstring)
                 c = since[uid]
@@ -1434,7 +1573,9 @@ def parse(
                     # no series: missing, not tolerating nothing (module docstring)
                     tolerations.get(uid),
                     # held against the nodes by ClusterQueue (its docstring)
-                    node_selector=tuple(sorted(selects.get(uid, {}).items())),
+                    node_selector=tuple(
+                        sorted((k, v) for k, v in wanted.items() if k not in not_read)
+                    ),
                     uid=uid,
                     gated=uid in gated,
                     largest_container_units=largest,
@@ -1459,4 +1600,5 @@ def parse(
         nodes_read=tuple(sorted(nodes_read)),
         finished=tuple(sorted(finished)),
         priorities_unknown=dict(unknown),
+        selectors_not_read=dict(not_read),
     )

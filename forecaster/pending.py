@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpu_eta.common.text import first_of
-from gpu_eta.forecaster.kube_state import ClusterQueue
+from gpu_eta.forecaster.kube_state import MAX_SELECTOR_CHARS, MAX_SELECTOR_KEYS, ClusterQueue
 from gpu_eta.forecaster.queue_replay import (
     BLOCKED_ELSEWHERE,
     GATED,
@@ -109,6 +109,9 @@ class PendingSet:
     # first across cycles)
     selectors_unchecked: Mapping[str, int] = field(default_factory=dict)
     selectors_checked: tuple[str, ...] = ()
+    # ClusterQueue's: nodeSelector keys past the cap of the node labels' read → pending
+    # pods selecting each (those pods get no prediction: rejected selector_not_read)
+    selectors_not_read: Mapping[str, int] = field(default_factory=dict)
     # ClusterQueue's: pending pods without kube_pod_created, queued by when Prometheus
     # first saw them Pending
     created_missing: int = 0
@@ -204,6 +207,7 @@ def predict(
         tolerations_read=queue.tolerations_read,
         selectors_unchecked=queue.selectors_unchecked,
         selectors_checked=queue.selectors_checked,
+        selectors_not_read=queue.selectors_not_read,
         created_missing=queue.created_missing,
         priorities_unknown=queue.priorities_unknown,
     )
@@ -421,6 +425,9 @@ REJECTED_REASON = "pending_rejected"
 TAINTS_IGNORED = "taints_ignored"
 # not an error counted either: nodeSelector keys of pending pods that no node label shows
 SELECTORS_UNCHECKED = "selectors_unchecked"
+# nodeSelector keys past the cap of the node labels' read (their pods are counted
+# rejected, selector_not_read)
+SELECTORS_NOT_READ = "selectors_not_read"
 # not an error counted: no kube_pod_created for some pending pods, queued by when
 # Prometheus first saw them Pending
 CREATED_MISSING = "created_missing"
@@ -446,8 +453,10 @@ def error_counts(pending: PendingSet | None) -> dict[str, int]:
 def describe(pending: PendingSet | None) -> str:
     """One line on the queue's pods and series left without a prediction ("" when none),
     with ``kube_state``'s reasons, on taints not applied for want of tolerations and on
-    nodeSelector keys not checked for want of node labels and on priority classes
-    without a value: what an operator reads in the log."""
+    nodeSelector keys not checked for want of node labels, on those not read past the
+    cap of the node labels' read (``kube_state.selector_plan``: not "not allow-listed",
+    which they may well be) and on priority classes without a value: what an operator
+    reads in the log."""
     if pending is None:
         return ""
     parts = []
@@ -459,20 +468,22 @@ def describe(pending: PendingSet | None) -> str:
             "them (docs/pending.md)"
         )
     if pending.selectors_unchecked:
-        keys = ", ".join(
-            f"{key} ({n} pod{'s' if n > 1 else ''})" if n else key
-            for key, n in sorted(pending.selectors_unchecked.items())
-        )
+        keys = _per_pods(pending.selectors_unchecked)
         parts.append(
             f"pending GPU pods select nodes by {keys}, which no GPU node's kube_node_labels "
             "shows (not in kube-state-metrics' --metric-labels-allowlist=nodes=[...]): "
             "those keys are not held against any node (docs/pending.md)"
         )
-    if pending.priorities_unknown:
-        names = ", ".join(
-            f"{name} ({n} pod{'s' if n > 1 else ''})"
-            for name, n in sorted(pending.priorities_unknown.items())
+    if pending.selectors_not_read:
+        keys = _per_pods(pending.selectors_not_read)
+        parts.append(
+            f"pending GPU pods select nodes by {keys}, not read (more than "
+            f"{MAX_SELECTOR_KEYS} keys or {MAX_SELECTOR_CHARS:,} "
+            "characters of node labels a cycle, the keys of the pods first in the queue "
+            "read first): those pods get no prediction (docs/pending.md)"
         )
+    if pending.priorities_unknown:
+        names = _per_pods(pending.priorities_unknown)
         parts.append(
             f"pending GPU pods have priority classes {names} whose values are not known "
             "(kube-state-metrics exports the name only): they are queued at priority 0; "
@@ -501,7 +512,7 @@ def describe(pending: PendingSet | None) -> str:
 def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
     """What changes the queue's log line (``describe``): the rejections by reason and
     whether any pod is past ``--pending.max-pods``, taints are not applied, which
-    nodeSelector keys are not checked or which priority classes have no value. Not the number skipped, nor of pods selecting a
+    nodeSelector keys are not checked or not read, or which priority classes have no value. Not the number skipped, nor of pods selecting a
     key, which move with the queue every cycle (the counter has the former): one line
     per change, not per cycle; likewise whether creation times are missing, not for how
     many pods."""
@@ -523,7 +534,21 @@ def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
         if pending.priorities_unknown
         else ()
     )
-    return (*rejected, *skipped, *ignored, *unchecked, *missing, *unknown)
+    not_read = (
+        ((f"{SELECTORS_NOT_READ} {' '.join(sorted(pending.selectors_not_read))}", 1),)
+        if pending.selectors_not_read
+        else ()
+    )
+    return (*rejected, *skipped, *ignored, *unchecked, *missing, *unknown, *not_read)
+
+
+def _per_pods(counts: Mapping[str, int]) -> str:
+    """``a (3 pods), b (1 pod)``: names by name, each with the pending pods it counts
+    (a name alone where the count is 0: not known, a ``ServiceState`` mark kept)."""
+    return ", ".join(
+        f"{name} ({n} pod{'s' if n > 1 else ''})" if n else name
+        for name, n in sorted(counts.items())
+    )
 
 
 def _namespaces(names: Sequence[str], shown: int = 5) -> str:

@@ -15,13 +15,14 @@ pods first seen in the arrival window): ``QUERIES_PER_CYCLE`` (20) with one quer
 of each kind, whatever the number of jobs and pods. That keeps the load on Prometheus
 flat as the cluster grows, and makes the count checkable by a test. A few reads are cut
 into several queries, each extra query on top, each bounded by the configuration, not
-by the cluster (``MOST_QUERIES_PER_CYCLE``, 48 in all): a first cycle's range read of
+by the cluster (``MOST_QUERIES_PER_CYCLE``, 49 in all): a first cycle's range read of
 more than ``MAX_CHANGES_RUNS`` runs, in up to ``MAX_RANGE_WINDOWS`` time windows per
 template (``range_windows``: 18 more); the ending runs' GPU-use and memory means, in up
 to ``MAX_POD_QUERIES`` each (6 more, never with the windows); a round of the queue
 that does not fit one query of ``MAX_QUERY_CHARS`` for a site whose own GPU resource
 names (``--pending.gpu-resource``) are many and long (``kube_state.batches``: at most
-``len(PENDING) - 1`` more for the first round and 2 for the second; 32 names of 68
+``len(PENDING) - 1`` more for the first round and 3 for the second, whose node labels
+may come in two parts, ``kube_state.SECOND_ROUND_PARTS``; 32 names of 68
 characters: 4, the first round in 5); and the first query sent again when the cycle
 starts over at Prometheus' time (``Cycle.run``).
 (Folding the per-run queries the same way would save queries, not TSDB time:
@@ -756,12 +757,13 @@ MAX_RANGE_WINDOWS = 10
 #   at most MAX_UNKNOWN_RUNS runs (more make a full read), one window's worth, and a
 #   full read's means are one query each; so the larger of the two counts;
 # - the queue's rounds split for long resource names: at most len(PENDING) - 1 more
-#   for the first round and 2 for the second (kube_state.batches);
+#   for the first round and 3 for the second (kube_state.batches; its parts at most
+#   kube_state.SECOND_ROUND_PARTS: the node labels in two, since, arrivals seen);
 # - the cycle started over once its first answer shows the clocks apart (Cycle.run):
 #   that first query sent again.
 EXTRA_RANGE_WINDOWS = len(RANGE) * (MAX_RANGE_WINDOWS - 1)
 EXTRA_POD_QUERIES = len(SPAN) * (MAX_POD_QUERIES - 1)
-EXTRA_PENDING_QUERIES = len(PENDING) - 1 + 2
+EXTRA_PENDING_QUERIES = len(PENDING) - 1 + kube_state.SECOND_ROUND_PARTS - 1
 # The most queries one cycle sends: what the liveness probe's "wedged" limit allows
 # a cycle's queries (server.wedged_limit_seconds); docs/forecaster.md states it.
 MOST_QUERIES_PER_CYCLE = (

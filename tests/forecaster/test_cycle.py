@@ -65,7 +65,7 @@ _FOLDED = {
     ): tuple(queries.PENDING)
 }
 _SECOND_ROUND = (
-    kube_state.NODE_LABELS_PART,
+    *(kube_state.node_label_part(i) for i in range(kube_state.MAX_LABEL_PARTS)),
     kube_state.PENDING_SINCE_PART,
     kube_state.ARRIVALS_SEEN_PART,
 )
@@ -897,6 +897,40 @@ def test_the_nodes_labels_pending_pods_select_are_read_in_a_second_query(
     assert fs.pending is not None and fs.pending.selectors_checked == ("pool",)
     (waits,) = fs.pending.pods
     assert waits.prediction.status == "predicted"
+    assert waits.prediction.starts == pytest.approx(fs.jobs[0].completion_timestamps, abs=60)
+
+
+def test_node_labels_of_many_keys_are_read_in_parts_and_all_held(store: HistoryStore) -> None:
+    """Another pod selects 100 node-feature-discovery keys, more than one part of the
+    node labels' read holds (``kube_state.MAX_LABEL_PART_CHARS``): the keys are asked in
+    two parts, ``pool`` (last by name) in the second, whose answer is held as the
+    first's: the pod selecting ``pool: b`` waits for pool b's node."""
+    gpu = {"resource": "nvidia_com_gpu"}
+    features = {f"nodeselector_feature_node_kubernetes_io_f{i:03d}_x": "true" for i in range(100)}
+    second = kube_state.node_label_part(1)
+    ksm = {
+        "ksm_nodes": [s(1, node=n, label_nvidia_com_gpu_product="A100", **gpu) for n in "ab"],
+        "ksm_pods": [
+            s(1, namespace="ml", pod="pod-run", uid="u1", node="b", phase="Running", **gpu),
+            s(1, namespace="ml", pod="waits", uid="u2", phase="Pending", **gpu),
+            s(1, namespace="ml", pod="nfd", uid="u3", phase="Pending", **gpu),
+        ],
+        "ksm_pod_times": [s(NOW - 50, uid=u, time="created") for u in ("u2", "u3")],
+        "ksm_pod_meta": [
+            s(1, uid="u2", meta="nodeselectors", nodeselector_pool="b"),
+            s(1, uid="u3", meta="nodeselectors", **features),
+        ],
+        kube_state.NODE_LABELS_PART: [s(1, node="a"), s(1, node="b")],
+        second: [s(1, node="a", label_pool="a"), s(1, node="b", label_pool="b")],
+    }
+    client = CannedClient(merge(job("run", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300), ksm))
+    fs = make_cycle(client, store).run()
+    asked = "".join(q for q in client.seen if kube_state.NODE_LABELS_PART in q)
+    assert f'"{second}"' in asked and "label_pool" in asked
+    assert asked.count("label_feature_node_kubernetes_io_f") == 100
+    assert fs.queries == len(client.seen)
+    assert fs.pending is not None and fs.pending.selectors_checked == ("pool",)
+    waits = next(p for p in fs.pending.pods if p.pod == "waits")
     assert waits.prediction.starts == pytest.approx(fs.jobs[0].completion_timestamps, abs=60)
 
 

@@ -13,7 +13,7 @@ from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.forecast import ForecastSet
 from gpu_eta.forecaster.kube_state import ClusterQueue
-from gpu_eta.forecaster.pending import PendingSettings, error_counts, predict
+from gpu_eta.forecaster.pending import PendingSettings, describe, error_counts, predict
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.publish import Exposition, ServiceState
 from gpu_eta.forecaster.queue_replay import (
@@ -30,7 +30,14 @@ from gpu_eta.forecaster.queue_replay import (
 )
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import ScrapeJob, promtool
-from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, KsmToleration, exposition
+from gpu_eta.simulation.ksm import (
+    DEFAULT_LABEL_ALLOWLIST,
+    GPU,
+    KsmNode,
+    KsmPod,
+    KsmToleration,
+    exposition,
+)
 
 NOW = time.time()
 
@@ -1039,13 +1046,18 @@ def ksm_samples(client: PromClient, now: float) -> dict[str, list[Sample]]:
 
 
 def scraped(
-    prometheus_factory, ksm_target, nodes: list, pods: list, pending: int
+    prometheus_factory,
+    ksm_target,
+    nodes: list,
+    pods: list,
+    pending: int,
+    label_allowlist: tuple[str, ...] = DEFAULT_LABEL_ALLOWLIST,
 ) -> tuple[dict[str, list[Sample]], float]:
-    """``nodes`` and ``pods`` served as KSM and scraped by a real Prometheus until
-    ``pending`` pods show Pending: every queue query's answer then (``ksm_samples``),
-    and that moment."""
+    """``nodes`` and ``pods`` served as KSM (exporting the node labels
+    ``label_allowlist``) and scraped by a real Prometheus until ``pending`` pods show
+    Pending: every queue query's answer then (``ksm_samples``), and that moment."""
     target, body = ksm_target
-    body[0] = exposition(nodes, pods)
+    body[0] = exposition(nodes, pods, label_allowlist)
     prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
     prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=pending)
     now = time.time()
@@ -1977,29 +1989,115 @@ def _uuid(i: int) -> str:
 
 
 def test_the_second_round_stays_within_the_query_bound_however_many_pods() -> None:
-    """VictoriaMetrics refuses a query over 16 KiB: the folded second round, the
-    node labels of the most keys read with the first-seen query of 1 to 5,000 pods
-    without ``kube_pod_created`` and the arrivals first seen in the window, stays
-    within ``queries.MAX_QUERY_CHARS``; pods are named while that holds (some 100),
-    then every pending pod is asked for."""
+    """VictoriaMetrics refuses a query over 16 KiB: the second round, the node labels of
+    the most keys read (``selector_plan``'s cap, in keys of Kubernetes' longest, 317
+    characters, and in keys of 20) with the first-seen query of 1 to 5,000 pods without
+    ``kube_pod_created`` and the arrivals first seen in the window, is sent in queries
+    within ``queries.MAX_QUERY_CHARS`` (``batches``), ``SECOND_ROUND_PARTS`` at most;
+    pods are named while that holds (some 100), then every pending pod is asked for."""
     from gpu_eta.forecaster import queries
 
-    keys = [f"key_{k:02d}_" + "x" * 20 for k in range(kube_state.MAX_SELECTOR_KEYS)]
-    labels = kube_state.node_labels_query(keys)
-    assert labels is not None
+    long_keys = [f"k{k:03d}_" + "x" * (kube_state.MAX_KEY_CHARS - 5) for k in range(40)]
+    short_keys = [f"key_{k:03d}_" + "x" * 12 for k in range(kube_state.MAX_SELECTOR_KEYS + 10)]
     named = 0
-    for n in (1, 10, 100, 150, 1000, 5000):
-        since = kube_state.pending_since_query([_uuid(i) for i in range(n)])
-        assert since is not None
-        parts = {
-            kube_state.NODE_LABELS_PART: labels,
-            kube_state.PENDING_SINCE_PART: since,
-            kube_state.ARRIVALS_SEEN_PART: kube_state.ARRIVALS_SEEN,
-        }
-        rendered = queries.fold({k: kube_state.render(v, 3600) for k, v in parts.items()})
-        assert len(rendered) <= queries.MAX_QUERY_CHARS, n
-        named += "uid=~" in since
-    assert named >= 3  # 1, 10, 100 pods are named
+    for keys in (long_keys, short_keys):
+        meta = [
+            sample(uid="uid-p", meta="nodeselectors", **{f"nodeselector_{k}": "1" for k in keys})
+        ]
+        plan = kube_state.selector_plan({"ksm_pods": [pod_request("p", 1)], "ksm_pod_meta": meta})
+        assert plan.read and plan.not_read  # the cap is reached
+        labels = kube_state.node_label_parts(plan.read)
+        assert 1 <= len(labels) <= kube_state.MAX_LABEL_PARTS
+        assert sorted(k for q in labels.values() for k in re.findall(r"label_(\w+)", q)) == list(
+            plan.read
+        )
+        for n in (1, 10, 100, 150, 1000, 5000):
+            since = kube_state.pending_since_query([_uuid(i) for i in range(n)])
+            assert since is not None
+            parts = kube_state.rendered(
+                {
+                    **labels,
+                    kube_state.PENDING_SINCE_PART: since,
+                    kube_state.ARRIVALS_SEEN_PART: kube_state.ARRIVALS_SEEN,
+                },
+                3600,
+            )
+            sent = kube_state.batches(parts, queries.fold, queries.MAX_QUERY_CHARS)
+            assert len(sent) <= kube_state.SECOND_ROUND_PARTS, n
+            named += "uid=~" in since
+    assert named >= 6  # 1, 10, 100 pods are named
+
+
+def _selecting(pod: str, created_ago: float, keys: dict[str, str], **meta: str) -> dict:
+    """A pending pod's request, creation and nodeSelector series (``meta`` more of its
+    ``ksm_pod_meta`` series' kinds: ``gated="1"``)."""
+    uid = f"uid-{pod}"
+    return {
+        "ksm_pods": [pod_request(pod, 1)],
+        "ksm_pod_times": [sample(uid=uid, time="created", value=str(NOW - created_ago))],
+        "ksm_pod_meta": [
+            sample(
+                uid=uid, meta="nodeselectors", **{f"nodeselector_{k}": v for k, v in keys.items()}
+            ),
+            *(sample(uid=uid, meta=kind) for kind in meta),
+        ],
+    }
+
+
+def _merged(*parts: dict) -> dict:
+    out: dict = {}
+    for part in parts:
+        for name, series in part.items():
+            out.setdefault(name, []).extend(series)
+    return out
+
+
+def test_node_selector_keys_past_the_cap_are_read_by_the_queue_not_by_name():
+    """Pods selecting more keys than the node labels' read takes: every key of the
+    first ``--pending.max-pods`` pods in queue order is read (``pool``, though scores of
+    feature keys sort before it and a pod later in the queue selects them), then the
+    keys selected by the most pods. A pod selecting a key past the cap is not predicted
+    (``selector_not_read``: no node is known to carry that key), and the key is named
+    as not read, not as missing from the allow-list (``selectors_unchecked``); a gated
+    pod stays gated. Before, the first 32 keys by name were read and ``pool`` never."""
+    features = {f"feature_node_kubernetes_io_f{i:03d}": "true" for i in range(150)}
+    samples = _merged(
+        _selecting("first", 300, {"pool": "team-b"}),
+        _selecting("many", 200, features),
+        _selecting("two-zones", 100, {"zone": "z1"}),
+        _selecting("zone-too", 90, {"zone": "z1"}),
+        _selecting("held", 80, {"zz_rare": "x"}, gated="1"),
+        {
+            "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="4")],
+            kube_state.NODE_LABELS_PART: [sample(node="n1", label_pool="team-b")],
+        },
+    )
+    plan = kube_state.selector_plan(samples, max_pods=1)
+    assert "pool" in plan.read and "zone" in plan.read  # the queue's first, then 2 pods'
+    assert len(plan.read) == kube_state.MAX_SELECTOR_KEYS
+    assert plan.not_read == {
+        **{k: 1 for k in sorted(features)[kube_state.MAX_SELECTOR_KEYS - 2 :]},
+        "zz_rare": 1,
+    }
+    q = kube_state.parse(samples, NOW, max_pods=1)
+    assert {p.pod: (p.selector, p.gated) for p in q.pending} == {
+        "first": ((("pool", "team-b"),), False),
+        "two-zones": ((), False),
+        "zone-too": ((), False),
+        "held": ((), True),
+    }
+    assert q.rejected == {"selector_not_read": 1}  # "many"
+    assert q.selectors_not_read == plan.not_read
+    assert q.selectors_unchecked == {"zone": 2}  # read, and no node shows it
+    pending = predict(q, {}, [3600.0], NOW, PendingSettings(n_samples=5, max_pods=1))
+    line = describe(pending)
+    assert "zz_rare (1 pod), not read (more than 120 keys or 7,000 characters" in line
+    (allowlist,) = [part for part in line.split("; ") if "allowlist" in part]
+    assert "zone (2 pods)" in allowlist and "zz_rare" not in allowlist
+    assert "feature" not in allowlist
+    assert error_counts(pending)["pending_rejected"] == 1
+    # without a bound on the pods predicted every pod is in front: the keys of most pods
+    assert "zone" in kube_state.selector_plan(samples).read
 
 
 # (first seen, minutes ago; phase then, and minutes ago it turned Running or

@@ -33,7 +33,7 @@ from gpu_eta.simulation.ksm import (
     KsmPod,
     exposition,
 )
-from tests.forecaster.test_kube_state import ksm_samples
+from tests.forecaster.test_kube_state import ksm_samples, scraped
 
 PRODUCT = "nvidia.com/gpu.product"
 
@@ -80,6 +80,42 @@ def test_a_pod_pinned_to_a_pool_by_node_selector_waits_for_that_pool(
     (pod,) = result.pods
     assert pod.prediction.status == PREDICTED
     assert pod.prediction.starts[1] == pytest.approx(now + 7200, abs=60)
+
+
+def test_a_pod_selecting_many_feature_keys_does_not_unpin_another_pods_pool(
+    prometheus_factory, ksm_target
+):
+    """The pool case above, beside a pod of another tenant selecting 32
+    node-feature-discovery keys (``feature.node.kubernetes.io/...``, which sort before
+    ``pool``). Every key the pending pods select is read from ``kube_node_labels`` (up
+    to ``kube_state.MAX_SELECTOR_KEYS``), so ``pool`` is still held: ``wants-b`` waits
+    for pool b (+2 h). Read as the first 32 keys by name, ``pool`` was never asked, was
+    logged as not allow-listed, and ``wants-b`` was predicted to start now on pool a."""
+    now = time.time()
+    nodes = [
+        KsmNode("a-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-a"}),
+        KsmNode("b-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-b"}),
+    ]
+    features = {f"feature.node.kubernetes.io/f{i:02d}": "true" for i in range(32)}
+    pods = [
+        KsmPod(
+            "ml", "b-run", "u1", "Running", now - 900, {GPU: 4}, node="b-1", start_time=now - 890
+        ),
+        KsmPod(
+            "ml", "wants-b", "u2", "Pending", now - 60, {GPU: 1}, node_selector={"pool": "team-b"}
+        ),
+        KsmPod("other", "nfd", "u3", "Pending", now - 30, {GPU: 1}, node_selector=features),
+    ]
+    samples, now = scraped(prometheus_factory, ksm_target, nodes, pods, 2, (PRODUCT, "pool"))
+    q = kube_state.parse(samples, now)
+    assert "pool" in q.selectors_checked and "pool" not in q.selectors_unchecked
+    ends = {("ml", "b-run"): (now + 7200,) * 3}
+    result = predict(q, ends, [3600.0], now, PendingSettings(n_samples=20))
+    got = {p.pod: p.prediction for p in result.pods}
+    assert got["wants-b"].status == PREDICTED
+    assert got["wants-b"].starts[1] == pytest.approx(now + 7200, abs=60)
+    # the feature keys no node label shows are not held: that pod starts now, on pool a
+    assert got["nfd"].starts[1] == pytest.approx(now, abs=60)
 
 
 def deletion_timestamps(deleted: dict[tuple[str, str, str], float]) -> str:
@@ -538,7 +574,6 @@ def test_one_replica_per_container_lets_a_pod_of_two_one_gpu_containers_start(
 
     Checked against KSM ``pod.go`` (``kube_pod_container_resource_requests``, one
     series per container, ``container`` label) served to a real Prometheus."""
-    target, body = ksm_target
     now = time.time()
     nodes = [
         KsmNode("ts-1", {GPU: 4}, {PRODUCT: "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "4"})
@@ -564,12 +599,9 @@ def test_one_replica_per_container_lets_a_pod_of_two_one_gpu_containers_start(
             init_containers={"prep": {GPU: 2}},
         ),
     ]
-    body[0] = exposition(nodes, pods, label_allowlist=(PRODUCT, "nvidia.com/gpu.replicas"))
-    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
-    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=3)
-    client = PromClient(prom.url)
-    now = time.time()
-    q = kube_state.parse(ksm_samples(client, now), now)
+    allowlist = (PRODUCT, "nvidia.com/gpu.replicas")
+    samples, now = scraped(prometheus_factory, ksm_target, nodes, pods, 3, allowlist)
+    q = kube_state.parse(samples, now)
     assert {p.pod: p.units for p in q.pending} == {
         "two-containers": 2,
         "one-container": 2,

@@ -182,13 +182,25 @@ def read_queue(
     return samples, first, lengths
 
 
+def summed(answer: Iterable[Sample]) -> list[Sample]:
+    """``PODS``' answer (a series per container) summed over each pod's containers, as
+    the golden file holds it: the per-container read must add up to the pod's request
+    the one-query read summed in PromQL (``kube_state._PodRequests`` sums it)."""
+    sums: dict[tuple, float] = {}
+    for s in answer:
+        key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "container"))
+        sums[key] = sums.get(key, 0.0) + s.value
+    return [Sample(dict(key), value, AT) for key, value in sums.items()]
+
+
 def as_json(samples: Mapping[str, Iterable[Sample]]) -> dict[str, list[list]]:
     """Answers by part, each sorted, without the fold's tag (which query carried a part
-    is no part of its answer)."""
+    is no part of its answer); the pods' requests summed over their containers
+    (``summed``)."""
     return {
         name: sorted(
             [sorted((k, v) for k, v in s.labels.items() if k != queries.TAG), s.value]
-            for s in answer
+            for s in (summed(answer) if name == "ksm_pods" else answer)
         )
         for name, answer in sorted(samples.items())
     }
@@ -240,7 +252,14 @@ def test_the_queue_reads_answer_as_the_one_query_read_did(
     if not created:
         asked |= {kube_state.PENDING_SINCE_PART, kube_state.ARRIVALS_SEEN_PART}
     assert {name for name, answer in got.items() if answer} == {*kube_state.QUERIES, *asked}
+    # the per-container read: wants-shared's two containers (2 and 1), each its own
+    assert sorted(
+        (s.labels["container"], s.value)
+        for s in samples["ksm_pods"]
+        if s.labels["pod"] == "wants-shared"
+    ) == [("main", 2.0), ("side", 1.0)]
     queue = kube_state.parse(samples, AT, {}, PRIORITIES, ARRIVALS_SECONDS, resources)
+    assert {p.pod: p.largest_container_units for p in queue.pending}["wants-shared"] == 2
     assert {p.pod for p in queue.pending} == {
         "wants-a",
         "wants-3g",

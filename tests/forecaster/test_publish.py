@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -379,6 +380,21 @@ def test_the_queues_pods_left_out_are_counted_and_logged_once_per_change(
     assert [r.split(" ")[0] for r in cycle(PendingSet())] == ["INFO"]
 
 
+def logged_cycles(
+    caplog: pytest.LogCaptureFixture, state: ServiceState
+) -> Callable[[PendingSet], list[str]]:
+    """``state``'s successful cycles, each with ``pending``: what each logs (``LEVEL
+    message``)."""
+    caplog.set_level(logging.INFO, logger="gpu_eta.forecaster.publish")
+
+    def cycle(pending: PendingSet) -> list[str]:
+        caplog.clear()
+        state.success(ForecastSet(timestamp=NOW, pending=pending), 0.5, NOW)
+        return [f"{r.levelname} {r.getMessage()}" for r in caplog.records]
+
+    return cycle
+
+
 def test_taints_not_applied_for_want_of_tolerations_are_logged_once_not_counted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -387,14 +403,8 @@ def test_taints_not_applied_for_want_of_tolerations_are_logged_once_not_counted(
     namespaces and saying the taints are taken as tolerated, not repeated while it
     lasts, an INFO once a pod of that namespace shows its tolerations; no error
     counted (no series was unusable)."""
-    caplog.set_level(logging.INFO, logger="gpu_eta.forecaster.publish")
     state = ServiceState()
-
-    def cycle(pending: PendingSet) -> list[str]:
-        caplog.clear()
-        state.success(ForecastSet(timestamp=NOW, pending=pending), 0.5, NOW)
-        return [f"{r.levelname} {r.getMessage()}" for r in caplog.records]
-
+    cycle = logged_cycles(caplog, state)
     first = cycle(PendingSet(tainted_nodes=2, tolerations_missing=("ml", "vision")))
     assert len(first) == 1 and first[0].startswith("WARNING")
     assert "kube_pod_tolerations" in first[0] and "taken as tolerated" in first[0]
@@ -473,6 +483,23 @@ def test_node_selector_keys_not_checked_are_logged_once_per_change_not_counted(
     assert cycle(PendingSet(selectors_unchecked={"zone": 1}), NOW + 10)[0].startswith("WARNING")
     assert cycle(PendingSet(), NOW + 3000) == []
     assert [r.split(" ")[0] for r in cycle(PendingSet(), NOW + 3611)] == ["INFO"]
+
+
+def test_node_selector_keys_not_read_are_logged_as_not_read_once_per_change(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Keys past the cap of the node labels' read (``kube_state.selector_plan``): one
+    WARNING naming them as not read, with the cap, not as missing from KSM's
+    allow-list (they may well be in it); not repeated while the keys stay the same,
+    however many pods select them; their pods are counted rejected."""
+    state = ServiceState()
+    cycle = logged_cycles(caplog, state)
+    rejected = {"selector_not_read": 2}
+    (line,) = cycle(PendingSet(selectors_not_read={"zone": 2}, rejected=rejected))
+    assert line.startswith("WARNING") and "select nodes by zone (2 pods), not read" in line
+    assert "more than 120 keys or 7,000 characters" in line and "allowlist" not in line
+    assert cycle(PendingSet(selectors_not_read={"zone": 3}, rejected=rejected)) == []
+    assert cycle(PendingSet(selectors_not_read={"zone": 3, "rack": 1}, rejected=rejected))
 
 
 def test_a_mark_is_forgotten_an_hour_after_its_last_pod_and_the_newest_are_kept(

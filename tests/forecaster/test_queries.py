@@ -26,7 +26,7 @@ def test_the_most_queries_a_cycle_sends_counts_every_split_read() -> None:
     assert len(queries.range_windows(0, 6 * 3600, 1, queries.MAX_UNKNOWN_RUNS)) == 1
     windows = queries.range_windows(0, 6 * 3600, 1, 10**6)
     assert len(queries.RANGE) * (len(windows) - 1) == queries.EXTRA_RANGE_WINDOWS
-    assert queries.MOST_QUERIES_PER_CYCLE == queries.QUERIES_PER_CYCLE + 18 + 9 + 1 == 48
+    assert queries.MOST_QUERIES_PER_CYCLE == queries.QUERIES_PER_CYCLE + 18 + 10 + 1 == 49
 
 
 def test_fold_tags_every_part_and_unfold_splits_them_back() -> None:
