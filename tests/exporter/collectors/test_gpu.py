@@ -7,7 +7,9 @@ structs (``c_nvmlMemory_t``, ``c_nvmlUtilization_t``,
 the library uses, so the backend sees what it would see on a real node. Symbols a
 driver's library lacks (``missing``) fail as pynvml fails them, its unversioned
 wrappers included. ``process_record_bytes=32`` is an R525–R535-era driver whose
-``_v3`` process lists write 32-byte records, read by pynvml as 24-byte ones. Tests
+``_v3`` process lists write 32-byte records, read by pynvml as 24-byte ones. A MIG
+device handle (a ``Dev`` in a GPU's ``migs``) answers NOT_SUPPORTED to the utilisation
+calls, as real NVML does: its ``util`` and ``samples`` are never read. Tests
 use the real ``pynvml`` too: without a driver, ``open()`` must say so in one line,
 and its own process-list wrappers read what the fake's do.
 """
@@ -45,7 +47,7 @@ class Dev:
     uuid: str
     name: bytes | str
     index: int = 0
-    util: int = 0
+    util: int = 0  # nvmlDeviceGetUtilizationRates().gpu; never answered for a MIG instance
     used: int = 0  # allocated: what nvmlMemory_v2_t.used reports
     # set aside by the driver and firmware: nvmlMemory_v2_t.reserved, and counted in
     # nvmlMemory_t.used (v1) — never 0 on a real GPU
@@ -195,11 +197,17 @@ def fake_nvml(
         check("nvmlDeviceGetIndex", dev)
         return dev.index
 
+    def is_mig_device(dev: Dev) -> bool:
+        """Whether ``dev`` is a MIG device handle: an instance in a GPU's ``migs``."""
+        return any(dev is mig for parent in devices for mig in parent.migs.values())
+
     def nvmlDeviceGetUtilizationRates(dev: Dev) -> real.c_nvmlUtilization_t:
         check("nvmlDeviceGetUtilizationRates", dev)
-        if dev.mig_mode == real.NVML_DEVICE_MIG_ENABLE:
+        if dev.mig_mode == real.NVML_DEVICE_MIG_ENABLE or is_mig_device(dev):
             # NVML API doc, nvmlDeviceGetUtilizationRates: "On MIG-enabled GPUs,
-            # querying device utilization rates is not currently supported."
+            # querying device utilization rates is not currently supported." Neither
+            # on the GPU's handle nor on a MIG device handle (nvitop#5,
+            # dask/distributed#8693): an instance's ``util`` is never answered.
             raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
         return real.c_nvmlUtilization_t(gpu=dev.util, memory=0)
 
@@ -284,6 +292,8 @@ def fake_nvml(
 
     def nvmlDeviceGetProcessUtilization(dev: Dev, timeStamp: int) -> list:
         check("nvmlDeviceGetProcessUtilization", dev)
+        if is_mig_device(dev):  # not measured per instance either (as above)
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
         mod.last_seen_args.append(timeStamp)
         fresh = [s for s in dev.samples if s[1] > timeStamp]
         if not fresh:
@@ -455,14 +465,13 @@ def _a100_mig(**kw) -> Dev:
 
 def _mig_3g(name: bytes) -> Dev:
     """A 3g.20gb MIG instance (GPU instance 1) of an A100 named ``name``: 5 GiB used, no
-    utilisation (NVML measures none for an instance)."""
+    utilisation (NVML measures none for an instance: the fake answers NOT_SUPPORTED)."""
     return Dev(
         uuid="MIG-11111111-0000-0000-0000-000000000000",
         name=name,
         gpu_instance_id=1,
         used=5 * GIB,
         total=20 * GIB,
-        errors={"nvmlDeviceGetUtilizationRates": real.NVML_ERROR_NOT_SUPPORTED},
     )
 
 
@@ -548,7 +557,6 @@ def test_mig_instances_become_devices() -> None:
         gpu_instance_id=5,
         used=0,
         total=10 * GIB,
-        errors={"nvmlDeviceGetUtilizationRates": real.NVML_ERROR_NOT_SUPPORTED},
     )
     parent = _a100_mig(
         index=3, migs={0: mig_a, 4: mig_b}, procs=[(77, 4 * GIB, 1)], samples=[(77, 10, 99)]
@@ -1286,6 +1294,50 @@ def test_compute_instances_of_one_gpu_instance_are_one_device() -> None:
     series = [line.rpartition(" ")[0] for line in text.splitlines() if line[:1] != "#"]
     assert len(series) == len(set(series)), "the same series twice in one exposition"
     assert text.count('gpu_eta_gpu_memory_total_bytes{GPU_I_ID="3"') == 1
+
+
+def test_mig_instances_publish_no_utilisation() -> None:
+    """NVML measures no utilisation on a MIG device handle: it answers NOT_SUPPORTED to
+    ``nvmlDeviceGetUtilizationRates`` and ``nvmlDeviceGetProcessUtilization`` there
+    (NVML API reference; nvitop#5, dask/distributed#8693), as the fake does for every
+    instance, without a test opting in. So no instance and no holder of one has a
+    utilisation series: a 0 there is a figure real NVML never gives, an idle instance
+    that may be busy. Memory is still published."""
+    parent, ci_a, _ = _compute_instances_of_one_2g()
+    ci_a.procs = [(31, 2 * GIB, 3)]
+    ci_a.samples = [(31, 10, 50)]  # what a whole GPU would answer: not asked under MIG
+    nv = fake_nvml([parent])
+    for mig in parent.migs.values():
+        with pytest.raises(real.NVMLError_NotSupported):
+            nv.nvmlDeviceGetUtilizationRates(mig)
+        with pytest.raises(real.NVMLError_NotSupported):
+            nv.nvmlDeviceGetProcessUtilization(mig, 0)
+    poll = NvmlGpuSource(nv).poll()
+    assert [(d.gpu_instance_id, d.utilization_ratio) for d in poll.devices] == [
+        (3, None),
+        (9, None),
+    ]
+    assert [(p.pid, p.utilization_ratio) for p in poll.processes] == [(31, None)]
+    allocs = [
+        Allocation("ml", "a", "nb", "nvidia.com/mig-1c.2g.10gb", ci_a.uuid),
+        Allocation("ml", "c", "nb", "nvidia.com/mig-1g.5gb", "0:2"),
+    ]
+    pods = [PodMeta("ml", name, f"u-{name}", container_ids={"nb": f"c-{name}"}) for name in "ac"]
+    rows = attribute(poll, allocs, pods, {31: ContainerRef("c-a", "u-a")})
+    # c runs nothing on its instance, whose process list is complete: an idle holder
+    # by the process list (docs/attribution.md), not by a utilisation reading
+    assert [(r.pod, r.gpu_instance_id, r.utilization_ratio) for r in rows] == [
+        ("a", 3, None),
+        ("c", 9, 0.0),
+    ]
+    snap = Snapshot(node="n1", timestamp=0.0, devices=poll.devices, pod_gpus=rows)
+    text = SnapshotExposition(SnapshotHolder(snap), version="0").exposition().decode()
+    assert "gpu_eta_gpu_utilization_ratio{" not in text
+    assert [line for line in text.splitlines() if "pod_gpu_utilization_ratio{" in line] == [
+        'gpu_eta_pod_gpu_utilization_ratio{GPU_I_ID="9",UUID="' + parent.uuid + '",'
+        'container="nb",gpu="0",namespace="ml",node="n1",pod="c"} 0.0'
+    ]
+    assert text.count("gpu_eta_gpu_memory_used_bytes{GPU_I_ID=") == 2
 
 
 def test_mps_clients_are_the_devices_processes_and_the_server_is_none() -> None:
