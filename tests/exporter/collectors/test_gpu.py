@@ -443,6 +443,22 @@ def test_a_lost_mig_gpu_keeps_its_instances_unread() -> None:
     assert unresolved_allocations(poll, allocs) == ()
 
 
+def test_a_device_whose_index_nvml_cannot_give_is_named_by_its_position() -> None:
+    """``nvmlDeviceGetIndex`` failing (NVML API reference: UNKNOWN, among others) is no
+    failing GPU: the handle came from ``nvmlDeviceGetHandleByIndex(position)``, whose
+    index that position is, so the device is read on under it (label ``gpu``)."""
+    second = _gpu(1, util=40, errors={"nvmlDeviceGetIndex": real.NVML_ERROR_UNKNOWN})
+    second.index = 5  # the answer, were one given: unlike the position
+    nv = fake_nvml([_gpu(0, util=10), second])
+    poll = NvmlGpuSource(nv).poll()
+    assert poll.failures == ()
+    assert [(d.index, d.uuid, d.utilization_ratio) for d in poll.devices] == [
+        (0, _gpu(0).uuid, pytest.approx(0.1)),
+        (1, second.uuid, pytest.approx(0.4)),
+    ]
+    assert nv.calls.count("nvmlDeviceGetIndex") == 2
+
+
 def test_process_list_failure_keeps_the_device() -> None:
     dev = _gpu(
         0, util=30, errors={"nvmlDeviceGetComputeRunningProcesses": real.NVML_ERROR_NO_PERMISSION}
