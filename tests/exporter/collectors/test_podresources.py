@@ -38,6 +38,7 @@ from gpu_eta.exporter.readings import (
 )
 from gpu_eta.exporter.scheduler import Scheduler, Sources
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
+from tests.support.doc_signatures import code_defaults, documented_defaults
 from tests.support.podresources_server import PodResourcesServer
 
 UUID0 = "GPU-0a1b2c3d-0000-4000-8000-000000000000"
@@ -262,6 +263,13 @@ def test_gpu_resources_match_the_forecasters(name: str, gpu: bool) -> None:
     (kube-state-metrics spelling ``nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+``)."""
     assert is_gpu_resource(name) is gpu
     assert bool(re.fullmatch(GPU_RESOURCES, ksm_label(name))) is gpu
+
+
+def test_the_documented_signature_has_the_codes_defaults() -> None:
+    """docs/attribution.md shows ``PodResourcesSource``'s defaults: the ones it has."""
+    assert documented_defaults("attribution.md", "PodResourcesSource") == code_defaults(
+        PodResourcesSource
+    )
 
 
 def test_missing_socket_names_the_path(sock_dir: Path) -> None:
