@@ -9,14 +9,17 @@ and keep holding GPUs; the exporter must keep attributing them. So ``poll()``
 never blocks and never fails once a first list has succeeded; how fresh the cache
 is, is reported by ``status()`` (``connected``, ``last_sync_timestamp``).
 
-The loop (a daemon thread): list → watch from the list's resourceVersion →
-events update the cache → when the watch ends (server timeout, ``resync_seconds``)
-watch again from the last resourceVersion seen, relisting every
-``resync_seconds``; a ``410 Gone`` (ERROR event or HTTP status) relists at once
-(a second in a row, each within a second of its watch's start, backs off first);
-a list page's expired continue token (410) starts the list again, at most
-``LIST_RESTARTS`` times in a row; any other error backs off exponentially
-(``backoff_initial_seconds`` doubling to ``backoff_max_seconds``) and then relists.
+The loop (a daemon thread), client-go's reflector's: list → watch from the list's
+resourceVersion (``allowWatchBookmarks``) → events update the cache → when the watch
+ends on its server timeout (``watch_timeout_seconds``) watch again from the last
+resourceVersion seen, an event's or a bookmark's. A list is sent only at start, on
+a ``410 Gone`` (ERROR event or HTTP status: relisted at once; a second in a row,
+each within a second of its watch's start, backs off first) and after any other
+error (backed off exponentially, ``backoff_initial_seconds`` doubling to
+``backoff_max_seconds``, then relisted); a list page's expired continue token (410)
+starts the list again, at most ``LIST_RESTARTS`` times in a row. Never on a timer:
+the list is the one costly request (``LIST_PAGE_PODS``), a watch resumed from a
+resourceVersion is served from the API server's watch cache.
 The HTTP stream is read by this module (the client's ``_preload_content=False``
 response) so each event line is bounded in size before it is parsed. The client
 raises ``ApiException`` for every answer outside 2xx, with ``_preload_content=False``
@@ -26,10 +29,14 @@ returns is a 2xx one, and statuses are read from the exception.
 Job-level deadlines: a ``batch/v1`` Job's ``spec.activeDeadlineSeconds`` is not
 copied to its pods, and it is how most people bound a training job. For a pod
 whose controller is a Job, the watch thread GETs that Job (one GET per Job, cached
-for ``resync_seconds``; needs ``get`` on ``jobs.batch``) and the pod's deadline is
+for ``job_cache_seconds``; needs ``get`` on ``jobs.batch``) and the pod's deadline is
 the earliest of its own, its annotation's and the Job's ``status.startTime +
-spec.activeDeadlineSeconds``. A refused or failed GET is logged once and leaves the
-pod's own deadline: it never delays or breaks the pod watch beyond its timeout.
+spec.activeDeadlineSeconds``. Between two watches the Jobs of the cached pods that
+still run are read again once their cache entry is older than ``job_cache_seconds``
+(a Job GET before the Job controller set its ``startTime``, a refused one, a changed
+deadline): no relist is needed for it. A refused or failed GET is logged once and
+leaves the pod's own deadline: it never delays or breaks the pod watch beyond its
+timeout.
 """
 
 from __future__ import annotations
@@ -88,11 +95,22 @@ MAX_LIST_BYTES = 64 * 1024 * 1024  # one list, all its pages together
 # Pods asked for per page of a list. Each page is parsed into the cache's small records
 # before the next is asked for: a batch node keeps every finished Job pod without a TTL
 # in the API, and a whole list of 6,000 of them parsed at once took the exporter past
-# its 384Mi limit at every relist. The list is asked with no resourceVersion, a
+# its 384Mi limit at each list. The list is asked with no resourceVersion, a
 # consistent read from etcd, which honours limit; not as client-go's reflector first
 # lists, with resourceVersion=0, which the API server answers from its watch cache
 # and there may ignore limit: the whole list in one answer, the peak paging removes.
+# That read is the costly request: etcd has no index on spec.nodeName, so each page
+# of one node's list reads every pod of the cluster (API servers up to about 1.32
+# send a limited list without resourceVersion to etcd). Hence a list only at start,
+# on 410 and after an error (``_run``), never on a timer.
 LIST_PAGE_PODS = 500
+# timeoutSeconds of one watch: the API server ends it then and the watch is resumed
+# from the last resourceVersion (no list); a healthy watch thus syncs (clean end,
+# ``last_sync_timestamp``) at least this often, which GpuEtaExporterKubeSyncStale's
+# 600 s (rules/) counts on
+WATCH_TIMEOUT_SECONDS = 300
+# how long a Job's GET (its deadline, or its failure) is used before it is asked again
+JOB_CACHE_SECONDS = 300
 MAX_CONTINUE_CHARS = 64 * 1024  # one page's continue token (the API's are ~100 characters)
 # Times in a row a list starts again from its first page when a continue token expired
 # (410) before it fails as any error does (logged, backed off). A token expires when
@@ -357,6 +375,12 @@ def _pod_ips(obj: dict) -> tuple[str, ...]:
     return tuple(ips)
 
 
+def _earliest(*deadlines: float | None) -> float | None:
+    """The earliest of the deadlines given; None when none is."""
+    known = [d for d in deadlines if d is not None]
+    return min(known) if known else None
+
+
 def _continue_token(metadata: Mapping[str, Any]) -> str | None:
     """A list page's continue token; None on the last page (no ``continue``, or the
     empty one the API's omitempty never sends). ``CollectorError`` for one present but
@@ -456,8 +480,9 @@ class KubePodSource:
         node_name: str,
         kubeconfig: str | None = None,
         api_url: str | None = None,
-        resync_seconds: float = 300,
         *,
+        watch_timeout_seconds: float = WATCH_TIMEOUT_SECONDS,
+        job_cache_seconds: float = JOB_CACHE_SECONDS,
         request_timeout_seconds: float = 10.0,
         backoff_initial_seconds: float = 1.0,
         backoff_max_seconds: float = 30.0,
@@ -471,7 +496,8 @@ class KubePodSource:
         self.node_name = node_name
         self.kubeconfig = kubeconfig
         self.api_url = api_url
-        self.resync_seconds = resync_seconds
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.job_cache_seconds = job_cache_seconds
         self.request_timeout_seconds = request_timeout_seconds
         self.backoff_initial_seconds = backoff_initial_seconds
         self.backoff_max_seconds = backoff_max_seconds
@@ -498,6 +524,9 @@ class KubePodSource:
         self._batch: Any = None
         # watch thread only: Job -> (deadline or None, monotonic time of the GET)
         self._jobs: dict[JobKey, tuple[float | None, float]] = {}
+        # watch thread only: uid of each cached pod a Job controls -> (its Job, the
+        # pod's own deadline, the Job's not folded in), to read its Job again
+        self._job_pods: dict[str, tuple[JobKey, float | None]] = {}
         self._job_error = ""
         self._job_pause_until = 0.0  # after a network failure: no Job GETs until then
 
@@ -627,11 +656,15 @@ class KubePodSource:
         objects: dict[str, PodMeta] = {}
         ips: dict[str, _Addresses] = {}
         jobs: set[JobKey] = set()
+        job_pods: dict[str, tuple[JobKey, float | None]] = {}
         kept = (live + done)[: self.max_pods]
         for meta, addresses, job in kept:
+            if job is not None:
+                job_pods[meta.uid] = (job, meta.deadline_timestamp)
             meta = self._with_job_deadline(meta, job, jobs)
             objects[meta.uid] = meta
             ips[meta.uid] = addresses
+        self._job_pods = job_pods
         # the list names every pod there is: the finished ones left out are the record
         # (those recorded before and now absent were deleted); the first ``fitted`` of
         # them found room after the live ones
@@ -655,19 +688,26 @@ class KubePodSource:
         except PodObjectError as err:
             log.debug("kube: skipping %s event: %s", kind, err)
             return
+        job, own_deadline = None, meta.deadline_timestamp
         if kind != "DELETED":
-            meta = self._with_job_deadline(meta, job_owner(obj), set())
+            job = job_owner(obj)
+            meta = self._with_job_deadline(meta, job, set())
         with self._lock:
             if kind == "DELETED":
                 self._objects.pop(meta.uid, None)
                 self._ips.pop(meta.uid, None)
                 self._outside.pop(meta.uid, None)
+                self._job_pods.pop(meta.uid, None)
             else:
                 if meta.uid not in self._objects and not self._make_room(meta):
                     return  # only the record of finished pods left out changed
                 self._outside.pop(meta.uid, None)
                 self._objects[meta.uid] = meta
                 self._ips[meta.uid] = _addresses(obj)
+                if job is None:
+                    self._job_pods.pop(meta.uid, None)
+                else:
+                    self._job_pods[meta.uid] = (job, own_deadline)
             self._last_sync = time.time()
             self._rebuild()
 
@@ -679,19 +719,51 @@ class KubePodSource:
         if key is None or not self.job_deadlines or self._batch is None:
             return meta
         seen.add(key)
-        deadline = self._job_deadline(key)
-        if deadline is None:
-            return meta
-        if meta.deadline_timestamp is not None and meta.deadline_timestamp <= deadline:
+        deadline = _earliest(meta.deadline_timestamp, self._job_deadline(key))
+        if deadline == meta.deadline_timestamp:
             return meta
         return replace(meta, deadline_timestamp=deadline)
 
+    def _refresh_job_deadlines(self) -> None:
+        """Read again the Jobs of the cached pods that still run whose GET is older than
+        ``job_cache_seconds``, and fold their deadlines in anew (watch thread, between
+        two watches).
+
+        Why: a pod's Job is otherwise read only when the pod is listed or changes, and
+        a running pod may not change for hours; its Job read once before the Job
+        controller set ``status.startTime`` (no deadline yet), or refused, or given a
+        new ``activeDeadlineSeconds``, would keep the pod's deadline wrong until the
+        next list, and lists are sent only at start, on 410 and after errors. Finished
+        pods are left as they are: no ETA is made for them, and a batch node may keep
+        thousands, each of its own Job.
+        """
+        if not self.job_deadlines or self._batch is None:
+            return
+        with self._lock:
+            running = {uid for uid, meta in self._objects.items() if not pod_finished(meta)}
+        referenced = {job for job, _ in self._job_pods.values()}
+        self._jobs = {key: value for key, value in self._jobs.items() if key in referenced}
+        folded = {
+            uid: _earliest(own, self._job_deadline(job))
+            for uid, (job, own) in self._job_pods.items()
+            if uid in running
+        }
+        with self._lock:
+            changed = False
+            for uid, deadline in folded.items():
+                meta = self._objects.get(uid)
+                if meta is not None and meta.deadline_timestamp != deadline:
+                    self._objects[uid] = replace(meta, deadline_timestamp=deadline)
+                    changed = True
+            if changed:
+                self._rebuild()
+
     def _job_deadline(self, key: JobKey) -> float | None:
-        """The Job's deadline, from the cache or one GET (cached for ``resync_seconds``,
-        failures too: a Job is asked at most once per resync)."""
+        """The Job's deadline, from the cache or one GET (cached for
+        ``job_cache_seconds``, failures too: a Job is asked at most once in that time)."""
         cached = self._jobs.get(key)
         now = time.monotonic()
-        if cached is not None and now - cached[1] < self.resync_seconds:
+        if cached is not None and now - cached[1] < self.job_cache_seconds:
             return cached[0]
         if now < self._job_pause_until:
             # the last GET did not get an answer: a relist of many Job pods must not
@@ -699,8 +771,8 @@ class KubePodSource:
             return None if cached is None else cached[0]
         deadline, error = self._get_job(key)
         if error and not error.startswith("HTTP "):
-            self._job_pause_until = time.monotonic() + min(60.0, self.resync_seconds)
-        if len(self._jobs) >= 2 * self.max_pods:  # bounded between relists
+            self._job_pause_until = time.monotonic() + min(60.0, self.job_cache_seconds)
+        if len(self._jobs) >= 2 * self.max_pods:  # bounded between lists and refreshes
             self._jobs.clear()
         self._jobs[key] = (deadline, now)
         if error and error != self._job_error:  # once per change of cause
@@ -768,6 +840,7 @@ class KubePodSource:
             if victim is not None:
                 self._keep_outside(self._objects.pop(victim))
                 self._ips.pop(victim, None)
+                self._job_pods.pop(victim, None)
                 self._warn_finished()
                 return True
             self._refused_running = True
@@ -801,22 +874,23 @@ class KubePodSource:
     # -- loop -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        """List, then watch and watch again from the last resourceVersion; list again
+        only when there is none to watch from: at start, after a 410, after an error."""
         backoff = self.backoff_initial_seconds
         resource_version: str | None = None
-        listed_at = 0.0
         watch_started = 0.0
         quick_gone = 0  # 410s in a row, each within a second of its watch's start
         while not self._stop.is_set():
             try:
-                if resource_version is None or time.monotonic() - listed_at >= self.resync_seconds:
+                if resource_version is None:
                     resource_version = self._list()
-                    listed_at = time.monotonic()
                     self._set_error("")
-                remaining = max(1.0, self.resync_seconds - (time.monotonic() - listed_at))
                 watch_started = time.monotonic()
-                resource_version = self._watch(resource_version, remaining)
+                resource_version = self._watch(resource_version, self.watch_timeout_seconds)
                 backoff = self.backoff_initial_seconds
                 quick_gone = 0
+                if not self._stop.is_set():
+                    self._refresh_job_deadlines()
                 if time.monotonic() - watch_started < 1.0:
                     # a server that ends watches at once must not make us spin
                     self._stop.wait(self.backoff_initial_seconds)

@@ -24,14 +24,12 @@ def _call(span: str) -> str:
 
 def documented_defaults(doc: str, name: str) -> dict[str, Any]:
     """The keyword defaults ``docs/<doc>`` shows in its signature of ``name``: the one
-    inline-code span opening ``name(`` that names its parameters (not an example call
-    with ``...``), wrapped across lines or not; each default as a Python value."""
+    inline-code span opening ``name(`` at the start of a line (a section's heading
+    signature, not a call in the text), wrapped across lines or not; each default as a
+    Python value."""
     text = (DOCS / doc).read_text(encoding="utf-8")
-    calls = [
-        call
-        for call in map(_call, re.findall(r"`(" + re.escape(name) + r"\([^`]*)`", text))
-        if "..." not in call and "…" not in call
-    ]
+    spans = re.findall(r"^`(" + re.escape(name) + r"\([^`]*)`", text, flags=re.MULTILINE)
+    calls = [_call(span) for span in spans]
     assert len(calls) == 1, f"docs/{doc}: {len(calls)} signatures of {name}, want 1"
     call = ast.parse(calls[0].replace("*,", ""), mode="eval").body
     assert isinstance(call, ast.Call), f"docs/{doc}: the signature of {name} is no call"

@@ -194,6 +194,9 @@ class FakeKubeAPI:
         # version, never too old
         self.expire_every_watch = False
         self._events: list[tuple[int, str, dict[str, Any]]] = []
+        # bookmarks asked for so far: a count, not events, so that one asked after a
+        # compaction (which clears the events) still reaches the open watches
+        self._bookmarks = 0
         self._rv = 100
         self._floor = 0
         self._generation = 0
@@ -246,7 +249,7 @@ class FakeKubeAPI:
     def bookmark(self) -> None:
         """Ask open watches that allowed bookmarks to send one now."""
         with self._cond:
-            self._events.append((self._rv, "BOOKMARK", {}))
+            self._bookmarks += 1
             self._cond.notify_all()
 
     def end_watches(self) -> None:
@@ -254,6 +257,11 @@ class FakeKubeAPI:
         with self._cond:
             self._ends += 1
             self._cond.notify_all()
+
+    def current_version(self) -> int:
+        """The store's resourceVersion now (etcd's revision)."""
+        with self._cond:
+            return self._rv
 
     def open_watches(self) -> int:
         with self._cond:
@@ -537,7 +545,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             deadline = time.monotonic() + timeout
             sent_upto = start
-            bookmark_seen = len(api._events)
+            bookmark_seen = api._bookmarks
             while True:
                 with api._cond:
                     while True:
@@ -545,15 +553,15 @@ class _Handler(BaseHTTPRequestHandler):
                             return  # killed: drop the connection without a final chunk
                         if api._ends != ends:
                             remaining = 0.0
-                            fresh, marks = [], []
+                            fresh, marks = [], False
                             break
-                        fresh = [e for e in api._events if e[0] > sent_upto and e[1] != "BOOKMARK"]
-                        marks = [e for e in api._events[bookmark_seen:] if e[1] == "BOOKMARK"]
+                        fresh = [e for e in api._events if e[0] > sent_upto]
+                        marks = api._bookmarks != bookmark_seen
                         remaining = deadline - time.monotonic()
                         if fresh or marks or remaining <= 0:
                             break
                         api._cond.wait(min(remaining, 0.5))
-                    bookmark_seen = len(api._events)
+                    bookmark_seen = api._bookmarks
                 if remaining <= 0 and not fresh and not marks:
                     self._end()
                     ended = True

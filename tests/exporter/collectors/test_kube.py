@@ -40,6 +40,7 @@ from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import Allocation, DeviceReading, GpuPoll
 from gpu_eta.exporter.scheduler import Scheduler, Sources
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
+from tests.support.doc_signatures import code_defaults, documented_defaults
 from tests.support.kubeapi import FakeKubeAPI, make_job, make_pod
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kube"
@@ -339,6 +340,66 @@ def test_cache_survives_the_api_server_going_away_and_resumes(
     wait_for(lambda: names(src) == ["train-a", "train-b"])
     wait_for(lambda: src.status().connected and src.status().last_error == "")
     assert src.status().last_sync_timestamp > before
+    assert api.count(watch=False) == 2  # the start's list and one after the error
+
+
+def _watch_versions(api: FakeKubeAPI) -> list[str]:
+    """The resourceVersion each pod watch served so far was asked from."""
+    return [
+        q.get("resourceVersion", "")
+        for path, q in api.requests
+        if path == "/api/v1/pods" and q.get("watch") == "true"
+    ]
+
+
+def _stored_version(api: FakeKubeAPI, name: str) -> str:
+    """The resourceVersion of pod ``name`` as the API server stores it."""
+    with api._cond:
+        return api._pods[("default", name)]["metadata"]["resourceVersion"]
+
+
+def _next_watch(api: FakeKubeAPI) -> None:
+    """Wait until the API serves one more pod watch than now (the last one ended)."""
+    watches = api.count(watch=True)
+    wait_for(lambda: api.count(watch=True) > watches, timeout_seconds=30)
+
+
+def test_a_long_running_watch_sends_no_list(api: FakeKubeAPI, source_factory) -> None:
+    """Watches that end on their server timeout are resumed from the last
+    resourceVersion seen, never by a list: a list of one node's pods is a consistent
+    read the API server sends to etcd, which has no index on spec.nodeName and reads
+    every pod of the cluster for it. A relist every 5 minutes from every node was a
+    full scan of the pod keyspace per node per 5 minutes (1,000 nodes: ~3 a second)."""
+    api.add_pod(make_pod("train-1", uid=uid(1)))
+    src = source_factory(api.url, watch_timeout_seconds=1, job_deadlines=False)
+    wait_for(lambda: src.status().connected and names(src) == ["train-1"])
+    for n in (2, 3, 4):
+        _next_watch(api)  # the one before timed out
+        api.add_pod(make_pod(f"train-{n}", uid=uid(n)))
+        wait_for(lambda want=n: len(src.poll()) == want)
+    _next_watch(api)
+    assert api.count(watch=False) == 1, "a list was sent while the watch ran"
+    assert api.count(watch=True) >= 5
+    # the watch after the last event resumed from that event's version
+    assert _watch_versions(api)[-1] == _stored_version(api, "train-4")
+
+
+def test_a_watch_resumes_from_a_bookmark_past_compaction(api: FakeKubeAPI, source_factory) -> None:
+    """A bookmark carries the server's current resourceVersion: a watch that ends on
+    its timeout after etcd compacted every version the cache saw (other objects of
+    the cluster moved it on) resumes from the bookmark's, not refused 410 and listed."""
+    api.add_pod(make_pod("train-a", uid=uid(1)))
+    src = source_factory(api.url, job_deadlines=False)
+    wait_for(lambda: src.status().connected and names(src) == ["train-a"])
+    synced = src.status().last_sync_timestamp
+    api.compact()
+    time.sleep(0.05)
+    api.bookmark()
+    wait_for(lambda: src.status().last_sync_timestamp > synced)
+    api.end_watches()  # its server timeout
+    wait_for(lambda: api.count(watch=True) == 2 and src.status().connected)
+    assert int(_watch_versions(api)[-1]) == api.current_version()
+    assert api.count(watch=False) == 1 and api.expired_watches == 0
 
 
 def test_expired_resource_version_relists(api: FakeKubeAPI, source_factory) -> None:
@@ -1063,6 +1124,33 @@ def test_a_jobs_active_deadline_becomes_its_pods_deadline(api: FakeKubeAPI, sour
     assert api.job_gets() == 1
 
 
+def test_a_running_pods_job_is_read_again_between_watches_without_a_list(
+    api: FakeKubeAPI, source_factory
+) -> None:
+    """The Job controller writes a Job's status (its ``startTime``, whence the deadline
+    counts) after creating its pods: a Job read at its pod's first sight may have no
+    deadline yet. Its GET is used for ``job_cache_seconds``; then, between two watches,
+    the Job of each cached pod that still runs is read again, so the pod gets its
+    deadline with no list sent. A finished pod's Job is not read again."""
+    api.add_job(make_job("train", "ml", start_time=None))  # not started yet
+    api.add_pod(make_pod("train-a", "ml", uid=uid(1)))
+    done = make_pod("done-a", "ml", uid=uid(2), owner=("Job", "done"), phase="Succeeded")
+    done["metadata"]["ownerReferences"][0]["uid"] = uid(102)
+    api.add_job(make_job("done", "ml", uid=uid(102)))
+    api.add_pod(done)
+    src = source_factory(api.url, watch_timeout_seconds=1, job_cache_seconds=0.5)
+    wait_for(lambda: len(src.poll()) == 2)
+    assert {p.name: p.deadline_timestamp for p in src.poll()} == {
+        "done-a": JOB_START + 3600,
+        "train-a": None,
+    }
+    api.add_job(make_job("train", "ml"))  # the controller's status write
+    wait_for(lambda: src.poll()[1].deadline_timestamp == JOB_START + 3600, timeout_seconds=30)
+    assert api.count(watch=False) == 1 and api.count(watch=True) >= 2
+    gets = [path.rsplit("/", 1)[1] for path, _ in api.requests if path.startswith("/apis/")]
+    assert gets.count("done") == 1 and gets.count("train") >= 2
+
+
 def test_forbidden_or_missing_jobs_leave_the_pod_deadline_and_log_once(
     api: FakeKubeAPI, source_factory, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1128,6 +1216,11 @@ def test_an_unreachable_jobs_api_is_not_asked_once_per_job(caplog) -> None:
     assert [m.deadline_timestamp for m in metas] == [None] * 5
     assert Unreachable.calls == 1  # then paused: a relist does not wait 5 timeouts
     assert sum("cannot read Job" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_the_documented_signature_has_the_codes_defaults() -> None:
+    """docs/attribution.md shows ``KubePodSource``'s defaults: the ones it has."""
+    assert documented_defaults("attribution.md", "KubePodSource") == code_defaults(KubePodSource)
 
 
 def test_kube_max_pods_flag_reaches_the_source(api: FakeKubeAPI) -> None:
