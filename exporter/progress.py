@@ -446,9 +446,17 @@ def unnamed_run_id(
     it and from the earlier ones of the chain, and folding the same reports again (a
     restart: the state file and journal keep the run before) gives the same ids.
     """
-    if previous is not None and start <= _sender_start(previous) + _SAME_START_SECONDS:
+    if _chained(previous, start):
+        assert previous is not None
         return derived_run_id(namespace, pod, container, source, start, after=previous.run_id)
     return derived_run_id(namespace, pod, container, source, start)
+
+
+def _chained(previous: Progress | None, start: float) -> bool:
+    """Whether a new unnamed run stating ``start`` follows ``previous`` under the same
+    stated start (not after the one ``previous``'s sender stated, within 1 ms): its id
+    is chained on ``previous``'s, and it begins when it is seen, not at that start."""
+    return previous is not None and start <= _sender_start(previous) + _SAME_START_SECONDS
 
 
 # Two start times this close are one start: the client sends its start rounded to 1 ms.
@@ -793,6 +801,12 @@ def advance(
             # node's): the new run starts at the end at the earliest
             start = max(now, previous.ended_timestamp)
         run_id = report.run_id or unnamed_run_id(previous, namespace, pod, container, source, start)
+        if report.run_id is None and _chained(previous, start):
+            # chained on the run before (its stated start is not after that run's): it
+            # began now, at that run's end or last report at the earliest. Kept at the
+            # stated start, its first epoch read as lasting since the run before began
+            assert previous is not None
+            start = max(now, previous.ended_timestamp or previous.last_report_timestamp)
         base = Progress(
             namespace=namespace,
             pod=pod,

@@ -556,6 +556,30 @@ def test_runs_without_a_run_id_stating_one_start_never_share_an_id():
     assert [p.run_id for p in fold(NOW + 5, *reports)] == [p.run_id for p in runs]
 
 
+def test_a_chained_run_without_a_run_id_starts_when_it_begins_not_at_the_stated_start():
+    """A script stating one ``run_start`` S and no run_id trains 3 epochs of 60 s, ends
+    at S+181, then trains again (``start``, still S) at S+1000: the new run took S as
+    its start, so its first epoch, ended at S+1060, read as 1,060 s. A chained run (its
+    stated start not after the run before's) starts when it begins, at the run
+    before's end at the earliest; its reports still match it by S. The same for a
+    counter going back without an end."""
+    p = _adv(None, Report(event="start", run_start=NOW, epoch=0, epochs=3), NOW)
+    for k in (1, 2, 3):
+        p = _adv(p, Report(run_start=NOW, epoch=k, epochs=3), NOW + 60 * k)
+    ended = _adv(p, Report(event="end", run_start=NOW, epoch=3, epochs=3), NOW + 181)
+    again = _adv(ended, Report(event="start", run_start=NOW, epoch=0, epochs=3), NOW + 1000)
+    assert again.run_id != ended.run_id
+    assert again.run_start_timestamp == NOW + 1000
+    assert again.sender_start_timestamp == NOW
+    first = _adv(again, Report(run_start=NOW, epoch=1, epochs=3), NOW + 1060)
+    assert first.run_id == again.run_id
+    assert first.epoch_end_timestamp - first.run_start_timestamp == 60
+    back = _adv(p, Report(run_start=NOW, epoch=1, epochs=3), NOW + 2000)  # no end
+    assert back.run_id != p.run_id and back.run_start_timestamp == NOW + 2000
+    # the same reports folded again (a restart) give the same start and id
+    assert _adv(ended, Report(event="start", run_start=NOW, epoch=0, epochs=3), NOW + 1000) == again
+
+
 def test_a_start_without_a_run_id_repeating_the_current_runs_start_changes_nothing():
     """``{"event": "start", "run_start": T, "epochs": 5}``, ``{"epoch": 3}``, the same
     start again (a retried POST), ``{"epoch": 1}``: the repeat changes nothing (as for
