@@ -875,6 +875,7 @@ def advance(
         # the forecaster reads as the run's origin; any other report's, by its time
         epoch_end = base.run_start_timestamp if report.event == "start" else stamp
     begun = start_step(report, base.run_start_timestamp, stamp) if new_run else base.start_step
+    begun = start_step_within(begun, step, steps)
     return Progress(
         namespace=namespace,
         pod=pod,
@@ -916,6 +917,22 @@ def start_step(report: Report, run_start: float, stamp: float) -> float | None:
     if step is None or not step > 0:
         return None
     return step if report.event == "start" or run_start >= stamp else None
+
+
+def start_step_within(begun: float | None, step: float | None, steps: float | None) -> float | None:
+    """``begun`` (a run's start step) while the run's step and planned steps are not
+    below it, else None. Pure.
+
+    Why drop it rather than refuse the report: a run's step may go back under its
+    start step and stay in the run (a named run's counter reset for a new phase); the
+    start step then says nothing of where the run's work began, and refused, the run's
+    ``end`` was lost, and a row saved so (ended by its pod's exit at the step it
+    reached) was discarded as damaged at the next start, the run lost with it."""
+    if begun is None:
+        return None
+    if (step is not None and step < begun) or (steps is not None and steps < begun):
+        return None
+    return begun
 
 
 def _epoch_beyond(base: Progress, epoch: float | None) -> float | None:
@@ -972,6 +989,7 @@ def ended_by_exit(progress: Progress, now: float) -> Progress | None:
     epochs, steps = _reached_totals(epoch, progress.step)
     return replace(
         progress,
+        start_step=start_step_within(progress.start_step, progress.step, steps),
         epoch=epoch,
         epoch_end_timestamp=epoch_end,
         held_epoch=None,

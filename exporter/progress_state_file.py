@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import BinaryIO
 
 from gpu_eta.common.versioned_json import load_versioned
-from gpu_eta.exporter.progress import ReportError, check_progress
+from gpu_eta.exporter.progress import ReportError, check_progress, start_step_within
 from gpu_eta.exporter.readings import Progress
 
 log = logging.getLogger(__name__)
@@ -336,7 +336,10 @@ def progress_from_row(row: object) -> Progress:
             metrics=MappingProxyType({k: float(v) for k, v in metrics.items()}),
             removed_metrics=frozenset(removed),
         )
-        return check_progress(progress)
+        # a start step above the row's step or steps (saved by an exporter that kept
+        # it so) is dropped, not the row: ``start_step_within`` says why
+        begun = start_step_within(progress.start_step, progress.step, progress.steps)
+        return check_progress(replace(progress, start_step=begun))
     except OverflowError:
         raise ValueError("a number is too large") from None
     except ReportError as err:

@@ -942,6 +942,25 @@ def test_a_run_resumed_in_steps_keeps_the_step_it_started_at() -> None:
     assert again.start_step is None  # a new run under the id: its own start
 
 
+def test_a_step_below_the_start_step_drops_the_start_step() -> None:
+    """A named plan-less run started at step 8,000 whose counter then went back to 100
+    (a new phase under the same run) had its ``end`` at step 200 refused ("start_step
+    8000 > steps 200"), and a stored row with such a start step was discarded at load:
+    the run lost. Below its start step the start step says nothing of the run's work:
+    it is dropped, and the end is applied."""
+    r = dict(run_id="exp", run_start=NOW - 1)
+    p = _adv(None, Report(event="start", step=8000, **r), NOW)
+    assert p.start_step == 8000
+    back = _adv(p, Report(step=100, **r), NOW + 60)
+    assert (back.step, back.start_step) == (100, None)
+    ended = _adv(back, Report(event="end", step=200, **r), NOW + 120)
+    assert (ended.step, ended.steps, ended.start_step) == (200, 200, None)
+    assert check_progress(ended) is ended
+    exited = ended_by_exit(replace(p, step=100), NOW + 130)  # a row saved before the rule
+    assert exited is not None and exited.start_step is None
+    assert check_progress(exited) is exited
+
+
 def test_a_stored_start_step_is_checked_as_a_step() -> None:
     """A state-file row's ``start_step`` is held to the bounds of a step: a number, not
     negative, within the planned steps."""

@@ -669,6 +669,25 @@ def test_a_resumed_runs_start_step_survives_a_restart(tmp_path, stop):
     assert (again.step, again.start_step) == (8100, 8000)
 
 
+def test_a_stored_start_step_beyond_the_step_is_dropped_not_the_row(tmp_path):
+    """A row whose start step is above its step or steps (a plan-less run at step 100
+    after starting at 8,000, ended by its pod's exit at steps 100, as an older exporter
+    saved it) was skipped as damaged at load and the file set aside: the run lost.
+    The row loads, without the start step."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    start = Report(run_id="r", run_start=NOW - 1, event="start", step=8000)
+    store.merge("ns", "sender", "main", "http", start, NOW)
+    store.close()
+    state = json.loads(path.read_text())
+    (row,) = state["progress"]
+    row.update(step=100.0, steps=100.0, ended_timestamp=NOW + 10)
+    path.write_text(json.dumps(state))
+    (again,) = ProgressStore(path).snapshot()
+    assert (again.run_id, again.step, again.steps, again.start_step) == ("r", 100, 100, None)
+    assert not list(tmp_path.glob("*.corrupt-*"))
+
+
 def test_removed_free_form_names_keep_their_places_across_a_restart(tmp_path):
     """A name removed by a null keeps its place among the run's 16 (docs/progress.md);
     a restart reading the state file must not free it, or a restart would let a
