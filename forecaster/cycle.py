@@ -855,13 +855,11 @@ class Cycle:
         def ask_steps() -> dict[str, list[Sample]]:
             """The runs' steps and the step each started at, in one query
             (queries.STEP_PARTS)."""
-            idle = s.idle_window_seconds
-            parts = {
-                name: queries.render(tpl, window, idle, again=again)
-                for name, tpl in queries.STEP_PARTS.items()
-            }
-            folded = self.client.instant(queries.fold(parts), at=now, warnings=said)
-            return queries.unfold(folded, parts)
+            out: dict[str, list[Sample]] = {}
+            for parts in queries.step_reads(window, s.idle_window_seconds, again):
+                folded = self.client.instant(queries.fold(parts), at=now, warnings=said)
+                out.update(queries.unfold(folded, parts))
+            return out
 
         # presence and the runs' end in one query (queries.PRESENT_PARTS)
         presence = {

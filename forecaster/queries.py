@@ -15,7 +15,7 @@ pods first seen in the arrival window): ``QUERIES_PER_CYCLE`` (20) with one quer
 of each kind, whatever the number of jobs and pods. That keeps the load on Prometheus
 flat as the cluster grows, and makes the count checkable by a test. A few reads are cut
 into several queries, each extra query on top, each bounded by the configuration, not
-by the cluster (``MOST_QUERIES_PER_CYCLE``, 49 in all): a first cycle's range read of
+by the cluster (``MOST_QUERIES_PER_CYCLE``, 50 in all): a first cycle's range read of
 more than ``MAX_CHANGES_RUNS`` runs, in up to ``MAX_RANGE_WINDOWS`` time windows per
 template (``range_windows``: 18 more); the ending runs' GPU-use and memory means, in up
 to ``MAX_POD_QUERIES`` each (6 more, never with the windows); a round of the queue
@@ -23,8 +23,10 @@ that does not fit one query of ``MAX_QUERY_CHARS`` for a site whose own GPU reso
 names (``--pending.gpu-resource``) are many and long (``kube_state.batches``: at most
 ``len(PENDING) - 1`` more for the first round and 3 for the second, whose node labels
 may come in two parts, ``kube_state.SECOND_ROUND_PARTS``; 32 names of 68
-characters: 4, the first round in 5); and the first query sent again when the cycle
-starts over at Prometheus' time (``Cycle.run``).
+characters: 4, the first round in 5); the step query and the start step's, folded
+into one, sent apart when the restarted runs they name make them too long for one
+(``step_reads``: 1 more); and the first query sent again when the cycle starts over at
+Prometheus' time (``Cycle.run``).
 (Folding the per-run queries the same way would save queries, not TSDB time:
 Prometheus' ``or`` over 90,000 series cost a third more than the nine queries it
 replaced.)
@@ -120,8 +122,11 @@ STEP = _per_run(f"{_lately('step')} {_NO_EPOCHS}")
 # The step a run followed in steps started at (a resume from a checkpoint; no series
 # from step 0, nor from an exporter that does not publish it): steps carry no time on the
 # wire, so this is where the run's work begins (runs_from_series.assemble). Never a query
-# of its own: asked folded with STEP (``STEP_PARTS``), so the cycle's count does not grow.
-START_STEP = _per_run(f"{_lately('start_step')} {_NO_EPOCHS}")
+# of its own: asked folded with STEP (``STEP_PARTS``), so the cycle's count does not grow,
+# but where the two do not fit one query (``step_reads``). Read only for runs followed in
+# steps (``assemble``), so it needs no ``_NO_EPOCHS``: a run with both answers a series
+# nothing reads, and the restarted runs' match is in it three times, not six.
+START_STEP = _per_run(_lately("start_step"))
 START = _per_run("last_over_time(gpu_eta_training_run_start_timestamp_seconds{runs}[{window}])")
 # The latest start of the runs whose start changed in the window: restarted under their
 # key since the previous read (a named run trained again in its pod). The start itself is
@@ -455,7 +460,7 @@ SEEN = ("present", "epoch", "last_end", "last_report")
 MAX_QUERY_CHARS = 12_000
 MAX_UNKNOWN_RUNS = 200
 # The restarted runs' set match (``again_match``): six of it and a template fit one
-# query of ``MAX_QUERY_CHARS``.
+# query of ``MAX_QUERY_CHARS`` (nine do not: ``step_reads``).
 MAX_AGAIN_CHARS = 1_500
 # the ending runs' pods' means are read in at most this many queries each (beyond, every
 # pod's: one heavier answer)
@@ -485,6 +490,25 @@ def fold(parts: Mapping[str, str]) -> str:
 def fits(parts: Mapping[str, str]) -> bool:
     """Whether ``parts`` folded (``fold``) make a query of at most ``MAX_QUERY_CHARS``."""
     return len(fold(parts)) <= MAX_QUERY_CHARS
+
+
+def step_reads(window_seconds: float, idle_seconds: float, again: str = "") -> list[dict[str, str]]:
+    """``STEP_PARTS`` rendered (``render``, the runs ``again`` names read as restarted),
+    as the groups of parts each sent as one folded query: one, or one per part where the
+    folded query would pass ``MAX_QUERY_CHARS`` (``EXTRA_STEP_QUERIES``). Pure.
+
+    Why: STEP holds the restarted runs' match six times and START_STEP three; folded,
+    34 restarted runs of 36-character ids made a query of 17,298 characters, which
+    VictoriaMetrics refuses (HTTP 422 over ``-search.maxQueryLen``, 16,384), so every
+    cycle failed while they stayed in the lookback."""
+    parts = {
+        name: render(tpl, window_seconds, idle_seconds, again=again)
+        for name, tpl in STEP_PARTS.items()
+    }
+    if fits(parts):
+        return [parts]
+    # with many restarted runs named, each part alone (``again_match`` bounds one)
+    return [{name: expr} for name, expr in parts.items()]
 
 
 def unfold(samples: Sequence[Sample], names: Iterable[str]) -> dict[str, list[Sample]]:
@@ -546,7 +570,9 @@ def again_match(run_ids: Iterable[str]) -> str:
     be named (``matcher``), or it is longer than ``MAX_AGAIN_CHARS``. Why a bound: a
     template holds it up to six times (``STEPS_PLANNED``, ``STEP``), and every query
     must fit ``MAX_QUERY_CHARS``; more runs found restarted within one window than
-    fit (about 40 of 36-character ids) are read as before."""
+    fit (about 40 of 36-character ids) are read as before. The step query folded with
+    the start step's holds it nine times: the two are sent apart when they do not fit
+    one query (``step_reads``)."""
     match = matcher("run_id", run_ids)
     return match if match is not None and len(match) <= MAX_AGAIN_CHARS else ""
 
@@ -759,15 +785,22 @@ MAX_RANGE_WINDOWS = 10
 # - the queue's rounds split for long resource names: at most len(PENDING) - 1 more
 #   for the first round and 3 for the second (kube_state.batches; its parts at most
 #   kube_state.SECOND_ROUND_PARTS: the node labels in two, since, arrivals seen);
+# - the step query and the start step's sent apart when many restarted runs named make
+#   them too long for one (step_reads): one more;
 # - the cycle started over once its first answer shows the clocks apart (Cycle.run):
 #   that first query sent again.
 EXTRA_RANGE_WINDOWS = len(RANGE) * (MAX_RANGE_WINDOWS - 1)
 EXTRA_POD_QUERIES = len(SPAN) * (MAX_POD_QUERIES - 1)
 EXTRA_PENDING_QUERIES = len(PENDING) - 1 + kube_state.SECOND_ROUND_PARTS - 1
+EXTRA_STEP_QUERIES = len(STEP_PARTS) - 1
 # The most queries one cycle sends: what the liveness probe's "wedged" limit allows
 # a cycle's queries (server.wedged_limit_seconds); docs/forecaster.md states it.
 MOST_QUERIES_PER_CYCLE = (
-    QUERIES_PER_CYCLE + max(EXTRA_RANGE_WINDOWS, EXTRA_POD_QUERIES) + EXTRA_PENDING_QUERIES + 1
+    QUERIES_PER_CYCLE
+    + max(EXTRA_RANGE_WINDOWS, EXTRA_POD_QUERIES)
+    + EXTRA_PENDING_QUERIES
+    + EXTRA_STEP_QUERIES
+    + 1
 )
 
 

@@ -26,7 +26,26 @@ def test_the_most_queries_a_cycle_sends_counts_every_split_read() -> None:
     assert len(queries.range_windows(0, 6 * 3600, 1, queries.MAX_UNKNOWN_RUNS)) == 1
     windows = queries.range_windows(0, 6 * 3600, 1, 10**6)
     assert len(queries.RANGE) * (len(windows) - 1) == queries.EXTRA_RANGE_WINDOWS
-    assert queries.MOST_QUERIES_PER_CYCLE == queries.QUERIES_PER_CYCLE + 18 + 10 + 1 == 49
+    assert queries.MOST_QUERIES_PER_CYCLE == queries.QUERIES_PER_CYCLE + 18 + 10 + 1 + 1 == 50
+
+
+# 60 run ids of 36 characters (a uuid's length), as a site names its runs
+LONG_RUN_IDS = [f"{i:012x}-{i:022x}" for i in range(60)]
+
+
+def test_the_step_reads_fit_the_query_bound_with_the_most_restarted_runs_named() -> None:
+    """The step query folded with the start step's held the restarted runs' match 12
+    times, and ``again_match`` budgets six: with 34 restarted runs of 36-character ids
+    it made a 17,298-character query, which VictoriaMetrics refuses (HTTP 422 over
+    ``-search.maxQueryLen`` 16,384), every cycle. Each query the step reads send fits
+    ``MAX_QUERY_CHARS``, with any match ``again_match`` lets through; with few runs named
+    the two parts still go in one query (the cycle's count unchanged)."""
+    for n in range(len(LONG_RUN_IDS) + 1):
+        again = queries.again_match(LONG_RUN_IDS[:n])
+        reads = queries.step_reads(6 * 3600, 300, again)
+        assert all(queries.fits(parts) for parts in reads), n
+        assert sorted(name for parts in reads for name in parts) == sorted(queries.STEP_PARTS)
+    assert len(queries.step_reads(6 * 3600, 300, queries.again_match(LONG_RUN_IDS[:5]))) == 1
 
 
 def test_fold_tags_every_part_and_unfold_splits_them_back() -> None:

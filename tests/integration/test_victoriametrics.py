@@ -28,6 +28,8 @@ import tests.integration.test_dashboards_live as live
 import tests.integration.test_demo as demo_tests
 import tests.integration.test_forecaster_prometheus as fp
 from gpu_eta.demo.stack import Stack, StackConfig
+from gpu_eta.forecaster import queries
+from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.launch.processes import start_http, stop_process
 from gpu_eta.launch.prometheus import ScrapeJob, free_port
 from gpu_eta.launch.victoria import VictoriaServer, import_openmetrics, start_victoriametrics
@@ -315,6 +317,35 @@ def test_a_changed_start_is_answered_by_started_again(tmp_path, victoria_factory
     """queries.STARTED_AGAIN on VictoriaMetrics (MetricsQL keeps or drops metric names
     otherwise than PromQL: the ``and`` must still match)."""
     fp.check_started_again(tmp_path, victoria_factory)
+
+
+def test_the_step_reads_are_answered_with_many_restarted_runs_named(
+    tmp_path, victoria_factory
+) -> None:
+    """The step query folded with the start step's, with 34 restarted runs of
+    36-character ids named (``again_match``), was 17,298 characters: VictoriaMetrics
+    refused it (HTTP 422, ``-search.maxQueryLen`` 16,384) and every cycle failed for the
+    lookback. Each of ``queries.step_reads``' queries is answered, and a run resumed in
+    steps keeps its step and start step."""
+    now = float(int(time.time()))
+    ids = [f"{i:012x}-{i:022x}" for i in range(34)]
+    lab = f'namespace="ml",pod="p",container="c",run_id="{ids[0]}",node="n1"'
+    lines = ["# TYPE gpu_eta_training_step gauge", "# TYPE gpu_eta_training_start_step gauge"]
+    for t in range(int(now) - 180, int(now) - 59, 15):  # the last a minute before
+        lines.append(f"gpu_eta_training_step{{{lab}}} {8000 + (t - now + 180) * 10} {t}")
+        lines.append(f"gpu_eta_training_start_step{{{lab}}} 8000 {t}")
+    om = tmp_path / "steps.om"
+    om.write_text("\n".join(lines) + "\n# EOF\n")
+    server = victoria_factory([], backfill_files=[om])
+    client = PromClient(server.url)
+    got: dict[str, list] = {}
+    try:
+        for parts in queries.step_reads(600.0, 300.0, queries.again_match(ids)):
+            got.update(queries.unfold(client.instant(queries.fold(parts), at=now), parts))
+    finally:
+        client.close()
+    assert [(x.labels["run_id"], x.value) for x in got["step"]] == [(ids[0], 9200.0)]
+    assert [(x.labels["run_id"], x.value) for x in got["start_step"]] == [(ids[0], 8000.0)]
 
 
 # what a site with A100 40 GB and 80 GB MIG nodes lists to --pending.gpu-resource, as
