@@ -27,7 +27,8 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
   description; ``Epoch 3/10: …`` (or ``Epoch [3/10]``) in it is read as the 1-based
   epoch of N, or, after an ``Epoch 0/10`` bar (a container counting from 0), as the
-  4th (``_counted_from_zero``). Between
+  4th, an ``Epoch 10/10`` as the 11th of 11, the 10th's end held back until it is
+  known none follows (``_counted_from_zero``, ``_held_last``). Between
   such bars (until the last epoch's bar ends), a bar without an epoch is an
   evaluation's and is not read, nor one naming the epoch of the last epoch bar over
   another count (its validation loop's: ``Epoch 3/10`` again, ``Epoch 3/10 [Val]``;
@@ -496,9 +497,9 @@ def _epoch_of(desc: str) -> tuple[int, int, bool] | None:
 
     ``Epoch 0/N`` is the first epoch of a container counting from 0 (``for epoch in
     range(n): tqdm(desc=f"Epoch {epoch}/{n}")``): read as 1, and ``fold`` reads that
-    container's later ``Epoch k/N`` as k+1 (``LogState.from_zero``). Why: refused,
-    the run lost its first epoch and ended at N-1 of N, a finished job shown unfinished
-    for good."""
+    container's later ``Epoch k/N`` as k+1 (``LogState.from_zero``,
+    ``_counted_from_zero``). Why: refused, the run lost its first epoch and ended at
+    N-1 of N, a finished job shown unfinished for good."""
     of = _EPOCH_OF.search(desc) if desc else None
     if of is None:
         return None
@@ -673,8 +674,15 @@ class LogState:
     steps_per_epoch: int | None = None
     held_total: int | None = None
     # the N of the last ``Epoch 0/N`` bar read: the container counts epochs from 0, so
-    # its ``Epoch k/N`` bars are the (k+1)-th epoch (``_counted_from_zero``)
+    # its ``Epoch k/N`` bars are the (k+1)-th epoch (``_counted_from_zero``), and the
+    # last k read so (a later smaller one, but 0, is a training counting from 1)
     from_zero: int | None = None
+    zero_index: int | None = None
+    # the end of such a container's ``Epoch N-1/N`` bar (its epoch N of N), held back
+    # while an ``Epoch N/N`` bar may still follow (``_held_last``), and the time of the
+    # line it came with (the collector's: ``released``)
+    held: Report | None = None
+    held_timestamp: float | None = None
 
 
 def _keras_header(state: LogState, match: LogMatch) -> tuple[LogState, Report]:
@@ -805,7 +813,7 @@ def fold(
         )
     assert match.bar_total is not None
     if match.bar_is_epoch and match.epoch_current is not None:
-        return _fold_epoch_bar(state, match)
+        return _held_last(*_fold_epoch_bar(state, match), match)
     if state.epoch_bars:
         # a bar without an epoch between two ``Epoch k/N`` bars: an evaluation loop's
         # (``tqdm(val_loader)``). Read as the run's steps, each evaluation started a
@@ -829,22 +837,74 @@ def fold(
 
 
 def _counted_from_zero(state: LogState, match: LogMatch) -> tuple[LogState, LogMatch]:
-    """An ``Epoch k/N`` bar read in the container's count: after an ``Epoch 0/N`` bar
-    (``_epoch_of``), ``Epoch k/N`` is the (k+1)-th epoch, as long as N stays the same.
+    """An ``Epoch k/M`` bar read in the container's count: after an ``Epoch 0/M`` bar
+    (``_epoch_of``), ``Epoch k/M`` is the (k+1)-th epoch, as long as M stays the same.
 
-    ``Epoch N/N`` is never drawn by a loop counting from 0: seen, the container counts
-    from 1 after all (another training), and is read so from then on.
+    Why: ``Epoch k/M`` is k of M counted from 1, index k of M epochs counted from 0
+    (``desc=f"Epoch {epoch}/{n}"``), or index k of 0..M (the PyTorch tutorials'
+    ``f"Epoch {epoch}/{num_epochs - 1}"``: M + 1 epochs, the last drawn ``Epoch M/M``).
+    Only the bars that follow tell which. So after ``Epoch 0/M`` the plan is M (k of M
+    epochs counted from 0) until an ``Epoch M/M`` bar, the (M+1)-th epoch of M + 1:
+    the plan grows by one and the run goes on (a new run there showed the first one
+    finished with an epoch still to run, and the next read as a resume), and the
+    epoch M of M is not shown done until it is known that no such bar follows
+    (``_held_last``). A smaller k than the last one read, but 0, starts a training
+    counting from 1 (the same M): read so from then on.
     """
     if match.kind != "tqdm" or match.epochs is None or match.epoch_current is None:
         return state, match
     if match.epoch_from_zero:
-        return replace(state, from_zero=match.epochs), match
-    if state.from_zero != match.epochs:
+        return replace(state, from_zero=match.epochs, zero_index=0), match
+    k, epochs = match.epoch_current, match.epochs
+    if state.from_zero != epochs:
         return state, match
-    if match.epoch_current >= match.epochs:
-        return replace(state, from_zero=None), match
+    if state.zero_index is not None and k < state.zero_index:
+        return replace(state, from_zero=None, zero_index=None), match
+    state = replace(state, zero_index=k)
     done = None if match.epoch_done is None else match.epoch_done + 1
-    return state, replace(match, epoch_current=match.epoch_current + 1, epoch_done=done)
+    if k == epochs:  # index M of 0..M: the (M+1)-th epoch of M + 1
+        state = replace(state, held=None, held_timestamp=None)
+        epochs += 1
+    return state, replace(match, epoch_current=k + 1, epochs=epochs, epoch_done=done)
+
+
+def _held_last(
+    state: LogState, report: Report | None, match: LogMatch
+) -> tuple[LogState, Report | None]:
+    """A container counting from 0 (``_counted_from_zero``): the end of its epoch M of
+    M (its ``Epoch M-1/M`` bar run to its end) held back, the report showing epoch M-1
+    done, while an ``Epoch M/M`` bar may still follow; its evaluation bars (without an
+    epoch) are not read meanwhile, as between two epochs. ``released`` gives it once
+    another report is read, ``at_exit`` once the container exits."""
+    if (
+        report is None
+        or state.from_zero is None
+        or match.epochs != state.from_zero
+        or report.epoch != match.epochs
+    ):
+        return state, report
+    held = replace(state, held=report, held_timestamp=None, epoch_bars=True)
+    return held, replace(report, epoch=match.epochs - 1)
+
+
+def released(
+    before: LogState, after: LogState, report: Report | None
+) -> tuple[LogState, tuple[Report, float | None] | None]:
+    """A line folded (``fold``: ``before`` → ``after``, ``report``): the state to keep,
+    and the held end of a last epoch (``_held_last``) with its line's time, to apply
+    first, when the line is read as a report (one from another epoch, a new training,
+    another format) while that end stayed held: no ``Epoch M/M`` bar came."""
+    if before.held is None or after.held is not before.held or report is None:
+        return after, None
+    return replace(after, held=None, held_timestamp=None), (before.held, before.held_timestamp)
+
+
+def at_exit(state: LogState) -> tuple[LogState, tuple[Report, float | None] | None]:
+    """The container exited: its held end of a last epoch (``_held_last``), if any,
+    with its line's time, to apply; no ``Epoch M/M`` bar can follow."""
+    if state.held is None:
+        return state, None
+    return replace(state, held=None, held_timestamp=None), (state.held, state.held_timestamp)
 
 
 def _run_steps(

@@ -550,7 +550,8 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
     would read a new training done at once (its end after its start) and never forecast
     it. Without a run id (logs, curl) a ``start`` is a new run, but a copy of the
     running run's stated start (within 1 ms, as for a named run); a run restarts when the
-    epoch or step counter goes back or the planned totals change: the signature of
+    epoch or step counter goes back or the planned totals change (but one epoch more
+    planned from the plan's last epoch on, ``_one_epoch_more``): the signature of
     a notebook that trains again; and any report with a counter or total but another
     ``end`` after the run's ``end`` (its next training may go on from where it stopped:
     a single-epoch run ended at epoch 1, the next one's first report is epoch 1 again).
@@ -582,7 +583,7 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
         and previous.epochs is not None
         and report.epochs != previous.epochs
     ):
-        return True
+        return not _one_epoch_more(previous, report)
     if report.epoch is not None and previous.epoch is not None and report.epoch < previous.epoch:
         return True
     if (
@@ -598,6 +599,24 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
         and report.steps is not None
         and previous.steps is not None
         and report.steps != previous.steps
+    )
+
+
+def _one_epoch_more(previous: Progress, report: Report) -> bool:
+    """Whether ``report`` plans one epoch more than ``previous`` from the end of its
+    plan's last epoch on: ``previous`` at its last epoch begun (N-1 of N done), the
+    report at N or beyond of N + 1. Pure.
+
+    Why a run goes on there: a log's ``Epoch k/M`` bars counted from 0 plan M epochs
+    until an ``Epoch M/M`` bar shows the loop ran over 0..M (``logformats``): its
+    (M+1)-th epoch is the same training's. A new training starts from its first
+    epochs, so its counter goes back (a new run, as ever)."""
+    return (
+        report.epochs == previous.epochs + 1
+        and previous.epoch is not None
+        and report.epoch is not None
+        and previous.epoch >= previous.epochs - 1
+        and report.epoch >= previous.epochs
     )
 
 

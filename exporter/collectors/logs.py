@@ -78,7 +78,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any
@@ -89,10 +89,12 @@ from gpu_eta.exporter.logformats import (
     _ANSI,
     MARKER,
     LogState,
+    at_exit,
     fold,
     last_segment,
     parse_line,
     parse_setup,
+    released,
     visible,
 )
 from gpu_eta.exporter.progress import (
@@ -105,7 +107,7 @@ from gpu_eta.exporter.progress import (
     check_report,
 )
 from gpu_eta.exporter.progress_store import ProgressStore
-from gpu_eta.exporter.readings import PodMeta
+from gpu_eta.exporter.readings import PodMeta, Progress, pod_finished
 from gpu_eta.exporter.snapshot import LOG_LINE_RESULTS
 
 log = logging.getLogger(__name__)
@@ -412,6 +414,7 @@ class LogProgressCollector:
         read = {**self._still_read(wanted), **wanted}
         self._forget_predecessors(read.values())
         seen: set[tuple[str, str, str]] = set()
+        exited: set[tuple[str, str, str]] = set()  # of pods that finished or went
         bad: set[str] = set()
         todo: list[tuple[tuple[str, str, str], Path]] = []
         for dirname, pod in sorted(read.items()):
@@ -434,11 +437,59 @@ class LogProgressCollector:
                     continue
                 key = (pod.namespace, pod.name, container)
                 seen.add(key)
+                if dirname not in wanted or pod_finished(pod):
+                    exited.add(key)
                 todo.append((key, pod_dir / container))
         self._read_fairly(todo)
+        for key in exited:
+            self._release_at_exit(key)
         self._bad_directories = bad
         for key in [k for k in self._followers if k not in seen]:
             self._drop(key)
+
+    def _release_at_exit(self, key: tuple[str, str, str]) -> None:
+        """Apply the held end of a container's last epoch (``logformats.at_exit``) once
+        its pod finished or went, after what was left of its log was read."""
+        state = self._states.get(key)
+        if state is None or state.held is None:
+            return
+        self._states[key], held = at_exit(state)
+        if held is not None:
+            report, when = held
+            self._apply_held(key, report, when)
+
+    def _apply_held(self, key: tuple[str, str, str], report: Report, when: float | None) -> None:
+        """Merge a held end of a last epoch at the time of the line it came with; one
+        applied before (a re-read after a restart) not again."""
+        ns, pod, container = key
+        previous = self.store.get(ns, pod, container, "log")
+        if when is None or (previous is not None and when < previous.last_report_timestamp):
+            return
+        _progress, failed = self._merge(key, report, when, derived=True)
+        if failed is not None:
+            self._counts[failed] = self._counts.get(failed, 0) + 1
+
+    def _merge(
+        self, key: tuple[str, str, str], report: Report, now: float, derived: bool
+    ) -> tuple[Progress | None, str | None]:
+        """Merge a report read from ``key``'s log: (the run's progress, None), or (None,
+        what it counts as) when the store refuses it. A report the wire format refuses (a negative epoch, a step
+        beyond 1e15) or inconsistent with the run so far is invalid; one that would
+        start a run over the container's cap too_many_runs, one of a run a later start
+        replaced superseded."""
+        ns, pod, container = key
+        try:
+            # a line read by a format (a bar, a Keras line) names no run: its runs are
+            # the exporter's reading, capped more loosely (``derived``)
+            progress = self.store.merge(ns, pod, container, "log", report, now, derived=derived)
+        except TooManyRuns as err:
+            self._too_many_runs(key, err)
+            return None, "too_many_runs"
+        except SupersededReport:
+            return None, "superseded"
+        except ReportError:
+            return None, "invalid"
+        return progress, None
 
     def _drop(self, key: tuple[str, str, str]) -> None:
         """Forget a container's follower, parser state and last line time; its runs may
@@ -1021,8 +1072,14 @@ class LogProgressCollector:
             return
         ns, pod, container = key
         previous = self.store.get(ns, pod, container, "log")
-        state, report = fold(self._states.get(key, LogState()), previous, match)
-        self._states[key] = state
+        before = self._states.get(key, LogState())
+        state, report = fold(before, previous, match)
+        if state.held is not None and state.held_timestamp is None:
+            state = replace(state, held_timestamp=now)  # a last epoch's end held back
+        self._states[key], held = released(before, state, report)
+        if held is not None:  # no ``Epoch M/M`` bar came: the held end first
+            self._apply_held(key, *held)
+            previous = self.store.get(ns, pod, container, "log")
         if previous is not None and now < previous.last_report_timestamp:
             # applied before (a re-read after a restart): not again, but folded all the
             # same, so that the state it leaves (the Keras epoch of its header) is the
@@ -1030,25 +1087,10 @@ class LogProgressCollector:
             counts[done] = counts.get(done, 0) + 1
             return
         if report is not None:
-            # a report the wire format refuses (a negative epoch, a step beyond 1e15)
-            # or inconsistent with the run so far is dropped and counted as invalid;
-            # one that would start a run over the container's cap as too_many_runs, one
-            # of a run a later start replaced as superseded
-            try:
-                # a line read by a format (a bar, a Keras line) names no run: its runs
-                # are the exporter's reading, capped more loosely (``derived``)
-                progress = self.store.merge(
-                    ns, pod, container, "log", report, now, derived=MARKER not in text
-                )
-            except TooManyRuns as err:
-                counts["too_many_runs"] += 1
-                self._too_many_runs(key, err)
-                return
-            except SupersededReport:
-                counts["superseded"] += 1
-                return
-            except ReportError:
-                counts["invalid"] += 1
+            progress, failed = self._merge(key, report, now, derived=MARKER not in text)
+            if progress is None:
+                assert failed is not None
+                counts[failed] += 1
                 return
             self._skipped_fields += (
                 len(report.skipped) + match.metrics_beyond + len(beyond_run_names(progress, report))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from gpu_eta.exporter.collectors.logs import LogProgressCollector
@@ -83,19 +84,41 @@ def run_ids(rows: Iterable[Row]) -> list[str]:
     return list(dict.fromkeys(r[0] for r in rows))
 
 
-def follow(root: Path, data: bytes) -> list[Row]:
+def follow(root: Path, data: bytes, exits: bool = False, merges: bool = False) -> list[Row]:
     """The container's progress after each poll, one record of ``data`` (runtime
-    records, one a line) appended to its log before each: each change once."""
-    col = collector(root)
+    records, one a line) appended to its log before each: each change once. With
+    ``exits``, the pod then succeeds (phase ``Succeeded``) and is polled once more;
+    with ``merges``, the progress after each merge (two in one poll: both shown)."""
+    pods = [POD]
+    store = ProgressStore()
+    col = LogProgressCollector(root, store, lambda: pods)
     rows: list[Row] = []
     path = logdir(root) / "0.log"
+
+    def note() -> None:
+        for p in store.snapshot():
+            if not rows or rows[-1] != row(p):
+                rows.append(row(p))
+
+    if merges:
+        merge = store.merge
+
+        def merge_and_note(*args, **kw) -> Progress:
+            merged = merge(*args, **kw)
+            note()
+            return merged
+
+        store.merge = merge_and_note  # type: ignore[method-assign]
+
     for record in (r for r in data.split(b"\n") if r):
         with open(path, "ab") as fh:
             fh.write(record + b"\n")
         col.poll()
-        for p in col.store.snapshot():
-            if not rows or rows[-1] != row(p):
-                rows.append(row(p))
+        note()
+    if exits:
+        pods[0] = replace(POD, phase="Succeeded")
+        col.poll()
+        note()
     return rows
 
 

@@ -1528,11 +1528,53 @@ def test_epoch_bars_counted_from_zero_or_in_brackets_end_as_one_whole_run(
 ) -> None:
     """Bars of 4 steps per epoch described ``Epoch 0/3``, ``Epoch 1/3``, ``Epoch 2/3``
     (a container counting from 0) or ``Epoch [1/3]`` (in brackets) are one run that
-    ends at 3 of 3 epochs and 12 of 12 steps, screen by screen as tqdm draws them."""
-    rows = follow(root, cri(_epoch_bars(desc, first), "stderr", chunk=60))
+    ends at 3 of 3 epochs and 12 of 12 steps, screen by screen as tqdm draws them, by
+    the container's exit at the latest (a container counting from 0 may draw one
+    ``Epoch 3/3`` more: ``_counted_from_zero``)."""
+    rows = follow(root, cri(_epoch_bars(desc, first), "stderr", chunk=60), exits=True)
     assert len(run_ids(rows)) == 1
     assert rows[-1][1:] == (3, 3, 12, 12)
     assert rows[0][1:3] == (0, 3)  # the first epoch is shown from its start
+
+
+def _bars(descs: list[str], steps: int = 8) -> bytes:
+    """tqdm's output for one bar of ``steps`` per description, each drawn whole."""
+    out = []
+    for prefix in descs:
+        screens = [tqdm.format_meter(i, steps, 1.0, prefix=prefix) for i in range(steps + 1)]
+        out.append("\r" + "\r".join(screens) + "\n")
+    return "".join(out).encode()
+
+
+@pytest.mark.parametrize(
+    ("descs", "ends"),
+    [
+        # the PyTorch tutorials' ``tqdm(loader, desc=f"Epoch {epoch}/{num_epochs - 1}")``:
+        # 10 epochs drawn Epoch 0/9 .. Epoch 9/9
+        ([f"Epoch {e}/9" for e in range(10)], [(10, 10, 80, 80)]),
+        # a bar first described Epoch 0/3 (made before a loop counting from 1), then 1..3
+        (["Epoch 0/3"] + [f"Epoch {e}/3" for e in range(1, 4)], [(4, 4, 32, 32)]),
+        # a training counting from 0, then one counting from 1 with the same N
+        (
+            [f"Epoch {e}/3" for e in range(3)] + [f"Epoch {e}/3" for e in range(1, 4)],
+            [(3, 3, 24, 24), (3, 3, 24, 24)],
+        ),
+    ],
+)
+def test_epoch_bars_of_every_count_from_zero_are_runs_never_done_before_they_end(
+    root, descs: list[str], ends: list[tuple[int, int, int, int]]
+) -> None:
+    """``Epoch k/M`` is k of M counted from 1, index k of 0..M, or index k of M epochs
+    counted from 0. Read as the last: ``Epoch 0/9`` .. ``Epoch 9/9`` (10 epochs) was a
+    run shown and stored finished at 9/9 with a tenth of the job to run, then a second
+    run from (8, 9) read as a resume. Each training is one run, shown done only once
+    its last bar is drawn (or the container exits), never before."""
+    rows = follow(root, cri(_bars(descs), "stderr", chunk=60), exits=True, merges=True)
+    ids = run_ids(rows)
+    assert [[r[1:] for r in rows if r[0] == i][-1] for i in ids] == ends
+    for i in ids:
+        shown = [r for r in rows if r[0] == i]
+        assert all(r[1] < r[2] for r in shown[:-1]), shown  # not done before its end
 
 
 def test_bars_without_a_total_counted_from_zero_show_the_last_epoch_begun(root) -> None:
@@ -1548,6 +1590,16 @@ def test_a_restart_anywhere_in_bars_counted_from_zero_keeps_their_count(tmp_path
     which a restarted exporter reads again: stopped after any record, it shows what one
     that never stopped shows."""
     output = cri(_epoch_bars("Epoch {}/3", 0), "stderr", chunk=60)
+    records = [r + b"\n" for r in output.split(b"\n") if r]
+    assert len(records) > 8
+    assert restarts_that_differ(tmp_path, records, range(1, len(records))) == []
+
+
+def test_a_restart_anywhere_in_bars_of_0_to_m_keeps_one_run(tmp_path) -> None:
+    """``Epoch 0/3`` .. ``Epoch 3/3`` (4 epochs): the end of the 3rd held back and the
+    plan grown at ``Epoch 3/3`` are rebuilt by reading the log again: an exporter
+    restarted after any record shows what one that never stopped shows."""
+    output = cri(_bars([f"Epoch {e}/3" for e in range(4)], steps=4), "stderr", chunk=60)
     records = [r + b"\n" for r in output.split(b"\n") if r]
     assert len(records) > 8
     assert restarts_that_differ(tmp_path, records, range(1, len(records))) == []
