@@ -580,6 +580,20 @@ def test_a_chained_run_without_a_run_id_starts_when_it_begins_not_at_the_stated_
     assert _adv(ended, Report(event="start", run_start=NOW, epoch=0, epochs=3), NOW + 1000) == again
 
 
+def test_one_epoch_more_planned_from_the_last_epoch_on_is_the_same_run():
+    """A log counting from 0 to M (``Epoch 0/9`` .. ``Epoch 9/9``) plans M epochs until
+    its ``Epoch M/M`` bar, read as epoch M of M + 1: the same run. Any other change of
+    plan, or one epoch more with the counter short of the plan's last epoch or going
+    back, is a new run as before."""
+    p = _adv(None, Report(epoch=0, epochs=9), NOW)
+    last = _adv(p, Report(epoch=8, epochs=9), NOW + 80)
+    grown = _adv(last, Report(epoch=9, epochs=10), NOW + 90)
+    assert grown.run_id == p.run_id and (grown.epoch, grown.epochs) == (9, 10)
+    assert _adv(p, Report(epoch=1, epochs=10), NOW + 10).run_id != p.run_id  # short of it
+    assert _adv(last, Report(epoch=1, epochs=10), NOW + 90).run_id != p.run_id  # back
+    assert _adv(last, Report(epoch=9, epochs=11), NOW + 90).run_id != p.run_id  # two more
+
+
 def test_a_start_without_a_run_id_repeating_the_current_runs_start_changes_nothing():
     """``{"event": "start", "run_start": T, "epochs": 5}``, ``{"epoch": 3}``, the same
     start again (a retried POST), ``{"epoch": 1}``: the repeat changes nothing (as for
