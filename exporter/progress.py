@@ -916,6 +916,7 @@ def advance(
         held_epoch=held_epoch,
         held_epoch_timestamp=held_at,
         start_step=begun,
+        epochs_from_zero=base.epochs_from_zero,
     )
 
 
@@ -1082,6 +1083,12 @@ def check_progress(progress: Progress) -> Progress:
             _number(name, value)
     _check_held(progress)
     _check_start_step(progress)
+    if progress.epochs_from_zero is not None:
+        _number("epochs_from_zero", progress.epochs_from_zero)
+        if not progress.epochs_from_zero >= 1 or progress.epochs_from_zero != int(
+            progress.epochs_from_zero
+        ):
+            raise InvalidReport("epochs_from_zero must be a whole number of epochs")
     check_report(
         Report(
             epoch=progress.epoch,

@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from gpu_eta.common.atomic_file import remove_leftovers, write_atomically
@@ -389,6 +390,30 @@ class ProgressStore:
             self._gone_since = {p: t for p, t in self._gone_since.items() if p in still}
         if durable is not None:
             durable.wait(wait_seconds)
+
+    def note_epochs_from_zero(
+        self, namespace: str, pod: str, container: str, epochs: int | None
+    ) -> None:
+        """Keep with a container's log row the N of the ``Epoch 0/N`` bar its log
+        counts epochs from 0 by (None: it counts from 1), journaled like a merge.
+
+        Why: the log reader's memory of it (``logformats.LogState.from_zero``) is
+        rebuilt after a restart only by reading that line again, and a rotation takes
+        it away (the reader never opens the kubelet's compressed rotations): the rest
+        was read counting from 1, a new run that never reached its plan."""
+        key = (namespace, pod, container, "log")
+        value = None if epochs is None else float(epochs)
+        with self._lock:
+            progress = self._entries.get(key)
+            if progress is None or progress.epochs_from_zero == value:
+                return
+            new = replace(progress, epochs_from_zero=value)
+            check_progress(new)
+            self._entries[key] = new
+            self._dirty = True
+            if self.journal is not None:
+                self._seq += 1
+                self.journal.append(key, encode_line(self._seq, progress_to_row(new)), None)
 
     def end_finished(self, succeeded: Iterable[tuple[str, str]], now: float) -> int:
         """End the plan-less HTTP runs of pods that succeeded; how many.

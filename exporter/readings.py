@@ -242,6 +242,10 @@ class Progress:
     # None from step 0): steps carry no time on the wire, so the forecaster reads a
     # run's origin from it (``progress.start_step``), published as it is
     start_step: float | None = None
+    # a log row: the N of the ``Epoch 0/N`` bar its container counts epochs from 0 by
+    # (``logformats.LogState.from_zero``), kept so that a restarted exporter reads on
+    # in that count when the line cannot be read again (rotated away)
+    epochs_from_zero: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

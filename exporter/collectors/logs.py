@@ -1072,7 +1072,7 @@ class LogProgressCollector:
             return
         ns, pod, container = key
         previous = self.store.get(ns, pod, container, "log")
-        before = self._states.get(key, LogState())
+        before = self._states.get(key) or _resumed_state(previous)
         state, report = fold(before, previous, match)
         if state.held is not None and state.held_timestamp is None:
             state = replace(state, held_timestamp=now)  # a last epoch's end held back
@@ -1095,7 +1095,20 @@ class LogProgressCollector:
             self._skipped_fields += (
                 len(report.skipped) + match.metrics_beyond + len(beyond_run_names(progress, report))
             )
+            if progress.epochs_from_zero != state.from_zero:
+                self.store.note_epochs_from_zero(ns, pod, container, state.from_zero)
         counts[done] = counts.get(done, 0) + 1
+
+
+def _resumed_state(previous: Progress | None) -> LogState:
+    """The reader's state for a container it has not read yet in this process: empty,
+    but for whether its log counts epochs from 0, kept with its log row
+    (``ProgressStore.note_epochs_from_zero``): after a restart the ``Epoch 0/N`` line
+    that told it may be rotated away, and the rest read counting from 1 made a new run
+    that never reached its plan."""
+    if previous is None or previous.epochs_from_zero is None:
+        return LogState()
+    return LogState(from_zero=int(previous.epochs_from_zero))
 
 
 def _container_name(name: str) -> bool:

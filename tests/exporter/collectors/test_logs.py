@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import io
 import json
 import logging
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,7 @@ from tests.exporter.collectors.logreplay import (
     follow,
     logdir,
     pieces,
+    read_out,
     restarts_that_differ,
     run_ids,
 )
@@ -1603,3 +1606,36 @@ def test_a_restart_anywhere_in_bars_of_0_to_m_keeps_one_run(tmp_path) -> None:
     records = [r + b"\n" for r in output.split(b"\n") if r]
     assert len(records) > 8
     assert restarts_that_differ(tmp_path, records, range(1, len(records))) == []
+
+
+@pytest.mark.parametrize("stop", ["saved", "killed"])
+def test_a_count_from_zero_survives_a_restart_and_a_rotation(tmp_path, stop: str) -> None:
+    """``Epoch 0/5`` .. ``Epoch 4/5``: the exporter reads the first two bars, is
+    restarted, and the log rotates (the old file compressed, which the reader never
+    opens) before it reads on: the ``Epoch 0/5`` line could not be read again, so the
+    rest was read counting from 1, a new run ending at 4 of 5 (16 of 20), the first
+    left at 2 of 5. Whether the container counts from 0 is kept with its log row (state
+    file and journal): one run, at 5 of 5 and 20 of 20 once the pod succeeds."""
+    output = cri(_bars([f"Epoch {e}/5" for e in range(5)], steps=4), "stderr", chunk=60)
+    records = [r + b"\n" for r in output.split(b"\n") if r]
+    cut = next(i for i, r in enumerate(records) if b"Epoch 2/5" in r)
+    d = logdir(tmp_path)
+    d.mkdir(parents=True)
+    (d / "0.log").write_bytes(b"".join(records[:cut]))
+    path = tmp_path / "state.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    read_out(collector(tmp_path, store))
+    if stop == "saved":
+        store.close()
+    else:  # killed: the journal alone
+        store.journal.close()
+        assert not path.exists()
+    (d / "0.log.20261121-060001.gz").write_bytes(gzip.compress((d / "0.log").read_bytes()))
+    (d / "0.log").write_bytes(b"".join(records[cut:]))
+    store = ProgressStore(path)
+    pods = [POD]
+    col = LogProgressCollector(tmp_path, store, lambda: pods)
+    read_out(col)
+    pods[0] = replace(POD, phase="Succeeded")
+    col.poll()
+    assert [(p.epoch, p.epochs, p.step, p.steps) for p in store.snapshot()] == [(5, 5, 20, 20)]
