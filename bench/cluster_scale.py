@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from cluster_data import ClusterShape, history_batches, write_openmetrics  # noqa: E402
+from flag_types import at_least, positive, share  # noqa: E402
 
 from gpu_eta.forecaster import kube_state, queries  # noqa: E402
 from gpu_eta.forecaster.config import CycleSettings  # noqa: E402
@@ -374,31 +375,31 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--scale", type=float, default=1.0, help="multiply every size (0.1: quick)")
-    p.add_argument("--nodes", type=int, default=2000)
-    p.add_argument("--running", type=int, default=10_000)
-    p.add_argument("--notebooks", type=int, default=2000)
-    p.add_argument("--history", type=int, default=1_000_000)
-    p.add_argument("--minutes", type=float, default=20.0, help="backfilled minutes up to now")
-    p.add_argument("--ahead", type=float, default=40.0, help="backfilled minutes after now")
-    p.add_argument("--step", type=float, default=30.0, help="seconds between backfilled samples")
-    p.add_argument("--cycles", type=int, default=4)
-    p.add_argument("--cycle-interval", type=float, default=20.0)
-    p.add_argument("--first-timeout", type=float, default=900.0)
+    p.add_argument("--scale", type=positive, default=1.0, help="multiply every size (0.1: quick)")
+    p.add_argument("--nodes", type=at_least(1), default=2000)
+    p.add_argument("--running", type=at_least(1), default=10_000)
+    p.add_argument("--notebooks", type=at_least(0), default=2000)
+    p.add_argument("--history", type=at_least(1), default=1_000_000)
+    p.add_argument("--minutes", type=positive, default=20.0, help="backfilled minutes up to now")
+    p.add_argument("--ahead", type=positive, default=40.0, help="backfilled minutes after now")
+    p.add_argument("--step", type=positive, default=30.0, help="seconds between backfilled samples")
+    p.add_argument("--cycles", type=at_least(1), default=4)
+    p.add_argument("--cycle-interval", type=positive, default=20.0)
+    p.add_argument("--first-timeout", type=positive, default=900.0)
     p.add_argument(
         "--steady-poll",
-        type=float,
+        type=positive,
         default=5.0,
         help="seconds between scrapes of the service's /metrics during the steady cycles "
         "(every 0.5 s during the first cycle)",
     )
     p.add_argument(
         "--steps-only-share",
-        type=float,
+        type=share,
         default=0.0,
         help="share of the training jobs that report only steps (no epoch series)",
     )
-    p.add_argument("--live-exporters", type=int, default=2)
+    p.add_argument("--live-exporters", type=at_least(0), default=2)
     p.add_argument("--tsdb", default="prometheus,victoriametrics")
     p.add_argument("--workdir", type=Path, help="keep files here (default: a temp dir)")
     p.add_argument(

@@ -14,17 +14,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from flag_types import at_least, positive
+
 from gpu_eta.demo.stack import Stack, StackConfig
 from gpu_eta.launch.prometheus import backfill
 from gpu_eta.simulation.backfill import live_load_seconds, simulate_history, write_history
 from gpu_eta.simulation.cluster import ClusterConfig
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--history-days", type=float, default=1.0)
-    p.add_argument("--history-jobs", type=int, default=1000)
-    args = p.parse_args()
+    p.add_argument("--history-days", type=positive, default=1.0)
+    p.add_argument("--history-jobs", type=at_least(1), default=1000)
+    args = p.parse_args(argv)
     cluster = ClusterConfig()
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

@@ -43,6 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from flag_types import at_least, counts, positive, share
+
 from gpu_eta.common.gpu_use import ALLOCATED_SINCE, UTIL
 from gpu_eta.forecaster import queries
 from gpu_eta.forecaster.config import CycleSettings
@@ -244,15 +246,13 @@ def run(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--holders", type=int, default=3000)
-    parser.add_argument("--minutes", type=int, default=60)
-    parser.add_argument("--shared", type=float, default=0.1)
-    parser.add_argument("--dcgm", type=float, default=0.1)
-    parser.add_argument("--span", type=float, default=420.0, help="seconds the means cover")
-    parser.add_argument(
-        "--ending", default="20,70,100,300,600", type=lambda v: [int(x) for x in v.split(",")]
-    )
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--holders", type=at_least(1), default=3000)
+    parser.add_argument("--minutes", type=at_least(1), default=60)
+    parser.add_argument("--shared", type=share, default=0.1)
+    parser.add_argument("--dcgm", type=share, default=0.1)
+    parser.add_argument("--span", type=positive, default=420.0, help="seconds the means cover")
+    parser.add_argument("--ending", default="20,70,100,300,600", type=counts)
+    parser.add_argument("--repeat", type=at_least(1), default=5)
     parser.add_argument(
         "--tsdb", choices=("prometheus", "victoriametrics", "both"), default="prometheus"
     )

@@ -59,6 +59,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from flag_types import positive  # noqa: E402
+
 from gpu_eta.exporter.progress_runs import RUN_REFILL_SECONDS  # noqa: E402
 from gpu_eta.launch.processes import start_http, stop_process  # noqa: E402
 from gpu_eta.launch.prometheus import ScrapeJob, free_port, start_prometheus  # noqa: E402
@@ -687,20 +689,6 @@ class Campaign:
         return 1 if bad else 0
 
 
-def positive_seconds(text: str) -> float:
-    """An argparse type: seconds that are finite and above zero. Why: a negative gap
-    failed only after the stack started and warmed up 40 s (``time.sleep``), and a gap
-    or outage of 0, ``nan`` or ``inf`` gave a campaign of no faults' worth or one that
-    never ends."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: seconds above 0 expected")
-    return value
-
-
 def _terminated(signum: int, _frame: object) -> None:
     """SIGTERM (``timeout``, a cancelled CI job) as ``SystemExit``, so that ``main``'s
     ``finally`` stops the stack: its children run in sessions of their own and
@@ -712,10 +700,8 @@ def _terminated(signum: int, _frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--outage-seconds", type=positive_seconds, default=60.0)
-    parser.add_argument(
-        "--gap", type=positive_seconds, default=12.0, help="mean seconds between faults"
-    )
+    parser.add_argument("--outage-seconds", type=positive, default=60.0)
+    parser.add_argument("--gap", type=positive, default=12.0, help="mean seconds between faults")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminated)

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from flag_types import at_least
 from predict_speed import SEED, mlperf, running_jobs
 
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
@@ -137,9 +138,13 @@ def saved_outcome(text: str, predict: int, sizes: Sequence[int]) -> dict[str, di
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, action="append", help="history sizes (1000, 4000)")
-    parser.add_argument("--predict", type=int, default=2000, help="running jobs predicted")
-    parser.add_argument("--repeat", type=int, default=1, help="fits per size; the best is kept")
+    parser.add_argument(
+        "--runs", type=at_least(1), action="append", help="history sizes (1000, 4000)"
+    )
+    parser.add_argument("--predict", type=at_least(1), default=2000, help="running jobs predicted")
+    parser.add_argument(
+        "--repeat", type=at_least(1), default=1, help="fits per size; the best is kept"
+    )
     parser.add_argument("--save", type=Path, help="write the outcome (JSON) here")
     parser.add_argument("--check", type=Path, help="compare with an outcome saved before")
     parser.add_argument("--tolerance", type=float, default=0.0, help="largest relative diff")

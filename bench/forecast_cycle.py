@@ -36,6 +36,7 @@ from cluster_data import (
     history_batches,
     job_epoch_seconds,
 )
+from flag_types import at_least, positive, share
 
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle
@@ -117,15 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--running", type=int, default=1000)
-    p.add_argument("--history", type=int, default=50_000)
+    p.add_argument("--running", type=at_least(1), default=1000)
+    p.add_argument("--history", type=at_least(1), default=50_000)
     p.add_argument(
-        "--minutes", type=float, default=20.0, help="backfilled minutes of running-job series"
+        "--minutes", type=positive, default=20.0, help="backfilled minutes of running-job series"
     )
-    p.add_argument("--cycles", type=int, default=5, help="steady-state cycles to time")
+    p.add_argument("--cycles", type=at_least(1), default=5, help="steady-state cycles to time")
     p.add_argument(
         "--planless",
-        type=float,
+        type=share,
         default=0.0,
         help="share of the running jobs that report no planned total (0-1): forecast from "
         "completed runs' durations (forecaster/planless.py)",

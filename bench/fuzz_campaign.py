@@ -43,6 +43,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from flag_types import at_least
+
 from gpu_eta.common.progress_bound import MAX_PROGRESS
 from gpu_eta.exporter._proto import api_pb2
 from gpu_eta.exporter.collectors.cgroup import parse_cgroup
@@ -355,12 +357,12 @@ def campaign(name: str, n: int, seed: int) -> dict:
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inputs", type=int, default=100_000, help="inputs per parser")
+    parser.add_argument("--inputs", type=at_least(1), default=100_000, help="inputs per parser")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", choices=sorted(TARGETS), help="one parser only")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sys.setrecursionlimit(1000)  # the default: what the services run with
     results = [
         campaign(name, args.inputs, args.seed)

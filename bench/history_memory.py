@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster_data import history_batches
+from flag_types import at_least
 
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.runs import Run
@@ -61,10 +62,10 @@ def child(db: Path, fit_points: int) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=20_000)
-    p.add_argument("--epochs", type=int, default=300)
+    p.add_argument("--runs", type=at_least(1), default=20_000)
+    p.add_argument("--epochs", type=at_least(1), default=300)
     p.add_argument(
         "--fit-points",
         default=f"0,{CycleSettings().fit_points}",
@@ -72,7 +73,7 @@ def main() -> None:
         "the service's default by default)",
     )
     p.add_argument("--child", nargs=2, metavar=("DB", "POINTS"), help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.child:
         print(json.dumps(child(Path(args.child[0]), int(args.child[1]))))
         return

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from flag_types import at_least
+
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.history_space import Retention
 from gpu_eta.forecaster.runs import RunUpdate, run_key
@@ -152,19 +154,23 @@ def open_cost(db: Path) -> tuple[float, float]:
     return opened, checked
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs-per-day", type=int, default=5000)
-    p.add_argument("--days", type=int, default=60)
+    p.add_argument("--runs-per-day", type=at_least(1), default=5000)
+    p.add_argument("--days", type=at_least(1), default=60)
     p.add_argument(
         "--retention-days",
         default="0,30",
         help="comma-separated --history.retention values in days to compare (0: none)",
     )
-    p.add_argument("--keep-runs", type=int, default=100_000, help="the floor (--model.fit-runs)")
-    p.add_argument("--cycle-runs", type=int, default=50, help="runs finishing per cycle")
-    p.add_argument("--every", type=int, default=10, help="a checkpoint every this many days")
-    args = p.parse_args()
+    p.add_argument(
+        "--keep-runs", type=at_least(1), default=100_000, help="the floor (--model.fit-runs)"
+    )
+    p.add_argument("--cycle-runs", type=at_least(1), default=50, help="runs finishing per cycle")
+    p.add_argument(
+        "--every", type=at_least(1), default=10, help="a checkpoint every this many days"
+    )
+    args = p.parse_args(argv)
     checkpoints = set(range(args.every, args.days + 1, args.every)) | {args.days}
     print(
         f"{args.runs_per_day:,} runs a day for {args.days} days, {args.cycle_runs} a cycle; "

@@ -37,6 +37,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from flag_types import at_least, share
+
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.baselines import PredictLinear
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
@@ -145,14 +147,17 @@ def peer(linear: PredictLinear) -> Callable[[Run, float], object]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", choices=("mlperf", "cluster"), default="mlperf")
-    parser.add_argument("--history", type=int, default=3000, help="finished runs to fit on")
+    parser.add_argument("--history", type=at_least(1), default=3000, help="finished runs to fit on")
     parser.add_argument(
-        "--running", type=int, action="append", help="running jobs (repeatable; 1000, 10000)"
+        "--running",
+        type=at_least(1),
+        action="append",
+        help="running jobs (repeatable; 1000, 10000)",
     )
-    parser.add_argument("--repeat", type=int, default=3, help="passes; the best is kept")
+    parser.add_argument("--repeat", type=at_least(1), default=3, help="passes; the best is kept")
     parser.add_argument(
         "--advanced",
-        type=float,
+        type=share,
         default=0.2,
         help="share of jobs with a new epoch end from one steady cycle to the next",
     )

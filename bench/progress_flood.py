@@ -37,6 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from flag_types import at_least
+
 FLOOD_IP = "127.0.0.2"
 OTHER_IP = "127.0.0.3"
 HEALTH = b"GET /healthz HTTP/1.1\r\n\r\n"
@@ -204,14 +206,14 @@ def memory_case(kind: str, memory_mb: int) -> None:
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="latency,memory")
-    parser.add_argument("--samples", type=int, default=20)
-    parser.add_argument("--memory-mb", type=int, default=120)
+    parser.add_argument("--samples", type=at_least(1), default=20)
+    parser.add_argument("--memory-mb", type=at_least(1), default=120)
     parser.add_argument("--serve", type=float, help=argparse.SUPPRESS)  # rate: a child
     parser.add_argument("--flood", nargs=4, help=argparse.SUPPRESS)  # port kind n seconds
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.serve is not None:
         serve(args.serve)
         return 0

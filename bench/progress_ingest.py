@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from flag_types import positive, rates
+
 from gpu_eta.launch.processes import LaunchError, start_http
 from gpu_eta.launch.prometheus import ScrapeJob, free_port, start_prometheus, stop_process
 
@@ -272,24 +274,23 @@ def client_overhead() -> None:
         listener.stop()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", default="1000,2000,2400")
-    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rates", type=rates, default="1000,2000,2400")
+    parser.add_argument("--seconds", type=positive, default=8.0)
     parser.add_argument(
         "--modes",
         default="listener,listener-durable,exporter,exporter-durable",
         help="comma-separated: listener, listener-durable, exporter, exporter-durable",
     )
-    args = parser.parse_args()
-    rates = [float(r) for r in args.rates.split(",")]
+    args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     known = {"listener", "listener-durable", "exporter", "exporter-durable"}
     if not set(modes) <= known:
         parser.error(f"--modes: choose from {', '.join(sorted(known))}")
     client_overhead()
     for mode in modes:
-        code = bench_mode(mode, rates, args.seconds)
+        code = bench_mode(mode, args.rates, args.seconds)
         if code:
             return code
     return 0

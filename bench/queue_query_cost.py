@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
+from flag_types import at_least, share
 
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.promapi import PromClient
@@ -217,11 +218,11 @@ def run(args: argparse.Namespace, created: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pods", type=int, default=5000)
-    parser.add_argument("--gpu-share", type=float, default=0.3)
-    parser.add_argument("--pending-share", type=float, default=0.3)
-    parser.add_argument("--minutes", type=int, default=60)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--pods", type=at_least(1), default=5000)
+    parser.add_argument("--gpu-share", type=share, default=0.3)
+    parser.add_argument("--pending-share", type=share, default=0.3)
+    parser.add_argument("--minutes", type=at_least(1), default=60)
+    parser.add_argument("--repeat", type=at_least(1), default=7)
     parser.add_argument(
         "--gpu-resource",
         dest="gpu_resources",

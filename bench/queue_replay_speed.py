@@ -34,6 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the peer lives in tests/
 
+from flag_types import at_least, counts
+
 from gpu_eta.forecaster import queue_replay
 from gpu_eta.forecaster.kube_state import ClusterQueue
 from gpu_eta.forecaster.pending import PendingSet, PendingSettings, predict
@@ -115,9 +117,11 @@ def same(a: PendingSet, b: PendingSet) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", type=int, default=500)
-    parser.add_argument("--pending", default="500,2000", help="comma-separated pod counts")
-    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--nodes", type=at_least(1), default=500)
+    parser.add_argument(
+        "--pending", type=counts, default="500,2000", help="comma-separated pod counts"
+    )
+    parser.add_argument("--samples", type=at_least(1), default=100)
     parser.add_argument("--no-peer", dest="peer", action="store_false")
     args = parser.parse_args(argv)
     print(
@@ -125,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.samples} samples (python {sys.version.split()[0]})"
     )
     print(f"{'pending':>8} {'replay s':>9} {'peer s':>8} {'ratio':>6}  statuses")
-    for n in (int(x) for x in args.pending.split(",")):
+    for n in args.pending:
         queue, durations = cluster(args.nodes, n)
         settings = PendingSettings(n_samples=args.samples, max_pods=n)
         seconds, result = timed(queue, durations, settings, peer=False)

@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 
 import numpy as np
+from flag_types import at_least
 from forecast_accuracy import Corpus, markdown_table, run_corpus, score_rows
 
 from gpu_eta.forecaster.runs import Run
@@ -60,16 +61,15 @@ def steady_runs(n_runs: int, steps: int, noise: float, seed: int = 0) -> list[Ru
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=200, help="runs (default 200)")
-    parser.add_argument("--steps", type=int, default=400, help="steps a run (default 400)")
+    parser.add_argument("--runs", type=at_least(2), default=200, help="runs (default 200)")
+    parser.add_argument("--steps", type=at_least(2), default=400, help="steps a run (default 400)")
     parser.add_argument(
         "--noise", type=float, default=0.1, help="log-sd of a step's time (default 0.1)"
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.runs < 2 or args.steps < 2 or not 0.0 <= args.noise < 1.0:
-        print("steady_steps: --runs and --steps must be ≥ 2, --noise in [0, 1)", file=sys.stderr)
-        return 2
+    if not 0.0 <= args.noise < 1.0:
+        parser.error("--noise must be in [0, 1)")
     runs = steady_runs(args.runs, args.steps, args.noise, args.seed)
     corpus = Corpus("steady-steps", f"{args.runs} steady runs × {args.steps} steps", [runs])
     result = run_corpus(corpus, refit_fraction=0.05)

@@ -35,6 +35,8 @@ from dataclasses import dataclass, replace
 from datetime import timezone
 from typing import Any
 
+from flag_types import at_least, counts
+
 from gpu_eta.top import render
 from gpu_eta.top.view import Band, GpuRow, JobRow, PendingRow, View
 
@@ -257,20 +259,20 @@ def terminal_size(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=500)
-    parser.add_argument("--gpus", type=int, default=4)
-    parser.add_argument("--jobs", type=int, default=200)
-    parser.add_argument("--pending", type=int, default=100)
+    parser.add_argument("--nodes", type=at_least(1), default=500)
+    parser.add_argument("--gpus", type=at_least(1), default=4)
+    parser.add_argument("--jobs", type=at_least(0), default=200)
+    parser.add_argument("--pending", type=at_least(0), default=100)
     parser.add_argument(
         "--size", action="append", type=terminal_size, help="COLUMNSxLINES (120x40, 80x24)"
     )
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=at_least(1), default=7)
     parser.add_argument(
-        "--cluster-gpus", help="GPUs, comma separated (1000,6400): time --once and a refresh"
+        "--cluster-gpus",
+        type=counts,
+        help="GPUs, comma separated (1000,6400): time --once and a refresh",
     )
     args = parser.parse_args(argv)
-    if args.repeat < 1:  # the median of no refresh
-        parser.error("--repeat must be ≥ 1")
     if args.cluster_gpus:
         width, height = (int(x) for x in (args.size or ["200x50"])[0].split("x"))
         print(
@@ -281,8 +283,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{'GPUs':>6} {'runs':>6} {'plain':>7} {'--once':>7} {'ratio':>7} {'laid':>7}"
             f" {'ratio':>7} {'live':>7} {'ratio':>7}  same output"
         )
-        for gpus in args.cluster_gpus.split(","):
-            cluster_seconds(int(gpus), args.pending, width, height, args.repeat)
+        for gpus in args.cluster_gpus:
+            cluster_seconds(gpus, args.pending, width, height, args.repeat)
         return
     view = cluster_view(args.nodes, args.gpus, args.jobs, args.pending)
     print(

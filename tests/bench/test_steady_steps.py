@@ -39,7 +39,9 @@ def test_no_noise_is_every_step_at_the_job_speed() -> None:
 
 
 def test_bad_arguments_are_refused_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
-    assert ss.main(["--steps", "1"]) == 2
+    with pytest.raises(SystemExit) as exc:
+        ss.main(["--steps", "1"])
+    assert exc.value.code == 2
     assert "--steps" in capsys.readouterr().err
 
 
