@@ -6,7 +6,9 @@ the model is gpu_eta.forecaster.estimators.eta_model.EtaModel. Prints the wall t
 queries of (1) the first cycle after start (first model fit on the history, epoch
 ends read over the whole lookback), (2) steady-state cycles (history unchanged,
 window since the previous cycle) and (3) cycles while a refit runs in the
-background after the history changed. Targets (issue 4): <= 2 s and <= 20 queries.
+background after the history changed. Targets (issue 4): <= 2 s (the steady cycles'
+median and every cycle during the refit) and <= 20 queries per cycle, the refit's
+model swapped in; the last line says PASS or MISS and what missed.
 
     python bench/forecast_cycle.py [--running 1000] [--history 50000] [--minutes 20]
     python bench/forecast_cycle.py --planless 0.15   # 15 % of the jobs report no plan
@@ -114,6 +116,35 @@ def running_openmetrics(
     return "\n".join(out)
 
 
+TARGET_SECONDS = 2.0  # issue 4: per cycle, steady and during a refit
+TARGET_QUERIES = 20  # issue 4: per cycle (queries.QUERIES_PER_CYCLE)
+
+
+def verdict(
+    steady_seconds: list[float],
+    refit_seconds: list[float],
+    queries: list[int],
+    swapped: bool,
+) -> tuple[str, list[str]]:
+    """PASS or MISS against issue 4's targets, and what missed. Why each part: the
+    ≤ 2 s target holds for steady cycles (their median: one slow cycle on a shared
+    machine is load) and for every cycle while a refit runs in the background (the
+    point of refitting off the cycle: none may wait for the fit), and a refit whose
+    model is never swapped in would make those cycles fast for nothing."""
+    misses = []
+    median = statistics.median(steady_seconds)
+    if median > TARGET_SECONDS:
+        misses.append(f"steady median {median:.2f} s")
+    slowest = max(refit_seconds)
+    if slowest > TARGET_SECONDS:
+        misses.append(f"a cycle during the refit took {slowest:.2f} s")
+    if max(queries) > TARGET_QUERIES:
+        misses.append(f"{max(queries)} queries in a cycle")
+    if not swapped:
+        misses.append("the refit's model was not swapped in")
+    return ("MISS" if misses else "PASS"), misses
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -181,10 +212,10 @@ def main(argv: list[str] | None = None) -> int:
             (new,) = next(history_batches(1, now, seed=2))
             store.import_finished([replace(new, run_id="new-run", pod="train-new-run")])
             before = cycle.model
-            during = []
+            during, during_nq = [], []
             for _ in range(3):
                 t = time.perf_counter()
-                cycle.run()
+                during_nq.append(cycle.run().queries)
                 during.append(time.perf_counter() - t)
             t = time.perf_counter()
             cycle.wait_for_refit(600)
@@ -202,8 +233,12 @@ def main(argv: list[str] | None = None) -> int:
                 + ", ".join(f"{m} {n}" for m, n in sorted(methods.items()))
                 + (f"; job errors {dict(fs.job_errors)}" if fs.job_errors else "")
             )
-            verdict = "PASS" if med <= 2.0 and max(nq) <= 20 else "MISS"
-            print(f"target <= 2 s and <= 20 queries per cycle: {verdict}")
+            said, misses = verdict(times, during, nq + during_nq, cycle.model is not before)
+            print(
+                "target <= 2 s (steady median, every cycle during the refit) and <= 20 "
+                f"queries per cycle, the refit's model in use: {said}"
+                + (f" ({'; '.join(misses)})" if misses else "")
+            )
         finally:
             client.close()
             store.close()
