@@ -22,7 +22,7 @@ to ``MAX_POD_QUERIES`` each (6 more, never with the windows); a round of the que
 that does not fit one query of ``MAX_QUERY_CHARS`` for a site whose own GPU resource
 names (``--pending.gpu-resource``) are many and long (``kube_state.batches``: at most
 ``len(PENDING) - 1`` more for the first round and 3 for the second, whose node labels
-may come in two parts, ``kube_state.SECOND_ROUND_PARTS``; 32 names of 68
+may come in two parts, ``kube_state.SECOND_ROUND_PARTS``; 32 names of 65
 characters: 4, the first round in 5); the step query and the start step's, folded
 into one, sent apart when the restarted runs they name make them too long for one
 (``step_reads``: 1 more); and the first query sent again when the cycle starts over at
