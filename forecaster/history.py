@@ -285,7 +285,14 @@ def _recovering(
     that index then fails; the service exited at every start and the file was never set
     aside. REINDEX rebuilds the indexes from the tables and keeps every run. Arguments
     that are iterators are made lists first, so that a second call gets what the first
-    one got."""
+    one got.
+
+    A call on a new history expects it to hold none of the service values its
+    ``expect`` names (``record``): the values the caller read were the old file's, and a
+    new file holds no state, so expecting them refused the retry as a second
+    forecaster's and the cycle's write was lost. A value found there after all was
+    written by another process (a second forecaster that made the new file), and
+    still refuses the write."""
 
     @functools.wraps(method)
     def call(self: HistoryStore, *args: _P.args, **kwargs: _P.kwargs) -> _T:
@@ -297,7 +304,8 @@ def _recovering(
             try:
                 return method(self, *args, **kwargs)
             except DamagedHistory as err:
-                self._recover(err, rebuilt)
+                if self._recover(err, rebuilt) and kwargs.get("expect"):
+                    kwargs["expect"] = dict.fromkeys(kwargs["expect"])  # type: ignore[arg-type]
         return method(self, *args, **kwargs)
 
     return call
@@ -694,6 +702,7 @@ class HistoryStore:
         self,
         updates: Iterable[RunUpdate],
         state: Mapping[str, str] | None = None,
+        *,
         expect: Mapping[str, str | None] | None = None,
         uncovered_since: float | None = None,
         now: float | None = None,
@@ -1837,24 +1846,26 @@ class HistoryStore:
             failed = DamagedHistory if corrupt(err) else HistoryError  # ``_recovering``
             raise failed(f"history file {self.path}: read failed ({why(err)})") from None
 
-    def _recover(self, err: DamagedHistory, rebuilt: bool) -> None:
+    def _recover(self, err: DamagedHistory, rebuilt: bool) -> bool:
         """After SQLite called the file damaged (``err``, see ``_recovering``): its
         indexes rebuilt (REINDEX), unless that was done for this call already
         (``rebuilt``) or fails; else the file set aside and a new history opened in its
         place, with one ERROR line, as ``open`` does for a file damaged at start (in
-        memory where the file cannot be moved: ``_new_history``)."""
+        memory where the file cannot be moved: ``_new_history``). Whether the store is
+        on a new history now."""
         with self._lock:
             if not rebuilt:
                 log.warning("%s; rebuilding its indexes (REINDEX) and trying again", err)
                 try:
                     with self._tx():
                         self._conn.execute("REINDEX")
-                    return
+                    return False
                 except HistoryError as failed:
                     err = DamagedHistory(f"{err}; REINDEX failed too ({failed})")
             else:
                 err = DamagedHistory(f"{err}, again after REINDEX")
             self._start_afresh(err)
+            return True
 
     def _start_afresh(self, err: DamagedHistory) -> None:
         """A new history in place of the damaged one (``_new_history``: the file set

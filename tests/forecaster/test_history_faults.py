@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import resource
 import signal
 import sqlite3
@@ -29,6 +30,7 @@ from typing import Any
 import pytest
 
 from gpu_eta.forecaster import history_file
+from gpu_eta.forecaster.cycle_meta import LAST_QUERY_KEY
 from gpu_eta.forecaster.history import HistoryConflict, HistoryError, HistoryStore
 from gpu_eta.forecaster.runs import Run, RunUpdate
 from tests.support.child import in_child
@@ -1295,3 +1297,84 @@ def test_a_record_that_fails_stores_neither_its_means_nor_the_callers_state(
         (0.25 * 100 + 0.75 * 60) / 160
     )
     store.close()
+
+
+def _scramble_pages(db: Path, seed: int = 7) -> None:
+    """Random bytes over every page of ``db`` but the first, written by another
+    process's hand while a store has it open (a disk returning garbage), and the
+    header's change counter bumped so that the store's connection reads them."""
+    rng = random.Random(seed)
+    size = db.stat().st_size
+    with open(db, "r+b") as fh:
+        header = fh.read(100)
+        page = int.from_bytes(header[16:18], "big") or 65536
+        counter = int.from_bytes(header[24:28], "big")
+        fh.seek(24)
+        fh.write(((counter + 1) % 2**32).to_bytes(4, "big"))
+        for offset in range(page, size, page):
+            fh.seek(offset)
+            fh.write(rng.randbytes(page))
+
+
+def test_a_file_set_aside_during_service_takes_the_retried_write(tmp_path: Path, caplog) -> None:
+    """A damaged file set aside by a cycle's ``record``: the retry runs on a new, empty
+    history (docs/forecaster.md). It expected the state this process read from the old
+    file (``expect``), which the new file cannot hold: the retry failed as a second
+    forecaster (``HistoryConflict``: "last_query_timestamp is None, this process read
+    '1060.0'") and the cycle's write was lost. A new file holds no state, so the retry
+    expects none, and the write is kept."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    try:
+        store.record(
+            [update(f"r{i}", [(1, 1100.0)]) for i in range(2000)], state={LAST_QUERY_KEY: "1060.0"}
+        )
+        _scramble_pages(db)
+        store.record(
+            [update("after", [(1, 1150.0)])],
+            state={LAST_QUERY_KEY: "1120.0"},
+            expect={LAST_QUERY_KEY: "1060.0"},
+        )
+        assert store.get_meta(LAST_QUERY_KEY) == "1120.0"
+        assert [s.run.run_id for s in store.running()] == ["after"]
+    finally:
+        store.close()
+    assert len(set_aside(tmp_path)) == 1 and "moved to h.sqlite.corrupt-" in caplog.text
+    reopened = HistoryStore.open(db)
+    try:
+        assert reopened.get_meta(LAST_QUERY_KEY) == "1120.0"
+        assert [s.run.run_id for s in reopened.running()] == ["after"]
+    finally:
+        reopened.close()
+
+
+def test_a_new_file_another_forecaster_wrote_still_refuses_the_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry on a new history expects no state, not any: a new file another
+    forecaster made and wrote meanwhile (it set the same damaged file aside) still
+    refuses the write as a second forecaster's."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    real_new_history = HistoryStore._new_history
+
+    def other_wrote_first(spath: str, err: HistoryError) -> HistoryStore:
+        fresh = real_new_history(spath, err)
+        fresh.set_meta(LAST_QUERY_KEY, "1090.0")  # the other forecaster's cycle
+        return fresh
+
+    try:
+        store.record(
+            [update(f"r{i}", [(1, 1100.0)]) for i in range(2000)], state={LAST_QUERY_KEY: "1060.0"}
+        )
+        _scramble_pages(db)
+        monkeypatch.setattr(HistoryStore, "_new_history", staticmethod(other_wrote_first))
+        with pytest.raises(HistoryConflict, match=r"'1090\.0', this process read None"):
+            store.record(
+                [update("after", [(1, 1150.0)])],
+                state={LAST_QUERY_KEY: "1120.0"},
+                expect={LAST_QUERY_KEY: "1060.0"},
+            )
+        assert store.get_meta(LAST_QUERY_KEY) == "1090.0" and store.running() == []
+    finally:
+        store.close()
