@@ -1265,8 +1265,8 @@ class HistoryStore:
     def import_finished(self, runs: Sequence[Run]) -> int:
         """Add finished runs (a seed CSV) that are not stored yet; idempotent.
 
-        A run is already stored when a stored run has its key, or when either of
-        the two has no pod and no container (a CSV run), their namespaces are
+        A run is already stored when a stored run has its key and its start within
+        ``SEEDED_START_SECONDS``, or when either of the two has no pod and no container (a CSV run), their namespaces are
         compatible (equal, or either one unknown), their ``job_name`` features too,
         and the stored one has the run's name, or another name a runs file gives it
         (``runs.file_names``: ``1`` or ``resnet/tpu/1``) with a start within
@@ -1275,7 +1275,9 @@ class HistoryStore:
         one run comes from two seeds under two names, and only its start tells it
         from another job's run of that id; a CSV of runs the forecaster already saw
         live adds nothing. A run not stored whose name is taken by another run goes
-        under its other name. A run whose text SQLite cannot store (not valid
+        under its other name; one whose key (with its pod and container) holds another
+        run, with another start, goes under the key's next attempt (``_free_attempt``).
+        A run whose text SQLite cannot store (not valid
         Unicode) is left out with one WARNING line, the others are added.
         """
         storable = [
@@ -1317,6 +1319,9 @@ class HistoryStore:
             name = next((n for n in names if n not in taken), None)
             if name is None:  # both names held by other runs: nothing to store it under
                 continue
+            attempt = self._free_attempt((run.namespace, run.pod, run.container, name), run)
+            if attempt is None:  # the key holds this run, recorded live
+                continue
             completed = (
                 run.completed
                 if run.completed is not None
@@ -1325,10 +1330,11 @@ class HistoryStore:
             cur = self._conn.execute(
                 """INSERT OR IGNORE INTO runs (run_id, namespace, pod, container,
                    epochs_planned, start_timestamp, state, features, last_seen,
-                   finished_timestamp, epoch_times, seeded)
+                   finished_timestamp, epoch_times, seeded, attempt)
                    VALUES (:run_id, :namespace, :pod, :container, :epochs_planned,
-                   :start, :state, :features, :last, :last, :times, 1)""",
+                   :start, :state, :features, :last, :last, :times, 1, :attempt)""",
                 {
+                    "attempt": attempt,
                     "run_id": name,
                     "namespace": run.namespace,
                     "pod": run.pod,
@@ -1348,6 +1354,28 @@ class HistoryStore:
                     )
                 )
         return added
+
+    def _free_attempt(self, key: RunKey, run: Run) -> int | None:
+        """The attempt number a seeded ``run`` is stored under at ``key`` (the caller's
+        transaction): 0 where the key holds no run, None where it holds this run (a
+        start within ``SEEDED_START_SECONDS``: the run seen live, or seeded before),
+        else the key's next free attempt, as ``_retire_finished`` gives a finished run
+        whose key a new run takes. Why: a seed CSV may give its runs the pod and
+        container of a key a live run holds (a StatefulSet pod ``trainer-0``, a run id
+        reused), and the insert at attempt 0 was dropped by the key's UNIQUE
+        constraint, silently. A stored start that is not a number (a hand edit) is
+        not this run."""
+        held = self._conn.execute(
+            """SELECT start_timestamp, attempt FROM runs WHERE namespace = ? AND pod = ?
+               AND container = ? AND run_id = ?""",
+            key,
+        ).fetchall()
+        if any(
+            is_number(start) and abs(start - run.start_timestamp) <= SEEDED_START_SECONDS
+            for start, _ in held
+        ):
+            return None
+        return 1 + max((int(attempt) for _, attempt in held), default=-1)
 
     def set_meta(self, key: str, value: str) -> None:
         """Store a small service value (e.g. the last query time), atomically."""

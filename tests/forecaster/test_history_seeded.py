@@ -87,3 +87,38 @@ def test_a_seeded_run_is_stored_once_whatever_else_its_file_holds(
         assert starts == [1000.0, 5000.0]
     finally:
         st.close()
+
+
+def _key_runs(st: HistoryStore) -> list[tuple[float, bool | None]]:
+    return sorted((r.start_timestamp, r.completed) for r in st.finished())
+
+
+def test_a_seeded_run_under_a_live_runs_key_with_another_start_is_added(tmp_path: Path) -> None:
+    """A seed CSV that gives its run the pod and container of a run the forecaster saw
+    live (a StatefulSet pod ``trainer-0``, the run id reused) with another start is
+    another run: stored under the key's next attempt, as ``record`` keeps a finished
+    run whose key a new one takes. The insert at attempt 0 was ignored by the key's
+    UNIQUE constraint, with no warning and nothing counted: added 0. Imported again,
+    it is stored already and adds nothing; a seeded run with the live run's start is
+    that run and adds nothing either."""
+    key = {"namespace": "ns", "pod": "trainer-0", "container": "c"}
+    st = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        st.record([RunUpdate("r", 2, 5000.0, ((1, 5100.0), (2, 5200.0)), **key)])
+        st.finish([("ns", "trainer-0", "c", "r")], 5300.0)
+        seeded = Run("r", 2, ((0, 1000.0), (1, 1100.0), (2, 1200.0)), completed=True, **key)
+        assert st.import_finished([seeded]) == 1
+        assert _key_runs(st) == [(1000.0, True), (5000.0, True)]
+        assert st.import_finished([seeded]) == 0
+        same = Run("r", 2, ((0, 5030.0), (1, 5100.0), (2, 5200.0)), completed=True, **key)
+        assert st.import_finished([same]) == 0
+        assert st.completed_starts([("ns", "trainer-0", "c", "r")]) == {
+            ("ns", "trainer-0", "c", "r"): 5000.0
+        }  # the key's latest run is still the live one
+    finally:
+        st.close()
+    st = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        assert _key_runs(st) == [(1000.0, True), (5000.0, True)]
+    finally:
+        st.close()
