@@ -187,8 +187,8 @@ def _added_means(up: RunUpdate) -> _Means:
 def _without_index(err: IndexNotBuilt) -> None:
     """One WARNING line for an index the start could not build (``HistoryStore.open``)."""
     log.warning(
-        "%s; started without it (reading the finished runs sorts them instead), "
-        "built at the next start",
+        "%s; started without it (the reads along it sort or scan instead: slower, the "
+        "same runs), built at the next start",
         err,
     )
 
@@ -1708,10 +1708,10 @@ class HistoryStore:
         """``retain``'s deletes of at most ``batch`` runs, in the caller's transaction:
         the (finish time, id) of the runs deleted, oldest first.
 
-        The candidates come first, along the index ``runs_finished`` from the oldest
+        The candidates come first, along the index ``runs_retainable`` from the oldest
         (after ``_retained_after``); only when there are some is the floor's boundary
         read, the ``keep_runs``-th most recent finish (a walk of that many entries of
-        the index)."""
+        ``runs_finished``)."""
         where = [
             "finished_timestamp IS NOT NULL",
             "finished_timestamp < :cutoff",
