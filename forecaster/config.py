@@ -249,10 +249,15 @@ def history_retention(config: Config) -> Retention | None:
     ``--history.retention``, never one of the most recent ``--model.fit-runs`` (what
     the model may read: docs/forecaster.md, "History file"); None for ``0``.
     ``--model.fit-runs 0`` (fit on all) leaves no such floor: retention then bounds
-    what the model reads too."""
+    what the model reads too. A deleted completed run's mark lasts ``--history.lookback``
+    past the last read of its series: the farthest back a read reaches."""
     if config.history_retention_seconds <= 0:
         return None
-    return Retention(config.history_retention_seconds, keep_runs=config.cycle.fit_runs)
+    return Retention(
+        config.history_retention_seconds,
+        keep_runs=config.cycle.fit_runs,
+        linger_seconds=config.cycle.lookback_seconds,
+    )
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:

@@ -378,6 +378,7 @@ class Cycle:
                 uncovered_since=uncovered,
                 unseen_seconds=unseen,
                 now=now,
+                lingering=frozen,  # a completed run's series still answered
             )
         except HistoryConflict:
             self._load_state()

@@ -19,7 +19,10 @@ tell such a run, each where the others cannot:
   present was trained again under its name (``trained_again``);
 - completed (``completed_present``): the stored start of the runs the history holds
   finished completed whose series are still answered, which covers the runs finished
-  more than a window ago, before a restart or by another process. Present with that
+  more than a window ago, before a restart or by another process, and those retention
+  deleted since (the history keeps their key and start while their series are read:
+  ``HistoryStore.completed_starts``; the cycle renews that mark with each read that
+  finds them, ``HistoryStore.record``'s ``lingering``). Present with that
   start (``same_run_start``) such a run is frozen, neither read by name nor stored
   again; a new run under its key, with a later start, is read as any.
 """

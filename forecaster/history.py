@@ -40,7 +40,9 @@ Finished runs do not stay for ever: ``retain`` deletes those older than the rete
 (``--history.retention``), never the most recent ones the model reads, and younger
 ones beyond those too while the volume runs short of room, so that the file stops
 growing before the volume is full (``history_space``; docs/forecaster.md,
-"Retention"). ``record`` runs a pass first.
+"Retention"). ``record`` runs a pass first. A completed run deleted leaves its key and
+start (table ``retired``) while its series are still read, so that a later process
+does not store it again (``completed_starts``).
 
 This module is the store (``HistoryStore``: its queries, caches and rules). The file's
 own handling (schema, opening and checking, migrations, setting a damaged file aside,
@@ -104,7 +106,13 @@ from gpu_eta.forecaster.history_rows import (
     unencodable,
     unpack_epoch_times,
 )
-from gpu_eta.forecaster.history_space import HistorySpace, Retention, low_room_bytes, space_of
+from gpu_eta.forecaster.history_space import (
+    LINGER_SECONDS,
+    HistorySpace,
+    Retention,
+    low_room_bytes,
+    space_of,
+)
 from gpu_eta.forecaster.runs import (
     AT_START_SECONDS,
     SAME_START_SECONDS,
@@ -169,6 +177,14 @@ _NO_HARD_LINKS = frozenset(
 )
 
 _KEY_FIELDS = ("namespace", "pod", "container", "run_id")  # a RunKey's order
+_KEY_MATCH = "namespace = ?1 AND pod = ?2 AND container = ?3 AND run_id = ?4"
+# The start of a key's latest run finished completed, or of the completed run retention
+# deleted from a key that holds no run since (``completed_starts``).
+_COMPLETED_START = f"""
+    SELECT start_timestamp FROM runs WHERE {_KEY_MATCH} AND attempt = 0 AND state = 'completed'
+    UNION ALL
+    SELECT start_timestamp FROM retired WHERE {_KEY_MATCH}
+        AND NOT EXISTS (SELECT 1 FROM runs WHERE {_KEY_MATCH} AND attempt = 0)"""
 _MEANS = ("util_sum", "util_weight", "memory_sum", "memory_weight")  # a row's means
 _Means = tuple[float, float, float, float]  # util_sum, util_weight, memory_sum, memory_weight
 
@@ -707,6 +723,7 @@ class HistoryStore:
         uncovered_since: float | None = None,
         now: float | None = None,
         unseen_seconds: float = 0.0,
+        lingering: Collection[RunKey] = (),
     ) -> list[RunKey]:
         """Upsert running runs, add their epoch ends and store the caller's ``state``
         (service values, as ``set_metas``), all in one transaction — and only if the
@@ -763,6 +780,12 @@ class HistoryStore:
         so means stored without it would be read and added again after a failure or a
         restart, and a state stored without its means would lose those seconds. One
         transaction makes both or neither happen.
+
+        ``lingering`` (with ``now``): the keys of completed runs whose series the
+        caller's read still answered (``FinishedPresent.completed_present``). The mark
+        a key keeps of its run retention deleted (``retired``) lasts
+        ``Retention.linger_seconds`` past this ``now``, and marks no read has renewed
+        for that long are deleted, in the same transaction (``_keep_retired``).
 
         Why ``expect``: the caller read its means for the seconds after the state it
         holds; a second process writing the same file (a forecaster started by mistake)
@@ -825,6 +848,8 @@ class HistoryStore:
             with self._tx():
                 if expect:
                     self._check_expected(expect)
+                if now is not None:
+                    self._keep_retired(lingering, now)
                 revived = self._revive(maybe_back)
                 fresh = [row for row in rows if _row_key(row) not in known]
                 self.dropped_updates = self._retire_finished(fresh, bad)
@@ -914,6 +939,28 @@ class HistoryStore:
                     if stored is not None:
                         stored.drop(epochs)
         return revived
+
+    def _keep_retired(self, lingering: Collection[RunKey], now: float) -> None:
+        """The marks of runs retention deleted (``retired``) whose key is in
+        ``lingering`` kept for ``Retention.linger_seconds`` after ``now``; those past
+        their time deleted (the caller's transaction). Why renewed by reads and not
+        kept for a fixed time: a Job's Succeeded pod may live for months, and its
+        series with it; once they are gone, a read reaches back at most the lookback
+        (``linger_seconds``), so the mark is bounded by the pods still present. Why
+        after the renewal: a forecaster down for longer than that finds the marks of
+        the pods still there, and keeps them. Keys whose text SQLite cannot store were
+        never stored (``_storable``)."""
+        rule = self.retention
+        linger = LINGER_SECONDS if rule is None else rule.linger_seconds
+        self._conn.executemany(
+            f"UPDATE retired SET until_timestamp = MAX(until_timestamp, ?5) WHERE {_KEY_MATCH}",
+            [
+                (*key, now + linger)
+                for key in lingering
+                if unencodable(zip(_KEY_FIELDS, key, strict=True)) is None
+            ],
+        )
+        self._conn.execute("DELETE FROM retired WHERE until_timestamp < ?", (now,))
 
     def _thin_step_ends(
         self,
@@ -1546,8 +1593,12 @@ class HistoryStore:
     @_recovering
     def completed_starts(self, keys: Iterable[RunKey]) -> dict[RunKey, float]:
         """The stored start of each of ``keys`` whose latest run (attempt 0) is finished
-        completed: a present run with that start (``new_attempt`` None) is that run's
+        completed, or was until retention deleted it (``retired``, while the key holds no
+        run since): a present run with that start (``new_attempt`` None) is that run's
         series lingering with its pod, frozen here (``FinishedPresent.completed_present``).
+        Why the deleted ones: a process that had not finished the run itself (a restart;
+        every ``once`` is one) read it as ending, stored it again and finished it at its
+        own time, a month-old run back as the newest.
         Keys whose text SQLite cannot store are left out (never recorded: ``_storable``),
         and so is a run whose stored start is not a number (counted as a damaged row,
         ``_skipped``)."""
@@ -1560,12 +1611,7 @@ class HistoryStore:
         bad: list[str] = []
         with self._lock, self._reading():
             for key in wanted:
-                found = self._conn.execute(
-                    """SELECT start_timestamp FROM runs WHERE namespace = ? AND pod = ?
-                       AND container = ? AND run_id = ? AND attempt = 0
-                       AND state = 'completed'""",
-                    key,
-                ).fetchone()
+                found = self._conn.execute(_COMPLETED_START, key).fetchone()
                 if found is None:
                     continue
                 if is_number(found[0]):
@@ -1660,7 +1706,7 @@ class HistoryStore:
             with self._reading():
                 if self._finished_count() <= rule.keep_runs:
                     return 0
-            gone = self._delete_fitting(cutoff, rule)
+            gone = self._delete_fitting(cutoff, rule, now + rule.linger_seconds)
             if not gone:
                 return 0
             # committed: the memory follows
@@ -1684,7 +1730,9 @@ class HistoryStore:
                 self.version += 1
             return len(gone)
 
-    def _delete_fitting(self, cutoff: float, rule: Retention) -> list[tuple[float, int]]:
+    def _delete_fitting(
+        self, cutoff: float, rule: Retention, until: float
+    ) -> list[tuple[float, int]]:
         """``_delete_old`` in a transaction of its own (the caller's lock), its batch
         halved while the delete does not fit the volume (``VolumeFull``), down to one
         run. Why: a delete's rollback journal holds the first image of every page it
@@ -1695,7 +1743,7 @@ class HistoryStore:
         while True:
             try:
                 with self._tx():
-                    gone = self._delete_old(cutoff, rule, batch)
+                    gone = self._delete_old(cutoff, rule, batch, until)
             except VolumeFull:
                 if batch == 1:
                     raise
@@ -1704,9 +1752,13 @@ class HistoryStore:
             self._retain_batch = min(batch * 2, rule.batch_runs)
             return gone
 
-    def _delete_old(self, cutoff: float, rule: Retention, batch: int) -> list[tuple[float, int]]:
+    def _delete_old(
+        self, cutoff: float, rule: Retention, batch: int, until: float
+    ) -> list[tuple[float, int]]:
         """``retain``'s deletes of at most ``batch`` runs, in the caller's transaction:
-        the (finish time, id) of the runs deleted, oldest first.
+        the (finish time, id) of the runs deleted, oldest first. Each completed run
+        deleted that is its key's latest (attempt 0) leaves its key and start in
+        ``retired`` until ``until`` (``completed_starts``).
 
         The candidates come first, along the index ``runs_retainable`` from the oldest
         (after ``_retained_after``); only when there are some is the floor's boundary
@@ -1735,6 +1787,13 @@ class HistoryStore:
             ).fetchone()
             found = [] if bound is None else [row for row in found if tuple(row) < tuple(bound)]
         gone = [(float(ts), int(row_id)) for ts, row_id in found]
+        self._conn.executemany(
+            """INSERT OR REPLACE INTO retired (namespace, pod, container, run_id,
+               start_timestamp, until_timestamp)
+               SELECT namespace, pod, container, run_id, start_timestamp, ? FROM runs
+               WHERE id = ? AND state = 'completed' AND attempt = 0""",
+            [(until, row_id) for _, row_id in gone],
+        )
         self._conn.executemany("DELETE FROM runs WHERE id = ?", [(row_id,) for _, row_id in gone])
         return gone
 

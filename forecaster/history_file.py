@@ -120,6 +120,28 @@ CREATE INDEX runs_run_id ON runs(run_id);
 # ``add_seeded_mark`` adds it where missing. Not in ``_RUNS_TABLE``: the migrations'
 # copies would create it unmarked, and the mark is set where the column is added.
 _SEEDED_COLUMN = "ALTER TABLE runs ADD COLUMN seeded INTEGER NOT NULL DEFAULT 0;"
+# ``retired``: the key and start of each completed run retention deleted that was its
+# key's latest (attempt 0), until ``until_timestamp``. Why: such a run's pod may live
+# on with its series (a Job's Succeeded pod without a TTL, a notebook after
+# ``end()``), and with its row gone the next process read the run as ending and
+# stored it again, finished at its own time (``HistoryStore.completed_starts``). A
+# mark lasts ``Retention.linger_seconds`` past the last cycle that read its run's
+# series (``HistoryStore.record``'s ``lingering``), after which no read answers
+# them. Not part of the schema version, for the reason ``runs.seeded`` is not (an
+# earlier release reads and writes a file that has it, and ignores it);
+# ``add_retired_table`` adds it where missing.
+_RETIRED_TABLE = """
+CREATE TABLE IF NOT EXISTS retired (
+    namespace TEXT NOT NULL,
+    pod TEXT NOT NULL,
+    container TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    start_timestamp REAL NOT NULL,
+    until_timestamp REAL NOT NULL,
+    PRIMARY KEY (namespace, pod, container, run_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS retired_until ON retired(until_timestamp);
+"""
 _SCHEMA = (
     _RUNS_TABLE.format(name="runs")
     + _SEEDED_COLUMN
@@ -132,6 +154,7 @@ CREATE TABLE meta (
 """
     + _INDEXES
     + _RETAINABLE_INDEX
+    + _RETIRED_TABLE
 )
 _COLUMNS = (
     "run_id, namespace, pod, container, node, epochs_planned, start_timestamp, state, "
@@ -239,6 +262,7 @@ def upgrade(conn: sqlite3.Connection, path: str, version: int) -> None:
     if version < SCHEMA_VERSION:
         migrate(conn, path, version)
     add_seeded_mark(conn, path)
+    add_retired_table(conn, path)
     add_indexes(conn, path)
 
 
@@ -261,6 +285,19 @@ def add_seeded_mark(conn: sqlite3.Connection, path: str) -> None:
             + "AND state != 'running';"
         ),
     )
+
+
+def add_retired_table(conn: sqlite3.Connection, path: str) -> None:
+    """Add the table ``retired`` where it is missing (a file an earlier release wrote),
+    in a transaction of its own; nothing written where it exists. A read-only file
+    raises SQLite's error (the caller adds it in the memory copy); any other failure is
+    a ``HistoryError``, the file unchanged: the store's reads of completed runs need
+    it, so the start fails as a failed migration does."""
+    if conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'retired'"
+    ).fetchone():
+        return
+    _write_once(conn, path, "adding table retired", _run_script(_RETIRED_TABLE))
 
 
 def add_indexes(conn: sqlite3.Connection, path: str) -> None:

@@ -33,6 +33,11 @@ RETENTION_BATCH = 500
 # journals ~10 MiB) and a delete needs one too, so the room must never run out;
 # 64 MiB is 6 % of the chart's 1 GiB volume.
 LOW_ROOM_BYTES = 64 * 1024 * 1024
+# How long the mark of a completed run retention deleted (``HistoryStore.retain``)
+# outlasts the last cycle that read the run's series: the default ``--history.lookback``,
+# the longest a read reaches back (a new process's first), so no read answers them
+# after it.
+LINGER_SECONDS = 6 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +46,20 @@ class Retention:
     ``max_age_seconds`` ago (or any age while the room is low), never one of the most
     recent ``keep_runs`` finished runs (0: no such floor), never a run seeded from a CSV
     (no pod, no container: the next start would import it again), never a running run;
-    at most ``batch_runs`` per transaction."""
+    at most ``batch_runs`` per transaction. A completed run deleted leaves a mark of its
+    key and start for ``linger_seconds`` after the last cycle that read its series
+    (``HistoryStore.completed_starts``)."""
 
     max_age_seconds: float
     keep_runs: int = 0
     batch_runs: int = RETENTION_BATCH
+    linger_seconds: float = LINGER_SECONDS
 
     def __post_init__(self) -> None:
         if not self.max_age_seconds > 0:  # NaN too
             raise ValueError(f"max_age_seconds must be > 0, got {self.max_age_seconds}")
+        if not self.linger_seconds >= 0:
+            raise ValueError(f"linger_seconds must be >= 0, got {self.linger_seconds}")
         if self.keep_runs < 0 or self.batch_runs < 1:
             raise ValueError(
                 f"keep_runs must be >= 0 and batch_runs >= 1, got {self.keep_runs}, "

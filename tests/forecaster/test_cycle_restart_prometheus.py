@@ -21,6 +21,7 @@ from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.forecast import ForecastSet
 from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.history_space import Retention
 from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.launch.prometheus import PrometheusServer, ScrapeJob
@@ -161,3 +162,34 @@ def test_a_run_trained_again_in_steps_is_followed_in_its_steps(
         assert job.run.epochs_done == 10 * k and job.run.features["progress_unit"] == "steps"
         assert _finished(notebook.store) == [(first, 3, True)], k
     assert not [r.message for r in caplog.records if "present again" in r.message]
+
+
+def test_a_completed_run_retention_deleted_is_not_finished_again_after_a_restart(
+    notebook: Notebook,
+) -> None:
+    """A run completes 3/3 and its pod lives on, its series still served (a notebook
+    after ``end()``, a Job's Succeeded pod without a TTL). Retention deletes its row;
+    the next process (every ``once`` is one) read it as ending, recorded it again and
+    finished it at its own time: a month-old run back in the history as the newest.
+    The store keeps the deleted run's key and start (``retired``), and the next process
+    knows the run's series as that run's, frozen: nothing stored again."""
+    first = float(round(time.time())) - 30
+    for epoch in range(4):
+        ends = {"epoch_end_timestamp_seconds": time.time()} if epoch else {}
+        notebook.show(epochs_planned=3, epoch=epoch, run_start_timestamp_seconds=first, **ends)
+        notebook.cycle.run()
+    assert _finished(notebook.store) == [(first, 3, True)]
+    notebook.store.retention = Retention(1.0, keep_runs=0)
+    assert notebook.store.retain(time.time() + 10) == 1
+    assert _finished(notebook.store) == []
+    restarted = Cycle(PromClient(notebook.prom.url), notebook.store, notebook.cycle.settings)
+    for _ in range(3):
+        notebook.show(
+            epochs_planned=3,
+            epoch=3,
+            run_start_timestamp_seconds=first,
+            epoch_end_timestamp_seconds=notebook.series["epoch_end_timestamp_seconds"],
+        )
+        fs = restarted.run()
+        assert _exp(fs) == [] and _finished(notebook.store) == []
+        assert notebook.store.running() == []

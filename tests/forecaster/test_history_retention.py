@@ -524,3 +524,92 @@ def test_a_file_without_the_retention_index_gains_it_and_stays_schema_4(tmp_path
     assert store.retain(T0 + 10 * DAY) == 2
     store.close()
     assert stored_ids(db) == ["seed", "r2"]
+
+
+# -- the marks of completed runs retention deleted ---------------------------------------
+
+
+def _completed_and_cancelled(db: Path, linger: float = 3600.0) -> HistoryStore:
+    """r0 completed (3/3), r1 left at 1 of 3 (incomplete), both finished at T0 and
+    deleted by a pass: the store that deleted them."""
+    store = HistoryStore.open(db, retention=Retention(DAY, linger_seconds=linger))
+    store.record([live(0, T0 - 400.0), live(1, T0 - 400.0, epochs=1)])
+    store.finish([run_key(live(0, 0)), run_key(live(1, 0))], T0)
+    assert store.retain(T0 + 2 * DAY) == 2 and store.count_finished() == 0
+    return store
+
+
+def test_a_completed_run_retention_deletes_keeps_its_start_for_its_lingering_series(
+    tmp_path: Path,
+) -> None:
+    """Its pod may live on with the run's series: the next process must know them as
+    that run's (``completed_starts``), or it stores the run again, finished at its own
+    time. A run left incomplete is not one (``completed_starts`` never named it), and a
+    new run recorded under the key is the key's latest: the mark is not read."""
+    db = tmp_path / "h.sqlite"
+    _completed_and_cancelled(db).close()
+    store = HistoryStore.open(db)  # the next process
+    try:
+        keys = [run_key(live(0, 0)), run_key(live(1, 0))]
+        assert store.completed_starts(keys) == {keys[0]: T0 - 400.0}
+        store.record([live(0, T0 + 3 * DAY)])  # trained again: a new run under the key
+        assert store.completed_starts(keys) == {}
+    finally:
+        store.close()
+
+
+def test_a_mark_lasts_while_reads_find_its_series_and_the_lookback_after(
+    tmp_path: Path,
+) -> None:
+    """A mark is renewed by every write whose read found the run's series
+    (``record``'s ``lingering``) and deleted ``linger_seconds`` after the last one:
+    bounded by the pods still present, not by a fixed age (a Job's Succeeded pod may
+    live for months). A forecaster down for longer than that renews the marks of the
+    runs its first read finds before deleting the others."""
+    db = tmp_path / "h.sqlite"
+    store = _completed_and_cancelled(db, linger=3600.0)
+    k0 = run_key(live(0, 0))
+    try:
+        at = T0 + 2 * DAY
+        for step in range(1, 4):  # a cycle an hour, the pod still there
+            store.record([], now=at + 3000.0 * step, lingering=[k0])
+        assert store.completed_starts([k0]) == {k0: T0 - 400.0}
+        store.record([], now=at + 9000.0 + 3601.0 + 10 * DAY, lingering=[k0])  # down 10 days
+        assert store.completed_starts([k0]) == {k0: T0 - 400.0}
+        last = at + 9000.0 + 3601.0 + 10 * DAY
+        store.record([], now=last + 3599.0)  # the pod gone: no read finds the series
+        assert store.completed_starts([k0]) == {k0: T0 - 400.0}
+        store.record([], now=last + 3601.0)
+        assert store.completed_starts([k0]) == {}
+    finally:
+        store.close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT COUNT(*) FROM retired").fetchone() == (0,)
+    conn.close()
+
+
+def test_a_file_without_the_retired_table_gains_it_and_stays_schema_4(tmp_path: Path) -> None:
+    """A file an earlier release wrote has no ``retired``: the open adds it (no new
+    schema version: the earlier release opens the file and ignores the table), every
+    row kept, and a pass marks what it deletes there."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.record([live(0, T0 - 400.0)])
+    store.finish([run_key(live(0, 0))], T0)
+    store.close()
+    conn = sqlite3.connect(db, isolation_level=None)  # as the earlier release wrote it
+    conn.execute("DROP TABLE retired")
+    rows = conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
+    conn.close()
+    store = HistoryStore.open(db, retention=Retention(DAY))
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT * FROM runs ORDER BY id").fetchall() == rows
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert store.retain(T0 + 2 * DAY) == 1
+        assert conn.execute("SELECT run_id, start_timestamp FROM retired").fetchall() == [
+            ("r0", T0 - 400.0)
+        ]
+    finally:
+        conn.close()
+        store.close()
