@@ -111,6 +111,18 @@ def _finished(store: HistoryStore) -> list[tuple[float, float, bool | None]]:
     return [(r.start_timestamp, r.epochs_planned, r.completed) for r in store.finished()]
 
 
+def _complete_three_epochs(notebook: Notebook) -> float:
+    """``exp`` trained through its 3 planned epochs, a cycle at each, and stored
+    completed; its start."""
+    first = float(round(time.time())) - 30
+    for epoch in range(4):
+        ends = {"epoch_end_timestamp_seconds": time.time()} if epoch else {}
+        notebook.show(epochs_planned=3, epoch=epoch, run_start_timestamp_seconds=first, **ends)
+        notebook.cycle.run()
+    assert _finished(notebook.store) == [(first, 3, True)]
+    return first
+
+
 def test_a_run_trained_again_without_a_plan_is_not_given_the_earlier_plan(
     notebook: Notebook,
 ) -> None:
@@ -146,12 +158,7 @@ def test_a_run_trained_again_in_steps_is_followed_in_its_steps(
     """A run of 3 planned epochs completes; the notebook trains it again reporting only
     steps (100 planned). The new attempt is followed in its steps from its first cycle:
     not stored at once as a run past the old plan, nor revived every cycle."""
-    first = float(round(time.time())) - 30
-    for epoch in range(4):
-        ends = {"epoch_end_timestamp_seconds": time.time()} if epoch else {}
-        notebook.show(epochs_planned=3, epoch=epoch, run_start_timestamp_seconds=first, **ends)
-        notebook.cycle.run()
-    assert _finished(notebook.store) == [(first, 3, True)]
+    first = _complete_three_epochs(notebook)
     again = round(time.time() + 0.1, 3)  # exact in decimal: VictoriaMetrics stores it so
     caplog.set_level(logging.INFO, logger="gpu_eta.forecaster")
     for k in range(5):
@@ -173,12 +180,7 @@ def test_a_completed_run_retention_deleted_is_not_finished_again_after_a_restart
     finished it at its own time: a month-old run back in the history as the newest.
     The store keeps the deleted run's key and start (``retired``), and the next process
     knows the run's series as that run's, frozen: nothing stored again."""
-    first = float(round(time.time())) - 30
-    for epoch in range(4):
-        ends = {"epoch_end_timestamp_seconds": time.time()} if epoch else {}
-        notebook.show(epochs_planned=3, epoch=epoch, run_start_timestamp_seconds=first, **ends)
-        notebook.cycle.run()
-    assert _finished(notebook.store) == [(first, 3, True)]
+    first = _complete_three_epochs(notebook)
     notebook.store.retention = Retention(1.0, keep_runs=0)
     assert notebook.store.retain(time.time() + 10) == 1
     assert _finished(notebook.store) == []

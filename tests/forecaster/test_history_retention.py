@@ -138,16 +138,22 @@ def test_runs_seeded_with_their_pod_are_kept(tmp_path: Path) -> None:
         store.close()
 
 
+def _seed_and_finish(db: Path, n_live: int) -> None:
+    """A history at ``db`` of one run seeded from a CSV and ``n_live`` live runs, all
+    finished long ago."""
+    store = HistoryStore.open(db)
+    store.import_finished([Run("seed", 2, ((0, T0), (1, T0 + 10), (2, T0 + 20)))])
+    finish_runs(store, range(n_live), T0 + 100.0)
+    store.close()
+
+
 def test_a_file_without_the_seeded_mark_gains_it_for_the_runs_seeded_before(
     tmp_path: Path,
 ) -> None:
     """A file an earlier release wrote has no ``runs.seeded``: the open adds it, marks
     the runs that release seeded (no pod, no container), and keeps schema 4."""
     db = tmp_path / "h.sqlite"
-    store = HistoryStore.open(db)
-    store.import_finished([Run("seed", 2, ((0, T0), (1, T0 + 10), (2, T0 + 20)))])
-    finish_runs(store, range(1), T0 + 100.0)
-    store.close()
+    _seed_and_finish(db, 1)
     conn = sqlite3.connect(db, isolation_level=None)  # as the earlier release wrote it
     conn.execute("DROP INDEX runs_retainable")  # on runs.seeded: added with it
     conn.execute("ALTER TABLE runs DROP COLUMN seeded")
@@ -497,10 +503,7 @@ def test_a_file_without_the_retention_index_gains_it_and_stays_schema_4(tmp_path
     (no new schema version: a rolled-back release still opens the file), every row
     kept, and a pass deletes along it what it deleted before."""
     db = tmp_path / "h.sqlite"
-    store = HistoryStore.open(db)
-    store.import_finished([Run("seed", 2, ((0, T0), (1, T0 + 10), (2, T0 + 20)))])
-    finish_runs(store, range(3), T0 + 100.0)
-    store.close()
+    _seed_and_finish(db, 3)
     conn = sqlite3.connect(db, isolation_level=None)  # as the earlier release wrote it
     conn.execute("DROP INDEX runs_retainable")
     rows = conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
