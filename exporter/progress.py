@@ -551,7 +551,7 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
     it. Without a run id (logs, curl) a ``start`` is a new run, but a copy of the
     running run's stated start (within 1 ms, as for a named run); a run restarts when the
     epoch or step counter goes back or the planned totals change (but one epoch more
-    planned from the plan's last epoch on, ``_one_epoch_more``): the signature of
+    planned from the plan's last epoch on in a log's run, ``_one_epoch_more``): the signature of
     a notebook that trains again; and any report with a counter or total but another
     ``end`` after the run's ``end`` (its next training may go on from where it stopped:
     a single-epoch run ended at epoch 1, the next one's first report is epoch 1 again).
@@ -610,9 +610,13 @@ def _one_epoch_more(previous: Progress, report: Report) -> bool:
     Why a run goes on there: a log's ``Epoch k/M`` bars counted from 0 plan M epochs
     until an ``Epoch M/M`` bar shows the loop ran over 0..M (``logformats``): its
     (M+1)-th epoch is the same training's. A new training starts from its first
-    epochs, so its counter goes back (a new run, as ever)."""
+    epochs, so its counter goes back (a new run, as ever). Only a log's run: a sender
+    states its plan, and one a report longer is another training (its first reports
+    may be lost: a 4-epoch training first heard at epoch 3 was spliced onto the
+    3-epoch one before it)."""
     return (
-        report.epochs == previous.epochs + 1
+        previous.source == "log"
+        and report.epochs == previous.epochs + 1
         and previous.epoch is not None
         and report.epoch is not None
         and previous.epoch >= previous.epochs - 1

@@ -594,6 +594,24 @@ def test_one_epoch_more_planned_from_the_last_epoch_on_is_the_same_run():
     assert _adv(last, Report(epoch=9, epochs=11), NOW + 90).run_id != p.run_id  # two more
 
 
+def test_one_epoch_more_from_an_http_sender_is_another_training():
+    """An HTTP sender stating one ``run_start`` S and no run_id trains 3 epochs, then a
+    second training planning 4 whose first report to arrive is epoch 3 (the earlier
+    ones lost), then 4: the rule for a log's ``Epoch M/M`` bar spliced them into one
+    run ending (4, 4) from S. Only a log draws such bars: from a sender, a plan one
+    epoch longer is a new run, as any other change of plan."""
+
+    def http(prev, report, now):
+        return advance(prev, report, namespace="ns", pod="p", container="c", source="http", now=now)
+
+    p = http(None, Report(run_start=NOW, epoch=1, epochs=3), NOW + 60)
+    for k in (2, 3):
+        p = http(p, Report(run_start=NOW, epoch=k, epochs=3), NOW + 60 * k)
+    second = http(p, Report(run_start=NOW, epoch=3, epochs=4), NOW + 400)
+    assert second.run_id != p.run_id
+    assert http(second, Report(run_start=NOW, epoch=4, epochs=4), NOW + 460).run_id == second.run_id
+
+
 def test_a_start_without_a_run_id_repeating_the_current_runs_start_changes_nothing():
     """``{"event": "start", "run_start": T, "epochs": 5}``, ``{"epoch": 3}``, the same
     start again (a retried POST), ``{"epoch": 1}``: the repeat changes nothing (as for
