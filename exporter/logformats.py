@@ -849,7 +849,9 @@ def _counted_from_zero(state: LogState, match: LogMatch) -> tuple[LogState, LogM
     finished with an epoch still to run, and the next read as a resume), and the
     epoch M of M is not shown done until it is known that no such bar follows
     (``_held_last``). A smaller k than the last one read, but 0, starts a training
-    counting from 1 (the same M): read so from then on.
+    counting from 1 (the same M), read so from then on, once the count from 0 reached
+    the end of its last bar (``_zero_count_ended``); short of it, it is a resume from
+    an older checkpoint, still counting from 0 (read from 1, it never finished).
     """
     if match.kind != "tqdm" or match.epochs is None or match.epoch_current is None:
         return state, match
@@ -858,7 +860,7 @@ def _counted_from_zero(state: LogState, match: LogMatch) -> tuple[LogState, LogM
     k, epochs = match.epoch_current, match.epochs
     if state.from_zero != epochs:
         return state, match
-    if state.zero_index is not None and k < state.zero_index:
+    if state.zero_index is not None and k < state.zero_index and _zero_count_ended(state):
         return replace(state, from_zero=None, zero_index=None), match
     state = replace(state, zero_index=k)
     done = None if match.epoch_done is None else match.epoch_done + 1
@@ -866,6 +868,16 @@ def _counted_from_zero(state: LogState, match: LogMatch) -> tuple[LogState, LogM
         state = replace(state, held=None, held_timestamp=None)
         epochs += 1
     return state, replace(match, epoch_current=k + 1, epochs=epochs, epoch_done=done)
+
+
+def _zero_count_ended(state: LogState) -> bool:
+    """Whether a container counting from 0 (``state.from_zero``) drew its last epoch's
+    bar to its end: ``Epoch M-1/M`` (its end held back, or applied since) or ``Epoch
+    M/M`` (epoch M+1). Pure."""
+    assert state.from_zero is not None
+    return state.held is not None or (
+        state.epoch_ended and state.bar_epoch is not None and state.bar_epoch >= state.from_zero
+    )
 
 
 def _held_last(
@@ -888,13 +900,17 @@ def _held_last(
 
 
 def released(
-    before: LogState, after: LogState, report: Report | None
+    before: LogState, after: LogState, report: Report | None, now: float
 ) -> tuple[LogState, tuple[Report, float | None] | None]:
-    """A line folded (``fold``: ``before`` → ``after``, ``report``): the state to keep,
-    and the held end of a last epoch (``_held_last``) with its line's time, to apply
-    first, when the line is read as a report (one from another epoch, a new training,
-    another format) while that end stayed held: no ``Epoch M/M`` bar came."""
+    """A line of time ``now`` folded (``fold``: ``before`` → ``after``, ``report``): the
+    state to keep, and the held end of a last epoch (``_held_last``) with its line's
+    time, to apply first, when the line is read as a report (one from another epoch, a
+    new training, another format) while that end stayed held: no ``Epoch M/M`` bar
+    came. A line older than the held end's (a log read again from its start, the end
+    kept with its row) does not: the lines after it decide."""
     if before.held is None or after.held is not before.held or report is None:
+        return after, None
+    if before.held_timestamp is not None and now < before.held_timestamp:
         return after, None
     return replace(after, held=None, held_timestamp=None), (before.held, before.held_timestamp)
 

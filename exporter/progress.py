@@ -1040,6 +1040,25 @@ def _check_held(progress: Progress) -> None:
         raise InvalidReport(f"held_epoch {held:g} > epochs {progress.epochs:g}")
 
 
+def _check_held_end(progress: Progress) -> None:
+    """``InvalidReport`` unless ``progress``'s held end of a log's last epoch is one the
+    log reader could have kept (``ProgressStore.note_held_end``): none, or a whole
+    epoch above the shown one and within the plan, with its line's time."""
+    held, at = progress.held_end_epoch, progress.held_end_timestamp
+    if held is None and at is None:
+        return
+    if held is None or at is None:
+        raise InvalidReport("held_end_epoch and held_end_timestamp go together")
+    if progress.source != "log":
+        raise InvalidReport("held_end_epoch is a log row's")
+    _number("held_end_epoch", held)
+    _number("held_end_timestamp", at)
+    if held != int(held) or progress.epoch is None or held <= progress.epoch:
+        raise InvalidReport("held_end_epoch must be a whole epoch above epoch")
+    if progress.epochs is not None and held > progress.epochs:
+        raise InvalidReport(f"held_end_epoch {held:g} > epochs {progress.epochs:g}")
+
+
 def _check_start_step(progress: Progress) -> None:
     """``InvalidReport`` unless ``progress``'s start step is one ``advance`` could have
     kept: none, or a step within the planned steps."""
@@ -1086,6 +1105,7 @@ def check_progress(progress: Progress) -> Progress:
         if value is not None:
             _number(name, value)
     _check_held(progress)
+    _check_held_end(progress)
     _check_start_step(progress)
     if progress.epochs_from_zero is not None:
         _number("epochs_from_zero", progress.epochs_from_zero)

@@ -265,9 +265,10 @@ def progress_to_row(progress: Progress) -> dict:
     if progress.removed_metrics:
         row["removed_metrics"] = sorted(progress.removed_metrics)
     # absent unless set (an epoch held back, a run resumed in steps, a log counting
-    # epochs from 0; most rows: none): read as None, and ignored by an exporter from
-    # before they were kept, which loses only that epoch, the step the run resumed at,
-    # or the count of a log whose ``Epoch 0/N`` line it cannot read again
+    # epochs from 0, a log's last epoch end held back; most rows: none): read as None,
+    # and ignored by an exporter from before they were kept, which loses only that
+    # epoch, the step the run resumed at, or the count or held end of a log whose
+    # lines it cannot read again
     for name in _SPARSE_FIELDS:
         if getattr(progress, name) is not None:
             row[name] = getattr(progress, name)
@@ -288,7 +289,14 @@ _OPT_FIELDS = (
     # (``progress.superseded``)
     "sender_start_timestamp",
 )
-_SPARSE_FIELDS = ("held_epoch", "held_epoch_timestamp", "start_step", "epochs_from_zero")
+_SPARSE_FIELDS = (
+    "held_epoch",
+    "held_epoch_timestamp",
+    "start_step",
+    "epochs_from_zero",
+    "held_end_epoch",
+    "held_end_timestamp",
+)
 
 
 def progress_from_row(row: object) -> Progress:

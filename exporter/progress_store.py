@@ -401,13 +401,34 @@ class ProgressStore:
         rebuilt after a restart only by reading that line again, and a rotation takes
         it away (the reader never opens the kubelet's compressed rotations): the rest
         was read counting from 1, a new run that never reached its plan."""
-        key = (namespace, pod, container, "log")
         value = None if epochs is None else float(epochs)
+        self._note_log_row((namespace, pod, container, "log"), epochs_from_zero=value)
+
+    def note_held_end(
+        self, namespace: str, pod: str, container: str, epoch: float, timestamp: float
+    ) -> None:
+        """Keep with a container's log row the end of its last epoch that the log
+        reader holds back (``logformats._held_last``: the row shows epoch N-1 of N) and
+        the time of its line, journaled like a merge; the next merge into the row
+        drops it (``progress.advance``).
+
+        Why: the reader applies it when the pod exits, and after a restart rebuilt it
+        only by reading that line again; a rotation took it away and the finished run
+        stayed at N-1 of N for good."""
+        self._note_log_row(
+            (namespace, pod, container, "log"),
+            held_end_epoch=float(epoch),
+            held_end_timestamp=timestamp,
+        )
+
+    def _note_log_row(self, key: tuple[str, str, str, str], **fields: float | None) -> None:
+        """Set ``fields`` of the row ``key`` (no such row: nothing), checked and journaled as
+        a merge is, so that the state file and the journal alone both keep them."""
         with self._lock:
             progress = self._entries.get(key)
-            if progress is None or progress.epochs_from_zero == value:
+            if progress is None or all(getattr(progress, k) == v for k, v in fields.items()):
                 return
-            new = replace(progress, epochs_from_zero=value)
+            new = replace(progress, **fields)
             check_progress(new)
             self._entries[key] = new
             self._dirty = True

@@ -246,6 +246,12 @@ class Progress:
     # (``logformats.LogState.from_zero``), kept so that a restarted exporter reads on
     # in that count when the line cannot be read again (rotated away)
     epochs_from_zero: float | None = None
+    # a log row: the end of its last epoch that the log reader holds back (the row
+    # shows epoch N-1 of N, ``logformats._held_last``) and the time of its line, kept
+    # so that it is applied at the pod's exit when the line cannot be read again
+    # (rotated away); any later report of the row ends it (``progress.advance``)
+    held_end_epoch: float | None = None
+    held_end_timestamp: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

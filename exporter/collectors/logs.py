@@ -450,8 +450,9 @@ class LogProgressCollector:
     def _release_at_exit(self, key: tuple[str, str, str]) -> None:
         """Apply the held end of a container's last epoch (``logformats.at_exit``) once
         its pod finished or went, after what was left of its log was read."""
-        state = self._states.get(key)
-        if state is None or state.held is None:
+        ns, pod, container = key
+        state = self._states.get(key) or _resumed_state(self.store.get(ns, pod, container, "log"))
+        if state.held is None:
             return
         self._states[key], held = at_exit(state)
         if held is not None:
@@ -1074,9 +1075,14 @@ class LogProgressCollector:
         previous = self.store.get(ns, pod, container, "log")
         before = self._states.get(key) or _resumed_state(previous)
         state, report = fold(before, previous, match)
-        if state.held is not None and state.held_timestamp is None:
-            state = replace(state, held_timestamp=now)  # a last epoch's end held back
-        self._states[key], held = released(before, state, report)
+        holds = state.held is not None and state.held_timestamp is None
+        if holds:  # a last epoch's end held back from this line
+            state = replace(state, held_timestamp=now)
+            if _held_end_applied(previous, state, now):
+                self._states[key] = replace(state, held=None, held_timestamp=None)
+                counts[done] = counts.get(done, 0) + 1
+                return
+        self._states[key], held = released(before, state, report, now)
         if held is not None:  # no ``Epoch M/M`` bar came: the held end first
             self._apply_held(key, *held)
             previous = self.store.get(ns, pod, container, "log")
@@ -1097,7 +1103,45 @@ class LogProgressCollector:
             )
             if progress.epochs_from_zero != state.from_zero:
                 self.store.note_epochs_from_zero(ns, pod, container, state.from_zero)
+            if holds:
+                self._note_held_end(key, progress, state)
         counts[done] = counts.get(done, 0) + 1
+
+    def _note_held_end(
+        self, key: tuple[str, str, str], progress: Progress, state: LogState
+    ) -> None:
+        """Keep the end this line held back with the row its report went to
+        (``ProgressStore.note_held_end``), when it is still ahead of the row's epoch
+        within its plan: the exit applies it even when a restart cannot read the line
+        again (rotated away)."""
+        held = state.held
+        assert held is not None and held.epoch is not None and state.held_timestamp is not None
+        if progress.epoch is None or held.epoch <= progress.epoch:
+            return
+        if progress.epochs is None or held.epoch > progress.epochs:
+            return
+        self.store.note_held_end(*key, held.epoch, state.held_timestamp)
+
+
+def _held_end_applied(previous: Progress | None, state: LogState, now: float) -> bool:
+    """Whether the end ``state`` holds back from a line of time ``now`` was applied to
+    ``previous`` already: the line read again after a restart, its end applied at the
+    pod's exit at its time. Pure.
+
+    Why: the line, at the row's last report time, was merged again, its epoch N-1 of N
+    below the N applied: a new run, done in 0 s at the next exit, one more each
+    restart."""
+    held = state.held
+    return (
+        held is not None
+        and previous is not None
+        and previous.held_end_epoch is None
+        and now <= previous.last_report_timestamp
+        and previous.epoch is not None
+        and held.epoch is not None
+        and previous.epoch >= held.epoch
+        and previous.epochs == held.epochs
+    )
 
 
 def _resumed_state(previous: Progress | None) -> LogState:
@@ -1106,9 +1150,20 @@ def _resumed_state(previous: Progress | None) -> LogState:
     (``ProgressStore.note_epochs_from_zero``): after a restart the ``Epoch 0/N`` line
     that told it may be rotated away, and the rest read counting from 1 made a new run
     that never reached its plan."""
-    if previous is None or previous.epochs_from_zero is None:
+    if previous is None:
         return LogState()
-    return LogState(from_zero=int(previous.epochs_from_zero))
+    from_zero = None if previous.epochs_from_zero is None else int(previous.epochs_from_zero)
+    if previous.held_end_epoch is None:
+        return LogState(from_zero=from_zero)
+    # and the end of its last epoch held back (``ProgressStore.note_held_end``), which
+    # the next report or the pod's exit applies
+    held = Report(epoch=int(previous.held_end_epoch), epochs=previous.epochs)
+    return LogState(
+        from_zero=from_zero,
+        held=held,
+        held_timestamp=previous.held_end_timestamp,
+        epoch_bars=True,
+    )
 
 
 def _container_name(name: str) -> bool:

@@ -688,6 +688,49 @@ def test_a_stored_start_step_beyond_the_step_is_dropped_not_the_row(tmp_path):
     assert not list(tmp_path.glob("*.corrupt-*"))
 
 
+@pytest.mark.parametrize("stop", ["saved", "killed"])
+def test_a_logs_held_end_survives_a_restart(tmp_path, stop):
+    """The end of a log's last epoch its reader holds back (``note_held_end``) is kept
+    with the row, from the state file or the journal alone; the next merge drops it."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    store.merge("ns", "p", "main", "log", Report(epoch=2, epochs=3, step=12, steps=12), NOW)
+    store.note_held_end("ns", "p", "main", 3, NOW)
+    stop_store(store, path, stop)
+    again = ProgressStore(path)
+    (p,) = again.snapshot()
+    assert (p.epoch, p.held_end_epoch, p.held_end_timestamp) == (2, 3, NOW)
+    done = again.merge("ns", "p", "main", "log", Report(epoch=3), NOW)
+    assert (done.epoch, done.held_end_epoch, done.held_end_timestamp) == (3, None, None)
+    again.close()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"held_end_epoch": 3.0},  # without its time
+        {"held_end_timestamp": NOW},  # a time without its epoch
+        {"held_end_epoch": 2.0, "held_end_timestamp": NOW},  # not above the epoch
+        {"held_end_epoch": 2.5, "held_end_timestamp": NOW},
+        {"held_end_epoch": 4.0, "held_end_timestamp": NOW},  # beyond the plan
+        {"held_end_epoch": "3", "held_end_timestamp": NOW},
+        {"held_end_epoch": 3.0, "held_end_timestamp": float("nan")},
+    ],
+)
+def test_a_damaged_held_end_is_not_loaded(tmp_path, damage):
+    """A held end is validated at load as the reader could have kept it: a whole
+    epoch above the row's, within its plan, with a finite time; a row with one that
+    is not is skipped as damaged, not loaded."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    store.merge("ns", "p", "main", "log", Report(epoch=2, epochs=3, step=12, steps=12), NOW)
+    store.close()
+    state = json.loads(path.read_text())
+    state["progress"][0].update(damage)
+    path.write_text(json.dumps(state))
+    assert ProgressStore(path).snapshot() == ()
+
+
 def test_removed_free_form_names_keep_their_places_across_a_restart(tmp_path):
     """A name removed by a null keeps its place among the run's 16 (docs/progress.md);
     a restart reading the state file must not free it, or a restart would let a

@@ -1608,6 +1608,16 @@ def test_a_restart_anywhere_in_bars_of_0_to_m_keeps_one_run(tmp_path) -> None:
     assert restarts_that_differ(tmp_path, records, range(1, len(records))) == []
 
 
+def _read_out_then_succeed(root: Path, store: ProgressStore) -> None:
+    """Read ``POD``'s logs below ``root`` to their end, then poll once more with the
+    pod succeeded (phase ``Succeeded``: the held end of a last epoch applied)."""
+    pods = [POD]
+    col = LogProgressCollector(root, store, lambda: pods)
+    read_out(col)
+    pods[0] = replace(POD, phase="Succeeded")
+    col.poll()
+
+
 @pytest.mark.parametrize("stop", ["saved", "killed"])
 def test_a_count_from_zero_survives_a_restart_and_a_rotation(tmp_path, stop: str) -> None:
     """``Epoch 0/5`` .. ``Epoch 4/5``: the exporter reads the first two bars, is
@@ -1633,9 +1643,105 @@ def test_a_count_from_zero_survives_a_restart_and_a_rotation(tmp_path, stop: str
     (d / "0.log.20261121-060001.gz").write_bytes(gzip.compress((d / "0.log").read_bytes()))
     (d / "0.log").write_bytes(b"".join(records[cut:]))
     store = ProgressStore(path)
-    pods = [POD]
-    col = LogProgressCollector(tmp_path, store, lambda: pods)
-    read_out(col)
-    pods[0] = replace(POD, phase="Succeeded")
-    col.poll()
+    _read_out_then_succeed(tmp_path, store)
     assert [(p.epoch, p.epochs, p.step, p.steps) for p in store.snapshot()] == [(5, 5, 20, 20)]
+
+
+def test_a_training_counted_from_zero_resumed_from_an_older_checkpoint_ends(root) -> None:
+    """``Epoch 0/10`` .. ``Epoch 3/10``, ``Epoch 4/10`` drawn to 2 of 4, a CUDA error;
+    the restarted container resumes from the checkpoint of epoch 2: ``Epoch 2/10`` ..
+    ``Epoch 9/10``. Its smaller k was read as a new training counting from 1, which
+    never finished: (9, 10, 36, 40) for good. A smaller k is a new training only once
+    the count from 0 reached the end of its last bar; short of it, a resume still
+    counting from 0: 10 of 10 epochs, 40 of 40 steps at the pod's exit."""
+    first = _bars([f"Epoch {e}/10" for e in range(4)], steps=4)
+    crashed = "\r" + "\r".join(tqdm.format_meter(i, 4, 1.0, prefix="Epoch 4/10") for i in range(3))
+    first += (crashed + "\nRuntimeError: CUDA error: an illegal memory access\n").encode()
+    second = b"Resuming from checkpoint epoch 2\n" + _bars(
+        [f"Epoch {e}/10" for e in range(2, 10)], steps=4
+    )
+    d = logdir(root)
+    (d / "0.log").write_bytes(cri(first, "stderr", chunk=60))
+    (d / "1.log").write_bytes(cri(second, "stderr", T0 + dt.timedelta(minutes=5), chunk=60))
+    store = ProgressStore()
+    _read_out_then_succeed(root, store)
+    assert [(p.epoch, p.epochs, p.step, p.steps) for p in store.snapshot()] == [(10, 10, 40, 40)]
+
+
+def _finished_then_restarted(tmp_path: Path, output: bytes, restarts: int) -> list[tuple]:
+    """``output`` read whole from a pod that then succeeds, by an exporter restarted
+    ``restarts`` times after (its state file kept, the log read again): the stored
+    (run_id, run start, epoch, epochs, step, steps) after the exit and each restart."""
+    d = logdir(tmp_path)
+    d.mkdir(parents=True)
+    (d / "0.log").write_bytes(cri(output, "stderr", chunk=60))
+    pods = [POD]
+    shown = []
+    for i in range(restarts + 1):
+        store = ProgressStore(tmp_path / "state.json")
+        col = LogProgressCollector(tmp_path, store, lambda: pods)
+        read_out(col)
+        if i == 0:
+            pods[0] = replace(POD, phase="Succeeded")
+        col.poll()
+        shown += [
+            (p.run_id, p.run_start_timestamp, p.epoch, p.epochs, p.step, p.steps)
+            for p in store.snapshot()
+        ]
+        store.save()
+    return shown
+
+
+@pytest.mark.parametrize(
+    ("descs", "end"),
+    [
+        ([f"Epoch {e}/3" for e in range(3)], (3, 3, 12, 12)),  # ``range(n)``
+        ([f"Epoch {e}/3" for e in range(4)], (4, 4, 16, 16)),  # 0..M
+    ],
+)
+def test_restarts_after_a_count_from_zero_finished_keep_its_one_run(
+    tmp_path, descs: list[str], end: tuple[int, int, int, int]
+) -> None:
+    """A container counting from 0 finished, its last epoch's held end applied at the
+    exit at its bar's line time; each exporter restart after it read that line again
+    (at the row's last report time, so merged again), its epoch M-1 of M taken as a
+    new run, done in 0 s by the held end at the next exit: a new run id every restart
+    (start = end, start_step 12). Read again, the line's end is the one applied: the
+    same run, id and start after any number of restarts."""
+    shown = _finished_then_restarted(tmp_path, _bars(descs, steps=4), restarts=2)
+    assert len(shown) == 3
+    assert len(set(shown)) == 1, shown
+    assert shown[0][2:] == end
+
+
+@pytest.mark.parametrize(
+    ("tail", "end"),
+    [
+        (b"Saved the model to /ckpt/model.pt\nbye\n", (3, 3, 12, 12)),
+        (_bars(["Epoch 3/3"], steps=4), (4, 4, 16, 16)),  # 0..M: the plan grows
+    ],
+)
+def test_a_held_end_survives_a_restart_and_a_rotation(tmp_path, tail: bytes, end) -> None:
+    """``Epoch 0/3`` .. ``Epoch 2/3`` read (the last epoch's end held back), the state
+    saved; the log rotates (compressed, never opened) before the restarted exporter
+    reads on, then the pod succeeds: the held end lived in the reader's memory only,
+    so the run stayed at (2, 3, 12, 12) for good. It is kept with the log row and
+    applied at the exit: 3 of 3 (or, an ``Epoch 3/3`` bar read after the rotation,
+    dropped as the plan grows: 4 of 4)."""
+    d = logdir(tmp_path)
+    d.mkdir(parents=True)
+    (d / "0.log").write_bytes(cri(_bars([f"Epoch {e}/3" for e in range(3)], steps=4), "stderr"))
+    path = tmp_path / "state.json"
+    store = ProgressStore(path)
+    read_out(collector(tmp_path, store))
+    assert [(p.epoch, p.epochs, p.step, p.steps) for p in store.snapshot()] == [(2, 3, 12, 12)]
+    store.save()
+    (d / "0.log.20261121-060100.gz").write_bytes(gzip.compress((d / "0.log").read_bytes()))
+    later = T0 + dt.timedelta(minutes=1)
+    (d / "0.log").write_bytes(cri(tail, "stderr", start=later))
+    store = ProgressStore(path)
+    _read_out_then_succeed(tmp_path, store)
+    (p,) = store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == end
+    if end[0] == 3:
+        assert p.epoch_end_timestamp < later.timestamp()  # at the bar's end, not the exit's
