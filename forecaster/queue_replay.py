@@ -30,6 +30,13 @@ How (a Monte Carlo replay, ``n_samples`` times):
 4. A new request "made now" is a pod queued behind every pending pod of its priority:
    its start is the first moment it would fit in that sweep. It is not placed, so it
    changes nobody else's start.
+5. A pod that ends with its run frees its units some time after the run's end: it
+   writes its last files, its container exits, the kubelet reports it, and
+   kube-scheduler drops it from its cache. ``release_seconds`` are those lags as
+   observed on finished pods (from a run's last report to its pod's end); one is drawn
+   and added to the end of each holder that ends with its run (not a notebook server:
+   it outlives its run) and to the hold of each pod started in the replay. None given,
+   a run's end frees its units at once.
 
 Across samples the start times give P10/P50/P90. A pod asking more units than any
 suitable node has can never fit and gets no time (``never_fits``); a pod that starts
@@ -561,10 +568,18 @@ def end_after(q: tuple[float, float, float], now: float, u: float) -> float | No
 
 
 class _Durations:
-    """Finished runs' durations, drawn from conditioned on a minimum age."""
+    """Finished runs' durations, drawn from conditioned on a minimum age, and the release
+    lags observed after them (``release``)."""
 
-    def __init__(self, durations: Sequence[float]) -> None:
+    def __init__(self, durations: Sequence[float], release_seconds: Sequence[float] = ()) -> None:
         self.sorted = sorted(d for d in durations if d > 0 and math.isfinite(d))
+        self.release_seconds = tuple(release_seconds)
+
+    def release(self, rng: random.Random) -> float:
+        """Seconds from a run's end to its pod's GPUs being free, drawn from those
+        observed (``replay``'s ``release_seconds``); 0 and no draw when none was."""
+        lags = self.release_seconds
+        return lags[int(rng.random() * len(lags))] if lags else 0.0
 
     def draw(self, rng: random.Random, older_than: float = 0.0) -> float:
         """A duration longer than ``older_than``; inf when none is (or no history)."""
@@ -980,13 +995,15 @@ def replay(
     random_state: int | None = 0,
     request_tolerations: Sequence[Toleration] | None = None,
     one_replica_per_pod: bool = False,
+    release_seconds: Sequence[float] = (),
 ) -> ReplayResult:
     """Predicted starts of ``pending`` and ``requests`` (see the module docstring);
     ``request_tolerations``: what a request tolerates, when not the default guess
     (``request_tolerations``, the function); ``one_replica_per_pod``: the device plugin
     refuses a container more than one time-sliced replica (its ``failRequestsGreaterThanOne``,
     off by default; checked per container: ``_pools``), so a pod of such a container
-    fits only whole devices."""
+    fits only whole devices; ``release_seconds``: the lags observed from a finished run's
+    end to its pod's GPUs being free (step 5 of the module docstring), none by default."""
     if placement not in PLACEMENTS:
         raise ReplayError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     if n_samples < 1:
@@ -995,8 +1012,10 @@ def replay(
         raise ReplayError(f"horizon_seconds must be > 0, got {horizon_seconds}")
     if any(not (a.rate_per_second >= 0 and math.isfinite(a.rate_per_second)) for a in arrivals):
         raise ReplayError("arrival rates must be finite and >= 0")
+    if any(not (0 <= lag < math.inf) for lag in release_seconds):
+        raise ReplayError("release lags must be finite and >= 0 seconds")
     rng = random.Random(random_state)
-    hist = _Durations(durations)
+    hist = _Durations(durations, release_seconds)
     node_index = {n.name: i for i, n in enumerate(nodes)}
     ordered = sorted(range(len(pending)), key=lambda i: queue_key(pending[i]))
     # requests sit behind every pending pod of their priority (created "now"); each item
@@ -1237,6 +1256,8 @@ def _running_now(
             end = now + hist.draw(rng, age) - age
         elif h.ends_with_run is False:  # a notebook server: it outlives its run
             end = max(end, now + hist.draw(rng, age) - age)
+        if h.ends_with_run is not False:  # its pod goes a release lag after its run
+            end += hist.release(rng)
         if h.deletion_timestamp is not None:  # being deleted: gone by then at the latest
             end = min(end, h.deletion_timestamp)
         end = max(now, end)  # a pod past its deletion timestamp frees its units now
@@ -1355,7 +1376,7 @@ def _one_sample(
                 if isinstance(plan.items[i], Request):
                     continue  # a request made now takes nothing from anyone
             free[best][pool] -= shape[1]
-            end = t + hist.draw(rng)
+            end = t + hist.draw(rng) + hist.release(rng)
             if end <= horizon:
                 heapq.heappush(events, (end, seq, best, pool, shape[1]))
                 seq += 1

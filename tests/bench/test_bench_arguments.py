@@ -66,6 +66,13 @@ from tests.bench.bench_module import load_bench
         ("cluster_scale", ["--cycles", "0"], "--cycles"),
         ("cluster_scale", ["--running", "0"], "--running"),
         ("demo_startup", ["--history-days", "0"], "--history-days"),
+        ("queue_start", ["--every", "0"], "--every"),
+        ("queue_start", ["--every", "-30"], "--every"),
+        ("queue_start", ["--every", "nan"], "--every"),
+        ("queue_start", ["--seeds", "9-5"], "--seeds"),
+        ("queue_start", ["--seeds", ""], "--seeds"),
+        ("queue_start", ["--seeds", ","], "--seeds"),
+        ("queue_start", ["--seeds", "a-b"], "--seeds"),
     ],
 )
 def test_a_value_that_gives_no_figure_is_refused_before_any_work(

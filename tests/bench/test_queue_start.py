@@ -84,3 +84,31 @@ def test_the_snapshot_tells_notebooks_that_keep_their_gpus() -> None:
     assert got == {"notebook": {False}, "training": {True}}
     _, exact, _ = qs.snapshot(sim, model, 600.0, {p.name: 9999.0 for p in sim.pods})
     assert {h.ends_with_run for h in exact} == {True}
+
+
+def test_the_targets_line_says_pass_or_miss_for_each_target() -> None:
+    met = {"n": 9, "median_error_ratio": 0.2, "coverage": 0.8, "naive_median_error_ratio": 0.9}
+    assert qs.verdict(met) == (
+        "targets: median_error_ratio 0.200 <= 0.25 PASS; coverage 0.800 in 0.70-0.90 PASS;"
+        " clearly below naive (<= 0.5 x 0.900) PASS"
+    )
+    missed = {
+        "n": 9,
+        "median_error_ratio": 0.268,
+        "coverage": 0.92,
+        "naive_median_error_ratio": 0.5,
+    }
+    assert qs.verdict(missed) == (
+        "targets: median_error_ratio 0.268 <= 0.25 MISS; coverage 0.920 in 0.70-0.90 MISS;"
+        " clearly below naive (<= 0.5 x 0.500) MISS"
+    )
+    assert qs.verdict({"n": 0}) == "targets: no observation scored: MISS"
+
+
+def test_the_history_gives_the_release_lags_of_completed_runs_only() -> None:
+    done = qs.Pod("ml", "a", "u", "10.0.0.1", 0, "training", ((0, 0),), 0.0, end=105.0)
+    done.epochs, done.epoch_ends = 2, [50.0, 100.0]
+    cut = qs.Pod("ml", "b", "u", "10.0.0.2", 0, "training", ((1, 0),), 0.0, end=80.0)
+    cut.epochs, cut.epoch_ends, cut.cancelled = 2, [50.0], True
+    running = qs.Pod("ml", "c", "u", "10.0.0.3", 0, "training", ((2, 0),), 0.0)
+    assert qs.release_lags([done, cut, running]) == (5.0,)

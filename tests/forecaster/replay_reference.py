@@ -61,7 +61,7 @@ def one_sample(
                 if isinstance(items[i], qr.Request):
                     continue
             free[best][pool] -= units
-            end = t + hist.draw(rng)
+            end = t + hist.draw(rng) + hist.release(rng)
             if end <= horizon:
                 heapq.heappush(events, (end, seq, best, pool, units))
                 seq += 1
@@ -139,7 +139,7 @@ def pod_by_pod_sample(
                 if isinstance(items[i], qr.Request):
                     continue
             free[best][pool] -= shape[1]
-            end = t + hist.draw(rng)
+            end = t + hist.draw(rng) + hist.release(rng)
             if end <= horizon:
                 heapq.heappush(events, (end, seq, best, pool, shape[1]))
                 seq += 1

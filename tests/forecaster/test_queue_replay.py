@@ -1066,3 +1066,36 @@ def test_the_naive_answer_frees_a_notebook_by_its_owner_not_its_run():
     # a pod whose ownership is not known (None) ends with its run, as in the replay
     unknown = dataclasses.replace(notebook, ends_with_run=None)
     assert naive_start(nodes, [unknown, holders[1]], pending("p"), NOW) == NOW + 100
+
+
+def test_a_pod_frees_its_gpus_a_release_lag_after_its_run_ends():
+    """A finished run's pod holds its GPUs until the pod is gone (final writes, container
+    exit, the kubelet's status, the scheduler's cache): ``release_seconds``, the lags
+    observed on finished pods, come after every run-ending holder's forecast end and
+    after every pod started in the replay. A notebook server frees nothing at its run's
+    end, so no lag is added to its end; no lag observed, none is added."""
+    nodes = [node("n1", 1)]
+    q = [pending("first", created=10), pending("second", created=20)]
+    lagged = replay(nodes, [job("a", "n1", 100)], q, NOW, release_seconds=[5.0], **EXACT)
+    assert starts(lagged, "first") == (105.0, 105.0, 105.0)
+    assert starts(lagged, "second") == (610.0, 610.0, 610.0)  # 105 + 500 s run + 5 s
+    plain = replay(nodes, [job("a", "n1", 100)], q, NOW, **EXACT)
+    assert starts(plain, "first")[1] == 100.0 and starts(plain, "second")[1] == 600.0
+    notebook = dataclasses.replace(job("nb", "n1", 100), ends_with_run=False)
+    kept = replay(nodes, [notebook], q[:1], NOW, release_seconds=[5.0], **EXACT)
+    assert starts(kept, "first")[1] == 400.0  # its history draw: 500 s, 100 s of it run
+
+
+def test_release_lags_are_drawn_from_those_observed():
+    nodes = [node("n1", 1)]
+    r = replay(
+        nodes,
+        [job("a", "n1", 100)],
+        [pending("p")],
+        NOW,
+        durations=[500.0],
+        release_seconds=[2.0, 40.0],
+        n_samples=200,
+    )
+    p10, _, p90 = starts(r, "p")
+    assert (p10, p90) == (102.0, 140.0)
