@@ -46,7 +46,7 @@ from gpu_eta.forecaster.planless import DurationsFit, Spread, fit_durations
 from gpu_eta.forecaster.planless import stub as planless_run
 from gpu_eta.forecaster.prom_clock import measured_offset, offset_to_apply
 from gpu_eta.forecaster.promapi import PromClient
-from gpu_eta.forecaster.promparse import PromAPIError, PromQueryError
+from gpu_eta.forecaster.promparse import PromAPIError, PromQueryError, Skipped
 from gpu_eta.forecaster.refit import (
     Model,
     ModelError,
@@ -661,7 +661,7 @@ class Cycle:
             # what the pods' answers call for (a second query, only when some pod
             # selects a node label beyond the GPU type or lacks kube_pod_created: with
             # it for none, the arrivals too)
-            second = kube_state.second_round(samples, ps.priorities, ps.max_pods)
+            second = kube_state.second_round(samples, ps.priorities)
             if second:
                 samples.update(self._ask_queue(second, now, said))
         except PromQueryError as err:  # refused on this cluster's data: not Prometheus away
@@ -694,7 +694,6 @@ class Cycle:
                 ps.priorities,
                 ps.arrivals_seconds,
                 ps.gpu_resources,
-                ps.max_pods,
             )
             queue, kept = self._last_seen.fill(queue, now)
             self._log_kept(kept, now)
@@ -722,8 +721,14 @@ class Cycle:
         parts = kube_state.rendered(parts, ps.arrivals_seconds, ps.gpu_resources)
         samples: dict[str, list[Sample]] = {}
         for batch in kube_state.batches(parts, queries.fold, queries.MAX_QUERY_CHARS):
-            answer = self.client.instant(queries.fold(batch), at=now, warnings=said)
+            skipped = Skipped(keep=(queries.TAG, *kube_state.SKIPPED_LABELS))
+            folded = queries.fold(batch)
+            answer = self.client.instant(folded, at=now, warnings=said, skipped=skipped)
             samples.update(queries.unfold(answer, batch))
+            left = [Sample(labels, math.nan, now) for labels in skipped.kept]
+            for name, series in queries.unfold(left, batch).items():
+                if series:
+                    samples[kube_state.skipped_name(name)] = series
         return samples
 
     def _log_kept(self, kept: Kept, now: float) -> None:

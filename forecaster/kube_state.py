@@ -383,6 +383,20 @@ NODE_STATE = (
 # second query once the pods are read, and only when some pending pod selects one
 NODE_LABELS = "max by (node, {label_keys}) (kube_node_labels) " + _GPU_NODES
 NODE_LABELS_PART = "ksm_node_labels"
+# Of a series the answer parser left out (``promparse.Skipped``: more than 128 labels,
+# a label not valid UTF-8), the labels ``parse`` needs to tell whose it was: passed
+# under ``skipped_name(part)``, as samples of those labels alone. A pending pod's
+# ``kube_pod_nodeselectors`` series left out (it selects some 120 keys or more) is not a
+# pod selecting nothing: it is rejected ``selector_not_read``
+SKIPPED_LABELS = ("uid", "meta")
+
+
+def skipped_name(part: str) -> str:
+    """The name under which the series of ``part`` the answer parser left out are
+    given to ``parse`` (``SKIPPED_LABELS``)."""
+    return f"{part}/skipped"
+
+
 # When Prometheus first saw a pending GPU pod without ``kube_pod_created`` (OpenShift's
 # KSM denylists ``^kube_.+_created$``) Pending in the arrival window: the subquery's
 # 1 min steps, or now for a pod newer than the last step. Per series, not ``max by
@@ -660,15 +674,15 @@ def _waiting(samples: Mapping[str, Sequence[Sample]]) -> set[str]:
     } - {""}
 
 
-def _in_front(
+def _scheduler_order(
     samples: Mapping[str, Sequence[Sample]],
-    waiting: Collection[str],
+    uids: Collection[str],
     priorities: Mapping[str, int],
-    max_pods: int | None,
-) -> set[str]:
-    """The ``max_pods`` of ``waiting`` (None: all) first in the scheduler's order
-    (priority, then creation; a pod without ``kube_pod_created`` last) and not held by
-    a scheduling gate: the pods ``pending.predict`` replays."""
+) -> list[str]:
+    """``uids`` in the order kube-scheduler (and ``pending.predict``'s replay) takes
+    them: the pods not yet bound and not held by a scheduling gate by priority, then
+    creation (a pod without ``kube_pod_created`` after those with one); then the gated
+    ones, then any other (a bound pod still Pending), each by the same key."""
     created = {
         s.labels.get("uid", ""): s.value
         for s in samples.get("ksm_pod_times", ())
@@ -679,48 +693,53 @@ def _in_front(
     klass = {
         s.labels.get("uid", ""): s.labels.get("priority_class", "") for s in meta.get("info", ())
     }
-    order = sorted(
-        waiting - gated,
-        key=lambda uid: (-priorities.get(klass.get(uid, ""), 0), created.get(uid, math.inf), uid),
-    )
-    return set(order if max_pods is None else order[:max_pods])
+    waiting = _waiting(samples)
+
+    def rank(uid: str) -> tuple[int, int, float, str]:
+        behind = 0 if uid in waiting and uid not in gated else 1 if uid in waiting else 2
+        priority = -priorities.get(klass.get(uid, ""), 0)
+        return (behind, priority, created.get(uid, math.inf), uid)
+
+    return sorted(uids, key=rank)
 
 
 def selector_plan(
     samples: Mapping[str, Sequence[Sample]],
     priorities: Mapping[str, int] | None = None,
-    max_pods: int | None = None,
 ) -> SelectorPlan:
     """The nodeSelector keys beyond the GPU type that the pending GPU pods of
     ``QUERIES``' answers select, which ``node_label_parts`` asks: every one, up to
-    ``MAX_SELECTOR_KEYS`` keys and ``MAX_SELECTOR_CHARS`` characters, taken in order of
-    the pods that would be replayed selecting each (the first ``max_pods`` not yet bound
-    in the scheduler's order, ``priorities`` valuing their classes; none held by a
-    gate), then
-    of all pods selecting each, then by name. Past the cap, the keys left are
-    ``not_read``. Pure: ``parse`` makes the same plan from the same answers.
+    ``MAX_SELECTOR_KEYS`` keys and ``MAX_SELECTOR_CHARS`` characters. The pods are gone
+    through in the scheduler's order (``_scheduler_order``, ``priorities`` valuing
+    their classes: the first ``--pending.max-pods`` the replay predicts, then the rest;
+    gated pods last), and a pod's keys are taken only if all of those not yet taken fit
+    what is left of the cap; a pod whose keys do not is passed over (it will be rejected
+    ``selector_not_read`` whatever else is read), and the pods behind it still get
+    their keys. The keys left are ``not_read``. Pure: ``parse`` makes the same plan from
+    the same answers.
 
-    Why so, rather than the first keys by name: a pod selecting many keys (node-feature
-    discovery's ``feature.node.kubernetes.io/...``, which sort before ``pool``) took every
-    place, and the keys of the pods behind it were never read: a pod pinned to a busy
-    pool was predicted to start now on another. A key KSM could not have written (not
-    ``[a-zA-Z0-9_]``, longer than Kubernetes allows) is not asked (no node shows it)."""
+    Why so, rather than ranking keys: a pod selecting many keys (node-feature
+    discovery's ``feature.node.kubernetes.io/...``) took places it could not fill, and
+    the keys of the pods before it in the queue were not read: a pod pinned to a busy
+    pool got no prediction, or one to start now on another pool. A key KSM could not
+    have written (not ``[a-zA-Z0-9_]``, longer than Kubernetes allows) is not asked (no
+    node shows it)."""
     _, selects = _selections(samples.get("ksm_pod_meta", ()), ("meta", "nodeselectors"))
-    front = _in_front(samples, _waiting(samples), priorities or {}, max_pods)
     count: Counter[str] = Counter()
-    count_in_front: Counter[str] = Counter()
+    wanted: dict[str, set[str]] = {}
     for uid, pairs in selects.items():
-        for key in pairs:
-            if len(key) <= MAX_KEY_CHARS and _LABEL_KEY.match(key):
-                count[key] += 1
-                count_in_front[key] += uid in front
-    ranked = sorted(count, key=lambda k: (-count_in_front[k], -count[k], k))
+        keys = {k for k in pairs if len(k) <= MAX_KEY_CHARS and _LABEL_KEY.match(k)}
+        wanted[uid] = keys
+        count.update(keys)
+    read: set[str] = set()
     chars = 0
-    for i, key in enumerate(ranked):
-        chars += _label_chars(key)
-        if i >= MAX_SELECTOR_KEYS or chars > MAX_SELECTOR_CHARS:
-            return SelectorPlan(tuple(sorted(ranked[:i])), {k: count[k] for k in ranked[i:]})
-    return SelectorPlan(tuple(sorted(ranked)))
+    for uid in _scheduler_order(samples, wanted, priorities or {}):
+        new = wanted[uid] - read
+        more = sum(_label_chars(k) for k in new)
+        if len(read) + len(new) <= MAX_SELECTOR_KEYS and chars + more <= MAX_SELECTOR_CHARS:
+            read |= new
+            chars += more
+    return SelectorPlan(tuple(sorted(read)), {k: n for k, n in count.items() if k not in read})
 
 
 def uncreated(samples: Mapping[str, Sequence[Sample]]) -> tuple[str, ...]:
@@ -783,17 +802,15 @@ def denylisted(
 def second_round(
     samples: Mapping[str, Sequence[Sample]],
     priorities: Mapping[str, int] | None = None,
-    max_pods: int | None = None,
 ) -> dict[str, str]:
     """The queries to ask once ``QUERIES``' answers are read, by part name (templates
     for ``render``; the cycle folds them into as few queries as hold them, ``batches``):
-    the node labels the pending pods select (``selector_plan`` with ``priorities`` and
-    ``--pending.max-pods``' ``max_pods``, as ``parse`` is given them;
-    ``node_label_parts``), when the pods without ``kube_pod_created`` were first seen
+    the node labels the pending pods select (``selector_plan`` with ``priorities``, as
+    ``parse`` is given them; ``node_label_parts``), when the pods without ``kube_pod_created`` were first seen
     Pending (``pending_since_query``) and, where KSM exports no ``kube_pod_created`` at
     all (``denylisted``), the GPU pods first seen in the arrival window
     (``ARRIVALS_SEEN``). Empty on the usual cluster; ``SECOND_ROUND_PARTS`` at most."""
-    parts = node_label_parts(selector_plan(samples, priorities, max_pods).read)
+    parts = node_label_parts(selector_plan(samples, priorities).read)
     waiting = uncreated(samples)
     since = pending_since_query(waiting)
     if since is not None:
@@ -1333,7 +1350,6 @@ def parse(
     priorities: Mapping[str, int] | None = None,
     arrivals_seconds: float = 3600.0,
     gpu_resources: Sequence[str] = (),
-    max_pods: int | None = None,
 ) -> ClusterQueue:
     """Pure: one cycle's answers to ``QUERIES`` → nodes, holders, pending pods, arrivals.
 
@@ -1344,9 +1360,8 @@ def parse(
     ``nvidia_com_gpu`` is: a time-slicing rename's replicas are shared on a node
     labelled with replicas, as ``nvidia_com_gpu``'s are. A pod asking for
     several GPU resources at once (rare) is placed on its largest request.
-    ``max_pods``: ``--pending.max-pods``, which with ``priorities`` says which
-    nodeSelector keys the second round read (``selector_plan``), as ``second_round``
-    was given them.
+    ``priorities`` also say which nodeSelector keys the second round read
+    (``selector_plan``), as ``second_round`` was given them.
 
     Nothing is dropped unseen: a malformed sample or a pod that cannot be placed is
     counted in ``ClusterQueue.rejected`` by reason (``invalid_allocatable``: a node's
@@ -1499,7 +1514,14 @@ def parse(
         s.labels.get("uid", ""): s.labels.get("type", "") for s in meta.get("restart_policy", ())
     }
     gated = {s.labels.get("uid", "") for s in meta.get("gated", ())}
-    not_read = selector_plan(samples, priorities, max_pods).not_read
+    not_read = selector_plan(samples, priorities).not_read
+    # pods whose nodeSelector series the answer parser left out: what they select is
+    # not known (SKIPPED_LABELS)
+    unreadable = {
+        s.labels.get("uid", "")
+        for s in get(skipped_name("ksm_pod_meta"))
+        if s.labels.get("meta") == "nodeselectors"
+    }
 
     # a pod whose every GPU request is NaN or negative; one with another usable
     # request is placed on that one
@@ -1546,9 +1568,10 @@ def parse(
                 rejected["being_deleted"] += 1
                 continue
             wanted = selects.get(uid, {})
-            if uid not in gated and not_read.keys() & wanted.keys():
-                # a key whose node labels were not read (past the cap): which nodes hold
-                # it is not known, so where the pod may start is not either
+            if uid not in gated and (uid in unreadable or not_read.keys() & wanted.keys()):
+                # a key whose node labels were not read (past the cap), or keys not
+                # known at all: which nodes hold them is not known, so where the pod may
+                # start is not either
                 rejected["selector_not_read"] += 1
                 continue
             c = created.get(uid)

@@ -8,6 +8,7 @@ renders the result; ``top`` and the spawner hook read it back from Prometheus.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -479,8 +480,8 @@ def describe(pending: PendingSet | None) -> str:
         parts.append(
             f"pending GPU pods select nodes by {keys}, not read (more than "
             f"{MAX_SELECTOR_KEYS} keys or {MAX_SELECTOR_CHARS:,} "
-            "characters of node labels a cycle, the keys of the pods first in the queue "
-            "read first): those pods get no prediction (docs/pending.md)"
+            "characters of node labels a cycle, read pod by pod in queue order, a pod's "
+            "keys only if they all fit): those pods get no prediction (docs/pending.md)"
         )
     if pending.priorities_unknown:
         names = _per_pods(pending.priorities_unknown)
@@ -512,10 +513,11 @@ def describe(pending: PendingSet | None) -> str:
 def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
     """What changes the queue's log line (``describe``): the rejections by reason and
     whether any pod is past ``--pending.max-pods``, taints are not applied, which
-    nodeSelector keys are not checked or not read, or which priority classes have no value. Not the number skipped, nor of pods selecting a
-    key, which move with the queue every cycle (the counter has the former): one line
-    per change, not per cycle; likewise whether creation times are missing, not for how
-    many pods."""
+    nodeSelector keys are not checked or not read, or which priority classes have no
+    value (each set of names by a digest, ``_digest``: thousands of keys would be kept
+    joined between cycles). Not the number skipped, nor of pods selecting a key, which
+    move with the queue every cycle (the counter has the former): one line per change,
+    not per cycle; likewise whether creation times are missing, not for how many pods."""
     rejected = tuple(sorted((k, v) for k, v in pending.rejected.items() if v > 0))
     skipped = ((SKIPPED_REASON, 1),) if pending.skipped > 0 else ()
     ignored = (
@@ -524,31 +526,41 @@ def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
         else ()
     )
     unchecked = (
-        ((f"{SELECTORS_UNCHECKED} {' '.join(sorted(pending.selectors_unchecked))}", 1),)
+        ((f"{SELECTORS_UNCHECKED} {_digest(pending.selectors_unchecked)}", 1),)
         if pending.selectors_unchecked
         else ()
     )
     missing = ((CREATED_MISSING, 1),) if pending.created_missing > 0 else ()
     unknown = (
-        ((f"{PRIORITIES_UNKNOWN} {' '.join(sorted(pending.priorities_unknown))}", 1),)
+        ((f"{PRIORITIES_UNKNOWN} {_digest(pending.priorities_unknown)}", 1),)
         if pending.priorities_unknown
         else ()
     )
     not_read = (
-        ((f"{SELECTORS_NOT_READ} {' '.join(sorted(pending.selectors_not_read))}", 1),)
+        ((f"{SELECTORS_NOT_READ} {_digest(pending.selectors_not_read)}", 1),)
         if pending.selectors_not_read
         else ()
     )
     return (*rejected, *skipped, *ignored, *unchecked, *missing, *unknown, *not_read)
 
 
-def _per_pods(counts: Mapping[str, int]) -> str:
-    """``a (3 pods), b (1 pod)``: names by name, each with the pending pods it counts
-    (a name alone where the count is 0: not known, a ``ServiceState`` mark kept)."""
-    return ", ".join(
-        f"{name} ({n} pod{'s' if n > 1 else ''})" if n else name
-        for name, n in sorted(counts.items())
+def _per_pods(counts: Mapping[str, int], shown: int = 5) -> str:
+    """``a (3 pods), b (1 pod)``: names by the pending pods each counts (most first,
+    then by name), a name alone where the count is 0 (not known, a ``ServiceState``
+    mark kept); past ``shown``, ``and N more`` (``first_of``): a queue selecting
+    thousands of keys made one line of hundreds of thousands of characters."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return first_of(
+        [f"{name} ({n} pod{'s' if n > 1 else ''})" if n else name for name, n in ranked],
+        shown,
     )
+
+
+def _digest(names: Iterable[str]) -> str:
+    """A short fingerprint of a set of names: what ``left_out`` remembers a list that
+    can hold thousands of keys by, rather than the names joined."""
+    joined = "\0".join(sorted(names)).encode("utf-8", "surrogateescape")
+    return hashlib.sha256(joined).hexdigest()[:16]
 
 
 def _namespaces(names: Sequence[str], shown: int = 5) -> str:

@@ -206,16 +206,19 @@ class PromClient:
         *,
         warnings: list[str] | None = None,
         scalar: bool = True,
+        skipped: Skipped | None = None,
     ) -> list[Sample]:
         """Evaluate ``query`` at ``at`` (default: the server's now); a vector is expected
         (``scalar=False``: a scalar answer is ``NotAVectorError`` too, see
         ``parse_vector``). ``warnings``: the answer's warnings (a partial answer,
-        ``decode_answer``) are appended to it; without it they are dropped."""
+        ``decode_answer``) are appended to it; without it they are dropped.
+        ``skipped``: the series the parsing left out are counted there (as well as
+        logged), with the labels its ``keep`` names: how a caller tells them apart."""
         params: dict[str, str] = {"query": query}
         if at is not None:
             params["time"] = _fmt_time(at)
         parse = parse_vector if scalar else functools.partial(parse_vector, scalar=False)
-        return self._query("/api/v1/query", params, query, parse, warnings)
+        return self._query("/api/v1/query", params, query, parse, warnings, skipped)
 
     def samples(
         self, selector: str, at: float | None = None, *, warnings: list[str] | None = None
@@ -276,6 +279,7 @@ class PromClient:
         query: str,
         parse: Callable[..., list[_T]],
         warnings: list[str] | None = None,
+        skipped: Skipped | None = None,
     ) -> list[_T]:
         """Fetch and parse one answer; it counts as a success only once it parsed.
         Its warnings go to ``warnings`` when given (only once it parsed).
@@ -284,7 +288,7 @@ class PromClient:
         series' JSON as it is converted: the peak memory of a large answer).
         """
         data, said = self._get(path, params, query)
-        skipped = Skipped()
+        skipped = Skipped() if skipped is None else skipped
         try:
             out = parse(data, query, skipped, consume=True)
         except PromAPIError as err:

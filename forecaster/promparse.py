@@ -17,7 +17,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gpu_eta.common.text import lenient_utf8, masked_credentials, readable, utf8_encodable
@@ -29,6 +29,8 @@ _MAX_LABEL_VALUE = 4096  # characters, for label values and names alike
 _MAX_REASON = 200  # characters of the first skip reason in a log line
 _MAX_WARNINGS = 10  # warnings kept of one answer
 _MAX_WARNING = 300  # characters of each
+_MAX_KEPT = 10_000  # skipped series whose ``Skipped.keep`` labels are kept, per answer
+_MAX_KEPT_VALUE = 256  # characters of each label kept
 
 
 class PromAPIError(ForecasterError):
@@ -92,16 +94,42 @@ def _head_and_tail(error: str, head: int = 120, tail: int = 180) -> str:
 
 @dataclass
 class Skipped:
-    """The series one answer's parsing left out: how many, and why the first one was."""
+    """The series one answer's parsing left out: how many, and why the first one was.
+
+    ``keep``: label names a caller needs to tell which series were left out (a pod's
+    ``uid``); of each skipped series, those of them that are short valid strings are
+    kept in ``kept`` (at most ``_MAX_KEPT``), so the caller can hold the series' absence
+    against what it names instead of reading it as a series never sent (a pod whose
+    ``kube_pod_nodeselectors`` series had too many labels read as selecting nothing)."""
 
     count: int = 0
     first: str = ""
+    keep: tuple[str, ...] = ()
+    kept: list[Mapping[str, str]] = field(default_factory=list)
 
     def add(self, reason: str, item: object = None) -> None:
         """Count one; only the first reason is kept (with a few labels naming the series)."""
         if not self.count:
             self.first = (reason + _describe(item))[:_MAX_REASON]
         self.count += 1
+        if self.keep and len(self.kept) < _MAX_KEPT:
+            named = _named(item, self.keep)
+            if named:
+                self.kept.append(named)
+
+
+def _named(item: object, names: tuple[str, ...]) -> Mapping[str, str]:
+    """The labels ``names`` of a skipped series' element that are usable strings (at
+    most ``_MAX_KEPT_VALUE`` characters, valid UTF-8): read-only, maybe empty."""
+    metric = item.get("metric") if isinstance(item, dict) else None
+    if not isinstance(metric, dict):
+        return MappingProxyType({})
+    out = {}
+    for name in names:
+        value = metric.get(name)
+        if type(value) is str and len(value) <= _MAX_KEPT_VALUE and utf8_encodable(value):
+            out[name] = value
+    return MappingProxyType(out)
 
 
 class _BadSeries(Exception):

@@ -105,8 +105,14 @@ class CannedClient:
         self.range_spans: list[tuple[str, float, float]] = []  # (name, start, end)
 
     def instant(
-        self, query: str, at: float | None = None, *, warnings: list[str] | None = None
+        self,
+        query: str,
+        at: float | None = None,
+        *,
+        warnings: list[str] | None = None,
+        skipped: object = None,
     ) -> list[Sample]:
+        """The canned answer (``skipped``: nothing is, the answers are parsed already)."""
         self._count(query)
         if warnings is not None:
             warnings.extend(self.warnings)

@@ -243,8 +243,8 @@ class QueueStoreDown(CannedClient):
         super().__init__(answers)
         self.queue_warnings: list[str] = []
 
-    def instant(self, query: str, at: float | None = None, *, warnings=None):  # type: ignore[override]
-        out = super().instant(query, at, warnings=warnings)
+    def instant(self, query: str, at: float | None = None, *, warnings=None, skipped=None):  # type: ignore[override]
+        out = super().instant(query, at, warnings=warnings, skipped=skipped)
         if warnings is not None and "kube_pod_status_phase" in query:
             warnings.extend(self.queue_warnings)
         return out

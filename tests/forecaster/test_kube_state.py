@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import time
 
@@ -15,6 +16,7 @@ from gpu_eta.forecaster.forecast import ForecastSet
 from gpu_eta.forecaster.kube_state import ClusterQueue
 from gpu_eta.forecaster.pending import PendingSettings, describe, error_counts, predict
 from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.forecaster.promparse import Skipped
 from gpu_eta.forecaster.publish import Exposition, ServiceState
 from gpu_eta.forecaster.queue_replay import (
     NEVER_FITS,
@@ -1036,12 +1038,20 @@ def test_a_built_in_gpu_resource_named_again_is_read_as_built_in():
 def ksm_samples(client: PromClient, now: float) -> dict[str, list[Sample]]:
     """Every queue query's answer at ``now``, as the cycle reads them (unfolded), and
     their second round's when they call for one (``kube_state.second_round``)."""
-    out = {
-        name: client.instant(kube_state.render(tpl, 3600), at=now)
-        for name, tpl in kube_state.QUERIES.items()
-    }
+    out: dict[str, list[Sample]] = {}
+
+    def ask(name: str, tpl: str) -> None:
+        # the series the parser left out, by the labels parse needs (as the cycle)
+        skipped = Skipped(keep=kube_state.SKIPPED_LABELS)
+        out[name] = client.instant(kube_state.render(tpl, 3600), at=now, skipped=skipped)
+        if skipped.kept:
+            left = [Sample(labels, math.nan, now) for labels in skipped.kept]
+            out[kube_state.skipped_name(name)] = left
+
+    for name, tpl in kube_state.QUERIES.items():
+        ask(name, tpl)
     for name, tpl in kube_state.second_round(out).items():
-        out[name] = client.instant(kube_state.render(tpl, 3600), at=now)
+        ask(name, tpl)
     return out
 
 
@@ -2001,10 +2011,13 @@ def test_the_second_round_stays_within_the_query_bound_however_many_pods() -> No
     short_keys = [f"key_{k:03d}_" + "x" * 12 for k in range(kube_state.MAX_SELECTOR_KEYS + 10)]
     named = 0
     for keys in (long_keys, short_keys):
+        # one pod per key: each pod's key is read while it fits
         meta = [
-            sample(uid="uid-p", meta="nodeselectors", **{f"nodeselector_{k}": "1" for k in keys})
+            sample(uid=f"uid-p{i}", meta="nodeselectors", **{f"nodeselector_{k}": "1"})
+            for i, k in enumerate(keys)
         ]
-        plan = kube_state.selector_plan({"ksm_pods": [pod_request("p", 1)], "ksm_pod_meta": meta})
+        pods = [pod_request(f"p{i}", 1) for i in range(len(keys))]
+        plan = kube_state.selector_plan({"ksm_pods": pods, "ksm_pod_meta": meta})
         assert plan.read and plan.not_read  # the cap is reached
         labels = kube_state.node_label_parts(plan.read)
         assert 1 <= len(labels) <= kube_state.MAX_LABEL_PARTS
@@ -2052,52 +2065,66 @@ def _merged(*parts: dict) -> dict:
     return out
 
 
-def test_node_selector_keys_past_the_cap_are_read_by_the_queue_not_by_name():
-    """Pods selecting more keys than the node labels' read takes: every key of the
-    first ``--pending.max-pods`` pods in queue order is read (``pool``, though scores of
-    feature keys sort before it and a pod later in the queue selects them), then the
-    keys selected by the most pods. A pod selecting a key past the cap is not predicted
-    (``selector_not_read``: no node is known to carry that key), and the key is named
-    as not read, not as missing from the allow-list (``selectors_unchecked``); a gated
-    pod stays gated. Before, the first 32 keys by name were read and ``pool`` never."""
+def test_node_selector_keys_past_the_cap_are_read_pod_by_pod_in_queue_order():
+    """Pods selecting more keys than the node labels' read takes: the pods are gone
+    through in the scheduler's order (priority, then creation; gated pods last) and a
+    pod's keys are read only if all of them still fit. ``pool`` of the first pod is
+    read, though scores of feature keys sort before it; the pod selecting 150 keys
+    cannot be read whole and is passed over (``selector_not_read``: no node is known to
+    carry its keys), as is one of high priority whose 100 keys fit only before the
+    other's 30; the pods behind them still get theirs, a gated pod's last. A key not
+    read is named as such, not as missing from the allow-list (``selectors_unchecked``).
+    Ranked by key (in front, then by count), the 150 keys took most places and
+    the 30 pods behind them lost ``zone``."""
     features = {f"feature_node_kubernetes_io_f{i:03d}": "true" for i in range(150)}
+    some = {f"feature_node_kubernetes_io_s{i:03d}": "true" for i in range(30)}
+    more = {f"feature_node_kubernetes_io_m{i:03d}": "true" for i in range(100)}
     samples = _merged(
         _selecting("first", 300, {"pool": "team-b"}),
         _selecting("many", 200, features),
+        _selecting("urgent", 150, some),
+        _selecting("late", 140, more),
         _selecting("two-zones", 100, {"zone": "z1"}),
         _selecting("zone-too", 90, {"zone": "z1"}),
         _selecting("held", 80, {"zz_rare": "x"}, gated="1"),
         {
             "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="4")],
             kube_state.NODE_LABELS_PART: [sample(node="n1", label_pool="team-b")],
+            "ksm_pod_meta": [sample(uid="uid-urgent", meta="info", priority_class="high")],
         },
     )
-    plan = kube_state.selector_plan(samples, max_pods=1)
-    assert "pool" in plan.read and "zone" in plan.read  # the queue's first, then 2 pods'
-    assert len(plan.read) == kube_state.MAX_SELECTOR_KEYS
-    assert plan.not_read == {
-        **{k: 1 for k in sorted(features)[kube_state.MAX_SELECTOR_KEYS - 2 :]},
-        "zz_rare": 1,
-    }
-    q = kube_state.parse(samples, NOW, max_pods=1)
+    plan = kube_state.selector_plan(samples)
+    assert set(plan.read) == {"pool", *some, "zone", "zz_rare"}
+    assert plan.not_read == {k: 1 for k in (*features, *more)}
+    # "urgent" ahead of "first": its 30 keys, pool, then "late"'s 100 do not fit
+    ahead = kube_state.selector_plan(samples, {"high": 10})
+    assert set(ahead.read) == set(plan.read) and ahead.not_read == plan.not_read
+    q = kube_state.parse(samples, NOW)
     assert {p.pod: (p.selector, p.gated) for p in q.pending} == {
         "first": ((("pool", "team-b"),), False),
+        "urgent": ((), False),
         "two-zones": ((), False),
         "zone-too": ((), False),
         "held": ((), True),
     }
-    assert q.rejected == {"selector_not_read": 1}  # "many"
+    assert q.rejected == {"selector_not_read": 2}  # "many", "late"
     assert q.selectors_not_read == plan.not_read
-    assert q.selectors_unchecked == {"zone": 2}  # read, and no node shows it
-    pending = predict(q, {}, [3600.0], NOW, PendingSettings(n_samples=5, max_pods=1))
+    assert q.selectors_unchecked.keys() >= {"zone"}  # read, and no node shows it
+    assert not q.selectors_unchecked.keys() & plan.not_read.keys()
+    pending = predict(q, {}, [3600.0], NOW, PendingSettings(n_samples=5))
     line = describe(pending)
-    assert "zz_rare (1 pod), not read (more than 120 keys or 7,000 characters" in line
+    assert "not read (more than 120 keys or 7,000 characters" in line
     (allowlist,) = [part for part in line.split("; ") if "allowlist" in part]
-    assert "zone (2 pods)" in allowlist and "zz_rare" not in allowlist
-    assert "feature" not in allowlist
-    assert error_counts(pending)["pending_rejected"] == 1
-    # without a bound on the pods predicted every pod is in front: the keys of most pods
-    assert "zone" in kube_state.selector_plan(samples).read
+    assert "zone (2 pods)" in allowlist and "_f000" not in allowlist
+    assert error_counts(pending)["pending_rejected"] == 2
+    # a later pod whose keys fit is read though an earlier one's did not: with
+    # "late" first, its 100 keys are read and "urgent"'s 30 are not
+    swapped = _merged(
+        {k: v for k, v in samples.items() if k != "ksm_pod_meta"},
+        {"ksm_pod_meta": [s for s in samples["ksm_pod_meta"] if s.labels["uid"] != "uid-urgent"]},
+        _selecting("urgent", 130, some),
+    )
+    assert set(kube_state.selector_plan(swapped).read) == {"pool", *more, "zone", "zz_rare"}
 
 
 # (first seen, minutes ago; phase then, and minutes ago it turned Running or

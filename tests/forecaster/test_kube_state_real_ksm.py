@@ -12,8 +12,12 @@ import time
 
 import pytest
 
+from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster import kube_state
+from gpu_eta.forecaster.config import CycleSettings
+from gpu_eta.forecaster.cycle import Cycle
+from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.kube_state import NO_OWNER
 from gpu_eta.forecaster.pending import PendingSettings, predict
 from gpu_eta.forecaster.promapi import PromClient
@@ -116,6 +120,101 @@ def test_a_pod_selecting_many_feature_keys_does_not_unpin_another_pods_pool(
     assert got["wants-b"].starts[1] == pytest.approx(now + 7200, abs=60)
     # the feature keys no node label shows are not held: that pod starts now, on pool a
     assert got["nfd"].starts[1] == pytest.approx(now, abs=60)
+
+
+def test_a_pod_whose_keys_overflow_the_cap_leaves_the_pods_before_it_their_pool(
+    prometheus_factory, ksm_target
+):
+    """The pool case above, beside a pod created later selecting 121
+    node-feature-discovery keys: one more than the node labels' read takes
+    (``kube_state.MAX_SELECTOR_KEYS``). The pods are gone through in the scheduler's
+    order and a pod's keys are read only if all of them fit, so ``pool`` (``wants-b``,
+    first in the queue) is read and ``wants-b`` waits for pool b (+2 h), and only
+    ``nfd`` goes unpredicted (``selector_not_read``). Ranked by key, the feature keys
+    took every place, ``pool`` was not read and both pods got no prediction."""
+    now = time.time()
+    nodes = [
+        KsmNode("a-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-a"}),
+        KsmNode("b-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-b"}),
+    ]
+    n = kube_state.MAX_SELECTOR_KEYS + 1
+    features = {f"feature.node.kubernetes.io/f{i:03d}": "true" for i in range(n)}
+    pods = [
+        KsmPod(
+            "ml", "b-run", "u1", "Running", now - 900, {GPU: 4}, node="b-1", start_time=now - 890
+        ),
+        KsmPod(
+            "ml", "wants-b", "u2", "Pending", now - 120, {GPU: 1}, node_selector={"pool": "team-b"}
+        ),
+        KsmPod("other", "nfd", "u3", "Pending", now - 30, {GPU: 1}, node_selector=features),
+    ]
+    samples, now = scraped(prometheus_factory, ksm_target, nodes, pods, 2, (PRODUCT, "pool"))
+    q = kube_state.parse(samples, now)
+    assert "pool" in q.selectors_checked
+    assert q.rejected == {"selector_not_read": 1}
+    # none of nfd's keys is read: they fit only all together
+    assert q.selectors_not_read == {ksm_label(k): 1 for k in features}
+    ends = {("ml", "b-run"): (now + 7200,) * 3}
+    result = predict(q, ends, [3600.0], now, PendingSettings(n_samples=20))
+    got = {p.pod: p.prediction for p in result.pods}
+    assert list(got) == ["wants-b"]
+    assert got["wants-b"].status == PREDICTED
+    assert got["wants-b"].starts[1] == pytest.approx(now + 7200, abs=60)
+
+
+def test_a_pod_whose_selector_series_is_too_wide_to_read_is_not_predicted_anywhere(
+    prometheus_factory, ksm_target, tmp_path
+):
+    """A pod selecting ``pool: team-b`` and 130 node-feature-discovery keys: its
+    ``kube_pod_nodeselectors`` series carries more labels than the answer parser takes
+    (``promparse._MAX_LABELS``, 128), so the series is skipped. Which nodes the pod may
+    start on is then not known: it is rejected ``selector_not_read`` and gets no
+    prediction. Read as a pod selecting nothing, it was predicted to start now on pool
+    a ([0, 0, 0] s), though kube-scheduler holds it for pool b, busy 2 h."""
+    now = time.time()
+    nodes = [
+        KsmNode("a-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-a"}),
+        KsmNode("b-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-b"}),
+    ]
+    wide = {f"feature.node.kubernetes.io/f{i:03d}": "true" for i in range(130)}
+    pods = [
+        KsmPod(
+            "ml", "b-run", "u1", "Running", now - 900, {GPU: 4}, node="b-1", start_time=now - 890
+        ),
+        KsmPod(
+            "ml",
+            "wants-b",
+            "u2",
+            "Pending",
+            now - 120,
+            {GPU: 1},
+            node_selector={"pool": "team-b", **wide},
+        ),
+        KsmPod("ml", "plain", "u3", "Pending", now - 60, {GPU: 1}),
+    ]
+    target, body = ksm_target
+    body[0] = exposition(nodes, pods, label_allowlist=(PRODUCT, "pool"))
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=2)
+    client = PromClient(prom.url)
+    now = time.time()
+    q = kube_state.parse(ksm_samples(client, now), now)
+    assert q.rejected == {"selector_not_read": 1}
+    ends = {("ml", "b-run"): (now + 7200,) * 3}
+    result = predict(q, ends, [3600.0], now, PendingSettings(n_samples=20))
+    got = {p.pod: p.prediction for p in result.pods}
+    assert list(got) == ["plain"]  # starts now on pool a; wants-b is not said to
+    assert got["plain"].starts[1] == pytest.approx(now, abs=60)
+    # the cycle's own read (folded queries) rejects it alike
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        cycle = Cycle(client, store, CycleSettings(background_refit=False))
+        pending = cycle.run().pending
+    finally:
+        store.close()
+    assert pending is not None
+    assert [p.pod for p in pending.pods] == ["plain"]
+    assert pending.rejected == {"selector_not_read": 1}
 
 
 def deletion_timestamps(deleted: dict[tuple[str, str, str], float]) -> str:

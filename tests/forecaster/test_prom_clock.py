@@ -78,9 +78,9 @@ class DatedClient(CannedClient):
     def monotonic(self) -> float:
         return self.server[0]
 
-    def instant(self, query, at=None, *, warnings=None):  # type: ignore[no-untyped-def]
+    def instant(self, query, at=None, *, warnings=None, skipped=None):  # type: ignore[no-untyped-def]
         self.at.append(at)
-        return super().instant(query, at, warnings=warnings)
+        return super().instant(query, at, warnings=warnings, skipped=skipped)
 
     def _count(self, query: str) -> None:
         super()._count(query)

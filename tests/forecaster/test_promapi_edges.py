@@ -234,6 +234,32 @@ def test_one_bad_series_is_skipped_and_counted_not_the_answer(bad: dict, says: s
     assert skipped.count == 2 and skipped.first.startswith(says), skipped.first
 
 
+def test_a_skipped_series_keeps_only_the_usable_labels_asked_for_and_boundedly() -> None:
+    """``Skipped.keep``: of each series left out, the labels named that are short valid
+    strings, so a caller can tell whose series it was (a pod's ``uid``); a hostile
+    value (too long, not a string, not UTF-8) is not kept, nor more than
+    ``_MAX_KEPT`` series."""
+    wide = {f"nodeselector_f{i:03d}": "true" for i in range(130)}
+    result = [
+        {"metric": {"uid": "u1", "meta": "nodeselectors", **wide}, "value": [1, "1"]},
+        {"metric": {"uid": "u" * 300, "meta": ["x"], **wide}, "value": [1, "1"]},
+        {"metric": {"uid": "u3\udcff", "pod": "p"}, "value": [1, "1"]},
+        {"metric": {"uid": "u4"}, "value": [1, "1"]},
+    ]
+    skipped = promparse.Skipped(keep=("uid", "meta"))
+    samples = promparse.parse_vector({"resultType": "vector", "result": result}, "q", skipped)
+    assert [dict(s.labels) for s in samples] == [{"uid": "u4"}]
+    assert skipped.count == 3
+    assert [dict(k) for k in skipped.kept] == [{"uid": "u1", "meta": "nodeselectors"}]
+    many = [{"metric": {"uid": f"u{i}", **wide}, "value": [1, "1"]} for i in range(10_010)]
+    bounded = promparse.Skipped(keep=("uid",))
+    promparse.parse_vector({"resultType": "vector", "result": many}, "q", bounded)
+    assert bounded.count == 10_010 and len(bounded.kept) == promparse._MAX_KEPT
+    unasked = promparse.Skipped()
+    promparse.parse_vector({"resultType": "vector", "result": many[:3]}, "q", unasked)
+    assert unasked.kept == []
+
+
 @pytest.mark.parametrize(
     ("data", "says"),
     [

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpu_eta.forecaster import publish
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.methods import PLANLESS_METHODS
-from gpu_eta.forecaster.pending import PendingSet, PodStart
+from gpu_eta.forecaster.pending import PendingSet, PodStart, describe, left_out
 from gpu_eta.forecaster.publish import Exposition, ServiceState, make_registry
 from gpu_eta.forecaster.queue_replay import PREDICTED, Request, StartPrediction
 from gpu_eta.forecaster.runs import Run
@@ -500,6 +500,30 @@ def test_node_selector_keys_not_read_are_logged_as_not_read_once_per_change(
     assert "more than 120 keys or 7,000 characters" in line and "allowlist" not in line
     assert cycle(PendingSet(selectors_not_read={"zone": 3}, rejected=rejected)) == []
     assert cycle(PendingSet(selectors_not_read={"zone": 3, "rack": 1}, rejected=rejected))
+
+
+def test_a_queue_selecting_thousands_of_keys_not_read_logs_one_bounded_line() -> None:
+    """100 pods each selecting 120 distinct 52-character keys, none read: the WARNING
+    names the keys most pods select and says how many more (``first_of``), and what
+    the line is remembered by to log it once per change is a digest, not the names
+    joined. Before, one 761,108-character line, and as much kept between cycles."""
+    counts = {
+        f"feature_node_kubernetes_io_pod{p:03d}_key{k:03d}_xxxxxxxxxxx": 1
+        for p in range(100)
+        for k in range(120)
+    }
+    counts["pool"] = 7
+    assert len(counts) == 12_001 and all(len(k) == 52 for k in counts if k != "pool")
+    pending = PendingSet(selectors_not_read=counts, rejected={"selector_not_read": 100})
+    line = describe(pending)
+    assert len(line) < 1_000, len(line)
+    assert "select nodes by pool (7 pods), " in line and "and 11,996 more, not read" in line
+    remembered = left_out(pending)
+    assert sum(len(name) for name, _ in remembered) < 200
+    fewer = dict(counts)
+    del fewer["pool"]
+    assert left_out(replace(pending, selectors_not_read=fewer)) != remembered
+    assert left_out(replace(pending, selectors_not_read={**counts, "pool": 9})) == remembered
 
 
 def test_a_mark_is_forgotten_an_hour_after_its_last_pod_and_the_newest_are_kept(

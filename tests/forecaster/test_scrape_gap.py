@@ -167,11 +167,11 @@ class _LengthCapped(CannedClient):
 
     cap = 16_384
 
-    def instant(self, query, at=None, *, warnings=None):
+    def instant(self, query, at=None, *, warnings=None, skipped=None):
         if len(query) > self.cap:
             self._count(query)
             raise PromAPIError(f"too long query; len(query)={len(query)}")
-        return super().instant(query, at, warnings=warnings)
+        return super().instant(query, at, warnings=warnings, skipped=skipped)
 
 
 def _sweep(n: int) -> dict:
