@@ -12,6 +12,7 @@ from typing import Any
 from gpu_eta.forecaster.methods import PLANLESS_METHODS
 from gpu_eta.forecaster.promparse import printable
 from gpu_eta.top.view import (
+    NO_PREDICTION,
     Band,
     GpuRow,
     HolderRow,
@@ -210,6 +211,7 @@ _PENDING_NOTES = {
     "scheduled": "starting (bound to a node)",
     "blocked_elsewhere": "fits free GPUs, not bound: waits for something else (PVC, CPU, memory)",
     "gated": "gated: waits for its queue's admission (scheduling gates, e.g. Kueue)",
+    NO_PREDICTION: "no prediction: see the forecaster's pending_rejected log line",
 }
 
 
@@ -228,6 +230,7 @@ def pending_cells(p: PendingRow, now: float, tz: tzinfo | None, stale: bool = Fa
     if stale and p.status != "scheduled" and p.start.p50 is not None:
         start += STALE_MARK
     gpus = p.gpus if p.resource in ("", "nvidia_com_gpu") else f"{p.gpus} {p.resource}"
+    gpus = gpus or "-"  # not published (NO_PREDICTION): not known here
     return _shown(
         f"{p.namespace}/{p.pod}",
         gpus,

@@ -94,7 +94,7 @@ class PendingRow:
     resource: str
     gpus: str
     status: str  # predicted, scheduled, never_fits, beyond_horizon, no_schedulable_node,
-    # blocked_elsewhere, gated
+    # blocked_elsewhere, gated; NO_PREDICTION for a pod KSM shows and no forecaster does
     created_timestamp: float | None
     start: Band
     # the end of the forecaster cycle that made the prediction (None: not known): a
@@ -103,6 +103,11 @@ class PendingRow:
     cycle_timestamp: float | None = None
     # its start is a stale forecaster's (``ForecasterState.stale``): shown marked
     forecast_stale: bool = False
+
+
+# the status of a pending GPU pod kube-state-metrics shows and no forecaster publishes
+# (``pending_rows``)
+NO_PREDICTION = "no_prediction"
 
 
 @dataclass(frozen=True, slots=True)
@@ -845,6 +850,25 @@ def pending_rows(
                 start=Band(band.get("p10"), band.get("p50"), band.get("p90")),
                 cycle_timestamp=cycle,
                 forecast_stale=forecast is not None and forecast.stale,
+            )
+        )
+    # the pending GPU pods KSM shows and no forecaster publishes (rejected, past
+    # --pending.max-pods, or no forecaster reading the queue): a row each, not a table
+    # saying no pod waits
+    for s in results.get("pending_created") or ():
+        key = pod_key(s.labels)
+        if key in seen or not all(key):
+            continue
+        seen.add(key)
+        rows.append(
+            PendingRow(
+                namespace=key[0],
+                pod=key[1],
+                resource="",
+                gpus="",
+                status=NO_PREDICTION,
+                created_timestamp=created.get(key),
+                start=Band(None, None, None),
             )
         )
     rows.sort(key=lambda r: (r.start.p50 is None, r.start.p50 or 0.0, r.namespace, r.pod))

@@ -1085,6 +1085,45 @@ def test_pending_section_lists_the_queue_soonest_first() -> None:
     assert top_render.render_json(view)["pending"][0]["pod"] == "next"
 
 
+def test_a_pending_gpu_pod_without_a_prediction_is_a_row_not_left_out() -> None:
+    """KSM shows pending GPU pods the forecaster publishes nothing for (it rejected
+    them, ``pending_rejected`` in its log, or they are past ``--pending.max-pods``):
+    each is a row with its wait, status ``no_prediction`` and a note saying where to
+    look, after the predicted ones, in ``--json`` too. Before, the table said "no pod
+    waiting for GPUs" while two GPU pods waited."""
+    pod = {"namespace": "ml"}
+    created = [
+        vec(NOW - 600, **pod, pod="nfd", uid="u2"),
+        vec(NOW - 125, **pod, pod="next", uid="u1"),
+        vec(NOW - 60, namespace="ci", pod="wide", uid="u3"),
+    ]
+    alone = top_view.build_view({"pending_created": parsed(created[:1])}, NOW, "http://prom")
+    assert [(p.pod, p.status) for p in alone.pending] == [("nfd", "no_prediction")]
+    text = top_render.render_plain(alone, timezone.utc)
+    assert "no pod waiting for GPUs" not in text
+    (row,) = [line for line in text.splitlines() if line.startswith("ml/nfd")]
+    assert row.split()[1:3] == ["-", "10m00s"] and "no prediction" in row, row
+    assert "pending_rejected" in row
+    res = {
+        "pending_info": parsed(
+            [vec(1, **pod, pod="next", resource="nvidia_com_gpu", gpus="1", status="predicted")]
+        ),
+        "pending_start": parsed([vec(NOW + 100, **pod, pod="next", quantile="0.5")]),
+        "pending_created": parsed(created),
+    }
+    view = top_view.build_view(res, NOW, "http://prom")
+    assert [(p.namespace, p.pod, p.status) for p in view.pending] == [
+        ("ml", "next", "predicted"),
+        ("ci", "wide", "no_prediction"),
+        ("ml", "nfd", "no_prediction"),
+    ]
+    pending = top_render.render_json(view)["pending"]
+    assert [(p["pod"], p["status"], p["created_timestamp"]) for p in pending][1:] == [
+        ("wide", "no_prediction", NOW - 60),
+        ("nfd", "no_prediction", NOW - 600),
+    ]
+
+
 def test_every_status_without_a_start_says_why() -> None:
     """Each status the forecaster publishes for a pending pod (publish's HELP lists them)
     has its note: a ``gated`` pod (Kueue's admission gate) showed no start and no
