@@ -472,8 +472,9 @@ def describe(pending: PendingSet | None) -> str:
         keys = _per_pods(pending.selectors_unchecked)
         parts.append(
             f"pending GPU pods select nodes by {keys}, which no GPU node's kube_node_labels "
-            "shows (not in kube-state-metrics' --metric-labels-allowlist=nodes=[...]): "
-            "those keys are not held against any node (docs/pending.md)"
+            "shows (not in kube-state-metrics' --metric-labels-allowlist=nodes=[...], or "
+            "dropped by VictoriaMetrics' -maxLabelsPerTimeseries, 30 by default, from nodes "
+            "with many labels): those keys are not held against any node (docs/pending.md)"
         )
     if pending.selectors_not_read:
         keys = _per_pods(pending.selectors_not_read)

@@ -54,6 +54,13 @@ def scrape_config(jobs: Sequence[ScrapeJob], scrape_interval: str) -> str:
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
+# VictoriaMetrics keeps at most this many labels of a series and drops the rest (30 by
+# default): a GPU node's kube_node_labels with node-feature-discovery's labels
+# allow-listed carries scores of them, and the pool or GPU product label the queue reads
+# was dropped (docs/victoriametrics.md)
+MAX_LABELS_PER_TIMESERIES = 256
+
+
 def start_victoriametrics(
     jobs: Sequence[ScrapeJob],
     *,
@@ -67,7 +74,9 @@ def start_victoriametrics(
     """Start VictoriaMetrics on 127.0.0.1 scraping ``jobs``; return once ``/health`` is OK.
 
     Retention is 100 years so backfilled history of any age stays (the default,
-    one month, would drop an older benchmark history silently).
+    one month, would drop an older benchmark history silently); a series keeps up to
+    ``MAX_LABELS_PER_TIMESERIES`` labels (the default, 30, dropped a node's pool label
+    beside node-feature-discovery's).
     """
     binary = find_binary("victoria-metrics")
     base, own_dir = server_dir(data_dir, "gpu-eta-vm-")
@@ -86,6 +95,7 @@ def start_victoriametrics(
                 f"-promscrape.config={config_path}",
                 "-retentionPeriod=100y",
                 "-search.latencyOffset=0s",
+                f"-maxLabelsPerTimeseries={MAX_LABELS_PER_TIMESERIES}",
                 *extra_args,
             ],
             f"{url}/health",

@@ -86,6 +86,27 @@ def test_a_pod_pinned_to_a_pool_by_node_selector_waits_for_that_pool(
     assert pod.prediction.starts[1] == pytest.approx(now + 7200, abs=60)
 
 
+def two_pools(
+    now: float, other: KsmPod, more_keys: dict[str, str] | None = None
+) -> tuple[list[KsmNode], list[KsmPod]]:
+    """Pools a and b of one GPU type told apart by ``pool``, b full until its run ends
+    (``b-run``); ``wants-b`` pending 120 s selecting ``pool: team-b`` (and
+    ``more_keys``), then ``other``."""
+    nodes = [
+        KsmNode("a-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-a"}),
+        KsmNode("b-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-b"}),
+    ]
+    selects = {"pool": "team-b", **(more_keys or {})}
+    pods = [
+        KsmPod(
+            "ml", "b-run", "u1", "Running", now - 900, {GPU: 4}, node="b-1", start_time=now - 890
+        ),
+        KsmPod("ml", "wants-b", "u2", "Pending", now - 120, {GPU: 1}, node_selector=selects),
+        other,
+    ]
+    return nodes, pods
+
+
 def test_a_pod_selecting_many_feature_keys_does_not_unpin_another_pods_pool(
     prometheus_factory, ksm_target
 ):
@@ -96,20 +117,11 @@ def test_a_pod_selecting_many_feature_keys_does_not_unpin_another_pods_pool(
     for pool b (+2 h). Read as the first 32 keys by name, ``pool`` was never asked, was
     logged as not allow-listed, and ``wants-b`` was predicted to start now on pool a."""
     now = time.time()
-    nodes = [
-        KsmNode("a-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-a"}),
-        KsmNode("b-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-b"}),
-    ]
     features = {f"feature.node.kubernetes.io/f{i:02d}": "true" for i in range(32)}
-    pods = [
-        KsmPod(
-            "ml", "b-run", "u1", "Running", now - 900, {GPU: 4}, node="b-1", start_time=now - 890
-        ),
-        KsmPod(
-            "ml", "wants-b", "u2", "Pending", now - 60, {GPU: 1}, node_selector={"pool": "team-b"}
-        ),
+    nodes, pods = two_pools(
+        now,
         KsmPod("other", "nfd", "u3", "Pending", now - 30, {GPU: 1}, node_selector=features),
-    ]
+    )
     samples, now = scraped(prometheus_factory, ksm_target, nodes, pods, 2, (PRODUCT, "pool"))
     q = kube_state.parse(samples, now)
     assert "pool" in q.selectors_checked and "pool" not in q.selectors_unchecked
@@ -133,21 +145,12 @@ def test_a_pod_whose_keys_overflow_the_cap_leaves_the_pods_before_it_their_pool(
     ``nfd`` goes unpredicted (``selector_not_read``). Ranked by key, the feature keys
     took every place, ``pool`` was not read and both pods got no prediction."""
     now = time.time()
-    nodes = [
-        KsmNode("a-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-a"}),
-        KsmNode("b-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-b"}),
-    ]
     n = kube_state.MAX_SELECTOR_KEYS + 1
     features = {f"feature.node.kubernetes.io/f{i:03d}": "true" for i in range(n)}
-    pods = [
-        KsmPod(
-            "ml", "b-run", "u1", "Running", now - 900, {GPU: 4}, node="b-1", start_time=now - 890
-        ),
-        KsmPod(
-            "ml", "wants-b", "u2", "Pending", now - 120, {GPU: 1}, node_selector={"pool": "team-b"}
-        ),
+    nodes, pods = two_pools(
+        now,
         KsmPod("other", "nfd", "u3", "Pending", now - 30, {GPU: 1}, node_selector=features),
-    ]
+    )
     samples, now = scraped(prometheus_factory, ksm_target, nodes, pods, 2, (PRODUCT, "pool"))
     q = kube_state.parse(samples, now)
     assert "pool" in q.selectors_checked
@@ -172,26 +175,8 @@ def test_a_pod_whose_selector_series_is_too_wide_to_read_is_not_predicted_anywhe
     prediction. Read as a pod selecting nothing, it was predicted to start now on pool
     a ([0, 0, 0] s), though kube-scheduler holds it for pool b, busy 2 h."""
     now = time.time()
-    nodes = [
-        KsmNode("a-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-a"}),
-        KsmNode("b-1", {GPU: 4}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "team-b"}),
-    ]
     wide = {f"feature.node.kubernetes.io/f{i:03d}": "true" for i in range(130)}
-    pods = [
-        KsmPod(
-            "ml", "b-run", "u1", "Running", now - 900, {GPU: 4}, node="b-1", start_time=now - 890
-        ),
-        KsmPod(
-            "ml",
-            "wants-b",
-            "u2",
-            "Pending",
-            now - 120,
-            {GPU: 1},
-            node_selector={"pool": "team-b", **wide},
-        ),
-        KsmPod("ml", "plain", "u3", "Pending", now - 60, {GPU: 1}),
-    ]
+    nodes, pods = two_pools(now, KsmPod("ml", "plain", "u3", "Pending", now - 60, {GPU: 1}), wide)
     target, body = ksm_target
     body[0] = exposition(nodes, pods, label_allowlist=(PRODUCT, "pool"))
     prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])

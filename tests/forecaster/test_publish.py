@@ -473,6 +473,8 @@ def test_node_selector_keys_not_checked_are_logged_once_per_change_not_counted(
     assert len(first) == 1 and first[0].startswith("WARNING")
     assert "select nodes by pool (3 pods), team (1 pod)" in first[0]
     assert "--metric-labels-allowlist=nodes=" in first[0]
+    # or stored without it: VictoriaMetrics drops labels past -maxLabelsPerTimeseries
+    assert "VictoriaMetrics' -maxLabelsPerTimeseries" in first[0]
     assert cycle(PendingSet(selectors_unchecked={"pool": 5, "team": 2})) == []
     assert [cycle(PendingSet()), cycle(PendingSet(selectors_unchecked={"pool": 1}))] == [[], []]
     assert not any(name == "gpu_eta_forecaster_job_errors_total" for name, _ in scrape(state))

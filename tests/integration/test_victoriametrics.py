@@ -410,6 +410,58 @@ def test_a_mig_sites_queue_is_predicted_with_its_profiles_named(tmp_path: Path) 
         assert by[pod].starts[1] <= time.time() + 1
 
 
+def test_a_pool_label_beside_many_feature_labels_is_stored_and_held(tmp_path: Path) -> None:
+    """GPU nodes whose ``kube_node_labels`` carry 40 node-feature-discovery labels
+    beside ``label_pool`` and the GPU product (KSM allow-listing ``nodes=[*]``):
+    VictoriaMetrics keeps at most ``-maxLabelsPerTimeseries`` labels a series (30 by
+    default) and drops the rest (``vm_metrics_with_dropped_labels_total``), pool and
+    product among them, so the pool read as not allow-listed and a pod pinned to busy
+    pool b was told it starts now on pool a. The VictoriaMetrics gpu-eta starts
+    (``launch.victoria``: tests, the demo) raises the limit: the pod waits for pool b."""
+    from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
+    from gpu_eta.forecaster import kube_state
+    from gpu_eta.forecaster.pending import PendingSettings, predict
+    from gpu_eta.forecaster.promapi import PromClient
+    from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, exposition
+    from tests.forecaster.test_kube_state import ksm_samples
+
+    product = "nvidia.com/gpu.product"
+    features = {f"feature.node.kubernetes.io/cpu-cpuid.F{i:02d}": "true" for i in range(40)}
+    now = time.time()
+    nodes = [
+        KsmNode("a-1", {GPU: 4}, {**features, product: "NVIDIA-A100", "pool": "team-a"}),
+        KsmNode("b-1", {GPU: 4}, {**features, product: "NVIDIA-A100", "pool": "team-b"}),
+    ]
+    pods = [
+        KsmPod("ml", "b-run", "u1", "Running", now - 900, {GPU: 4}, node="b-1", start_time=now),
+        KsmPod(
+            "ml", "wants-b", "u2", "Pending", now - 60, {GPU: 1}, node_selector={"pool": "team-b"}
+        ),
+    ]
+    text = exposition(nodes, pods, label_allowlist=(product, "pool", *features)).encode()
+    ksm = MetricsServer("127.0.0.1", 0, lambda _accept: (text, TEXT_FORMAT)).serve()
+    vm = start_victoriametrics(
+        [ScrapeJob("kube-state-metrics", [f"127.0.0.1:{ksm.port}"])], data_dir=tmp_path / "vm"
+    )
+    client = PromClient(vm.url)
+    try:
+        vm.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=1)
+        vm.wait_for("kube_node_labels", min_results=1)
+        at = time.time()
+        q = kube_state.parse(ksm_samples(client, at), at)
+        dropped = requests.get(f"{vm.url}/metrics", timeout=10).text
+    finally:
+        client.close()
+        vm.stop()
+        ksm.stop()
+    assert "vm_metrics_with_dropped_labels_total 0" in dropped
+    assert "pool" in q.selectors_checked and not q.selectors_unchecked
+    result = predict(q, {("ml", "b-run"): (at + 7200,) * 3}, [3600.0], at, PendingSettings())
+    (pod,) = result.pods
+    assert pod.prediction.starts is not None
+    assert pod.prediction.starts[1] == pytest.approx(at + 7200, abs=120)
+
+
 @pytest.mark.parametrize("created", [True, False], ids=["created", "no-created"])
 def test_the_queue_reads_answer_as_on_prometheus(tmp_path: Path, created: bool) -> None:
     """The GPU queue's queries, first round cut into several by long site names, on the
