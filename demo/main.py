@@ -35,6 +35,10 @@ if TYPE_CHECKING:  # imported where used: rich is the top extra
 SCRAPE_INTERVAL_RANGE = (1.0, 60.0)
 PROG = "python -m gpu_eta.demo"  # the usage line's command, unless GPU_ETA_DEMO_PROG says
 MAX_HISTORY_DAYS = 365  # --history-days: see parse_args
+# --history-jobs: a day of the default cluster's arrivals (8,640) fits; more grows the
+# start-up past minutes of silence (the simulation slows with its pod count: 1,000 jobs
+# 0.7 s, 10,000 61 s; OpenMetrics ~30 KB a job, 10,000: 299 MB, promtool 74 s)
+MAX_HISTORY_JOBS = 10_000
 
 
 class ExitCode(enum.IntEnum):
@@ -104,7 +108,9 @@ def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespa
         default=None,
         help="run N seconds, print a final top snapshot, exit 0",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the whole simulation (default 0)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the whole simulation, >= 0 (default 0)"
+    )
     p.add_argument("--nodes", type=int, default=3, help="simulated nodes (default 3)")
     p.add_argument("--gpus-min", type=int, default=4, help="fewest GPUs per node (default 4)")
     p.add_argument("--gpus-max", type=int, default=8, help="most GPUs per node (default 8)")
@@ -142,7 +148,7 @@ def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespa
         default=1000,
         help="about this many jobs in the backfilled history, arriving at the live "
         "cluster's rate (default 1000: about 2.8 h at the defaults, so the jobs, not "
-        "--history-days, set its span unless that is shorter)",
+        f"--history-days, set its span unless that is shorter; at most {MAX_HISTORY_JOBS:,})",
     )
     p.add_argument(
         "--prometheus-port", type=int, default=9090, help="Prometheus port if free (default 9090)"
@@ -216,8 +222,20 @@ def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespa
         p.error(
             f"--history-days must be a number from 0 to {MAX_HISTORY_DAYS} and --history-jobs >= 1"
         )
+    # see MAX_HISTORY_JOBS: past it the start-up is minutes of simulation and backfill
+    if args.history_jobs > MAX_HISTORY_JOBS:
+        p.error(
+            f"--history-jobs must be at most {MAX_HISTORY_JOBS:,} (a day of the default "
+            "cluster's arrivals; more takes minutes to simulate and backfill)"
+        )
+    # the exporters' simulated backends refuse a negative seed, after the stack started
+    if args.seed < 0:
+        p.error(f"--seed must be >= 0, got {args.seed}")
     if not (math.isfinite(args.refresh) and args.refresh > 0):
         p.error("--refresh must be a number of seconds > 0")
+    # one port preferred for two parts: the second cannot listen once the first does,
+    # which the demo found only after everything before it had started
+    chosen: dict[int, str] = {}
     for flag, port in (
         ("--prometheus-port", args.prometheus_port),
         ("--forecaster-port", args.forecaster_port),
@@ -225,6 +243,9 @@ def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespa
     ):
         if not 0 <= port <= 65535:
             p.error(f"{flag} must be 0 (any free port) to 65535")
+        if port and port in chosen:
+            p.error(f"{flag} {port} is also {chosen[port]}'s: each part needs its own port")
+        chosen.setdefault(port, flag)
     # the cluster's own bounds (time scale, arrival rate, warm-up) are usage errors too,
     # reported before anything is installed or started
     try:

@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,14 +143,52 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
-def pick_port(preferred: int, what: str, say: Callable[[str], None]) -> int:
-    """``preferred`` if free, else a free one, saying which port was busy and why it matters."""
-    if preferred and port_is_free(preferred):
+def pick_port(
+    preferred: int,
+    what: str,
+    say: Callable[[str], None],
+    exclude: Collection[int] = (),
+) -> int:
+    """``preferred`` if free, else a free one, saying which port was busy and why it matters.
+
+    ``exclude``: the ports other parts of the demo were given and have not bound yet.
+    Why: a port is free until its part listens, so a preferred port two parts share,
+    or one the kernel hands out again, would go to both, and the later part could
+    not listen after everything before it had started."""
+    if preferred and preferred not in exclude and port_is_free(preferred):
         return preferred
     port = free_port()
-    if preferred:
+    while port in exclude:
+        port = free_port()
+    if preferred in exclude and preferred:
+        say(f"port {preferred} ({what}) is another demo part's; using {port} instead")
+    elif preferred:
         say(f"port {preferred} ({what}) is in use by another process; using {port} instead")
     return port
+
+
+def progress_every(
+    every_seconds: float,
+    what: str,
+    say: Callable[[str], None],
+    clock: Callable[[], float] = time.monotonic,
+) -> Callable[[float], None]:
+    """A progress callback (the share done, 0-1) that says ``what`` and how far it got
+    at most every ``every_seconds``, and nothing for a step quicker than that.
+
+    Why: simulating a long history (``--history-jobs`` in the thousands) takes a
+    minute or more, which the demo spent without a word."""
+    started = clock()
+    last = started
+
+    def report(share: float) -> None:
+        nonlocal last
+        now = clock()
+        if now - last >= every_seconds and share < 1.0:
+            last = now
+            say(f"{what}: {share * 100:.0f} % done after {now - started:.0f} s")
+
+    return report
 
 
 def _load_prctl():
@@ -290,7 +328,17 @@ class Stack:
             # at the live cluster's load, so its past has time-sliced runs as its present
             # does: the forecaster learns from it (live_load_seconds)
             span = live_load_seconds(cfg.cluster, cfg.history_days * 86400, cfg.history_jobs)
-            history = simulate_history(cfg.cluster, history_end, span, cfg.history_jobs)
+            history = simulate_history(
+                cfg.cluster,
+                history_end,
+                span,
+                cfg.history_jobs,
+                progress_every(
+                    5.0,
+                    f"history: simulating {cfg.history_jobs} jobs over {span / 3600:.1f} h",
+                    self.say,
+                ),
+            )
             history_files.append(write_openmetrics(history, history_dir / "history.om"))
             finished_pods.extend(history.pods)
             self.say(
@@ -383,7 +431,9 @@ class Stack:
             except Exception as err:
                 raise StackError(f"Prometheus did not start: {err}") from err
         self.forecaster_port = pick_port(cfg.forecaster_port, "forecaster /metrics", self.say)
-        prom_port = pick_port(cfg.prometheus_port, "Prometheus UI/API", self.say)
+        prom_port = pick_port(
+            cfg.prometheus_port, "Prometheus UI/API", self.say, exclude={self.forecaster_port}
+        )
         # what kube-state-metrics would serve for the simulated pods and nodes: the
         # forecaster reads the GPU queue from it (docs/pending.md)
         self.ksm = MetricsServer(
@@ -405,7 +455,12 @@ class Stack:
                 rule_files.append(str(fast))
             else:
                 self.say(f"alert rules {cfg.rules_file} not found; Prometheus runs without them")
-        am_port = pick_port(cfg.alertmanager_port, "Alertmanager", self.say)
+        am_port = pick_port(
+            cfg.alertmanager_port,
+            "Alertmanager",
+            self.say,
+            exclude={self.forecaster_port, prom_port, self.ksm.port},
+        )
         try:
             self.alertmanager = start_alertmanager(
                 port=am_port, data_dir=self.workdir / "alertmanager", preexec_fn=_die_with_parent

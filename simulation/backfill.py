@@ -24,7 +24,7 @@ live series after that ``end``: completed, with its duration.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -72,20 +72,35 @@ def live_load_seconds(config: ClusterConfig, seconds: float, jobs: int) -> float
     return min(seconds, jobs * config.arrival_seconds / config.time_scale)
 
 
+PROGRESS_PARTS = 20  # simulate_history reports its progress this many times
+
+
 def simulate_history(
-    config: ClusterConfig, end_timestamp: float, seconds: float, jobs: int = 1000
+    config: ClusterConfig,
+    end_timestamp: float,
+    seconds: float,
+    jobs: int = 1000,
+    progress: Callable[[float], None] | None = None,
 ) -> History:
     """Run the simulation over ``[end - seconds, end)``, ~``jobs`` arrivals; keep finished pods.
 
     More ``seconds`` than ``jobs`` fill at ``config``'s arrival rate slow the arrivals
     down to fit: a quieter cluster than the live one (``live_load_seconds``).
+    ``progress``: called with the share of the span simulated (up to 1.0), as it goes.
+    Why: thousands of jobs take a minute or more (the simulation slows with its pod
+    count), which the demo would otherwise spend without a word.
     """
     if seconds <= 0 or jobs < 1:
         raise ValueError("history needs seconds > 0 and jobs >= 1")
     arrival = max(config.arrival_seconds, seconds * config.time_scale / jobs)
     quiet = replace(config, arrival_seconds=arrival, notebooks_at_start=0)
     sim = ClusterSim(quiet, stream="history", start=0.0)
-    sim.advance(seconds)
+    if progress is None:
+        sim.advance(seconds)
+    else:
+        for part in range(1, PROGRESS_PARTS + 1):
+            sim.advance(seconds if part == PROGRESS_PARTS else seconds * part / PROGRESS_PARTS)
+            progress(part / PROGRESS_PARTS)
     anchor = end_timestamp - seconds
     pods = []
     for pod in sim.pods:

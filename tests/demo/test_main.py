@@ -89,6 +89,40 @@ def test_numbers_that_are_not_finite_are_usage_errors(argv: list[str]) -> None:
     assert "Traceback" not in err.getvalue() and argv[0] in err.getvalue()
 
 
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        # the exporter refused it after everything started: "seed must be >= 0" (exit 1)
+        (["--seed", "-1"], "--seed"),
+        # one port for two parts: the forecaster could not listen, or Prometheus did not
+        # start, after the history was backfilled (exit 1)
+        (["--prometheus-port", "9999", "--forecaster-port", "9999"], "--forecaster-port"),
+        (["--alertmanager-port", "9095", "--prometheus-port", "9095"], "--alertmanager-port"),
+        # hundreds of MB of OpenMetrics and minutes of silence (9000: 247 MB, 76 s)
+        (["--history-jobs", str(cli.MAX_HISTORY_JOBS + 1)], "--history-jobs"),
+        (["--history-jobs", "10000000", "--history-days", "365"], "--history-jobs"),
+    ],
+)
+def test_flags_the_stack_would_fail_on_are_usage_errors(argv: list[str], named: str) -> None:
+    """Values each check passed alone that failed the stack once it had started (exit 1
+    after the history was simulated) are refused before anything starts, naming the flag."""
+    err = io.StringIO()
+    with redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        cli.parse_args(argv)
+    assert exit_.value.code == 2
+    last = err.getvalue().splitlines()[-1]
+    assert "Traceback" not in err.getvalue() and named in last, last
+
+
+def test_zero_ports_may_repeat_and_the_cap_itself_is_accepted() -> None:
+    """0 is "any free port" for each part; the history cap is allowed itself."""
+    args = cli.parse_args(["--prometheus-port", "0", "--forecaster-port", "0"])
+    assert (args.prometheus_port, args.forecaster_port) == (0, 0)
+    jobs = ["--history-jobs", str(cli.MAX_HISTORY_JOBS)]
+    assert cli.parse_args(jobs).history_jobs == cli.MAX_HISTORY_JOBS
+    assert cli.parse_args(["--seed", "0"]).seed == 0
+
+
 def _demo_terminated_in(monkeypatch, tmp_path: Path, module: object, name: str) -> str:
     """The smallest demo (``--seconds 1``) with ``module.name`` replaced by a call that
     sends the demo SIGTERM and waits for it to interrupt; its stderr (exit 0 asserted)."""

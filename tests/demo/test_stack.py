@@ -38,6 +38,44 @@ def test_free_preferred_port_is_kept_silently() -> None:
     assert pick_port(0, "x", said.append) > 0 and said == []
 
 
+def test_a_port_another_part_was_given_is_not_given_again(monkeypatch) -> None:
+    """Ports are picked before any part binds one: a free preferred port, or a free one
+    the kernel hands out, could be the port an earlier part was just given, and that
+    part then failed to listen after everything before it had started."""
+    from gpu_eta.demo import stack as stack_module
+
+    said: list[str] = []
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        taken = sock.getsockname()[1]  # free again, but the forecaster's already
+    assert pick_port(taken, "Prometheus UI/API", said.append, exclude={taken}) != taken
+    assert said and f"port {taken} (Prometheus UI/API) is another demo part's" in said[0]
+    handed = iter([taken, taken, taken + 1 if taken < 65535 else taken - 1])
+    monkeypatch.setattr(stack_module, "free_port", lambda: next(handed))
+    assert pick_port(0, "Alertmanager", said.append, exclude={taken}) not in (taken, 0)
+
+
+def test_a_slow_step_says_how_far_it_got_every_few_seconds() -> None:
+    """Simulating a long history was minutes of silence: a step that takes longer
+    than ``every_seconds`` says how far it got, at most that often; a quick one says
+    nothing."""
+    from gpu_eta.demo.stack import progress_every
+
+    said: list[str] = []
+    now = iter([0.0, 1.0, 6.0, 7.0, 13.0, 14.0])
+    report = progress_every(5.0, "history: simulating 9000 jobs", said.append, lambda: next(now))
+    for share in (0.1, 0.2, 0.3, 0.5, 1.0):
+        report(share)
+    assert said == [
+        "history: simulating 9000 jobs: 20 % done after 6 s",
+        "history: simulating 9000 jobs: 50 % done after 13 s",
+    ]
+    quick: list[str] = []
+    done = progress_every(5.0, "x", quick.append, iter([0.0, 0.5, 1.0]).__next__)
+    done(0.5), done(1.0)
+    assert quick == []
+
+
 def test_stop_process_kills_the_whole_group_even_if_sigterm_is_ignored(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     script = (

@@ -156,3 +156,16 @@ def test_the_demos_history_holds_time_sliced_runs_as_its_live_cluster_does() -> 
     assert len(slowdowns) >= 20 and statistics.median(slowdowns) >= 2.0, slowdowns
     quiet = simulate_history(cluster, END, 86400.0, 1000)  # the same jobs over a day
     assert not [p for p in quiet.completed if p.kind == "training" and sliced(p)]
+
+
+def test_a_long_history_says_how_far_it_got_and_stays_the_same(history) -> None:
+    """A long history (thousands of jobs) took minutes to simulate without a word: the
+    simulation reports the share of its span done, in order, up to 1, and the history
+    is the one simulated without reports (the same pods, the same times)."""
+    shares: list[float] = []
+    again = simulate_history(ClusterConfig(seed=2), END, 6 * 3600, jobs=150, progress=shares.append)
+    assert len(shares) >= 10 and shares == sorted(shares) and shares[-1] == 1.0
+    assert 0 < shares[0] < 1
+    assert [(p.name, p.start, p.end, p.epoch_ends) for p in again.pods] == [
+        (p.name, p.start, p.end, p.epoch_ends) for p in history.pods
+    ]
