@@ -415,6 +415,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _claimed(args: argparse.Namespace) -> int:
     """The demo once its ``--workdir`` (if any) is its own: a previous demo's files
     there refused or cleared, the parts installed, the stack run."""
+    foreign = [] if args.workdir is None else workdirs.foreign_files(args.workdir)
+    if foreign:
+        names = ", ".join(p.name for p in foreign)
+        print(
+            f"gpu-eta demo: --workdir {args.workdir} holds {names}, which no demo recorded"
+            f" making ({workdirs.MANIFEST_FILE}): the demo writes entries of these names"
+            " and --clear-workdir removes only its own; choose another directory",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
     left = [] if args.workdir is None else workdirs.previous_demo_files(args.workdir)
     if left and not args.clear_workdir:
         names = ", ".join(p.name for p in left)

@@ -63,7 +63,14 @@ from gpu_eta.simulation.backfill import (
     without_lingering,
     write_openmetrics,
 )
-from gpu_eta.simulation.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod, warm_start
+from gpu_eta.simulation.cluster import (
+    ClusterConfig,
+    ClusterSim,
+    NodeSpec,
+    Pod,
+    make_nodes,
+    warm_start,
+)
 from gpu_eta.simulation.driver import Driver, LogWriter, ProgressSender, write_progress_state
 
 log = logging.getLogger("gpu_eta.demo")
@@ -297,8 +304,11 @@ class Stack:
             self._own_dir = workdirs.make_workdir()
             self.workdir = Path(self._own_dir.name)
         else:
-            self.workdir = Path(cfg.workdir)
+            # absolute: the children's paths name it wherever they run (workdirs.names_path)
+            self.workdir = Path(cfg.workdir).absolute()
             self.workdir.mkdir(parents=True, exist_ok=True)
+            # what this demo makes there, recorded first: --clear-workdir removes that alone
+            workdirs.record_entries(self.workdir, self._entries())
         (self.workdir / "logs").mkdir(exist_ok=True)
         self.anchor = time.time()
 
@@ -561,6 +571,14 @@ class Stack:
                 )
             except Exception as err:
                 raise StackError(f"vmalert did not start: {err}") from err
+
+    def _entries(self) -> list[str]:
+        """The names of what ``start`` makes in the workdir (docs/demo.md, ``--workdir``)."""
+        cfg = self.config
+        tsdb = "victoria-metrics" if cfg.tsdb == "victoriametrics" else "prometheus"
+        scenarios = [f"{spec.name}.yaml" for spec in make_nodes(cfg.cluster)]
+        fixed = ["logs", "history", "pod-logs", "progress-state", "rules", "alertmanager"]
+        return [*fixed, tsdb, "history.sqlite", *scenarios]
 
     def _state_file(self, node: NodeProcess) -> Path:
         return self.workdir / "progress-state" / f"{node.name}.json"

@@ -118,22 +118,56 @@ def owner_alive(owner: Owner, proc: Path = _PROC) -> bool:
     return ticks == owner.start_ticks and state not in ("Z", "X")
 
 
+def names_path(
+    argv: Iterable[bytes],
+    cwd: bytes | None,
+    targets: Iterable[bytes],
+    exists: Callable[[bytes], bool] = os.path.lexists,
+) -> bool:
+    """Whether a command line ``argv`` (its arguments, ``--flag=value`` split at its
+    first ``=``), read from ``cwd`` (None: unknown), names one of ``targets``
+    (absolute, normalised) or something under it. An absolute argument is a path; a
+    relative one only where it ``exists`` from ``cwd`` (``-3``, ``gpu_eta.demo``: an
+    option, a module, not a file that happens to be under the directory).
+
+    Why arguments and path boundaries, not a substring of the whole line: ``.`` is in
+    nearly every command line, a relative ``out-data`` in any process's that names its
+    own ``out-data`` elsewhere, and ``/a/wd`` in ``/a/wd1``'s."""
+    wanted = tuple(targets)
+    for arg in argv:
+        for value in (arg, arg.partition(b"=")[2]):
+            if not value or (not value.startswith(b"/") and cwd is None):
+                continue
+            full = os.path.normpath(os.path.join(cwd or b"/", value))
+            if not any(full == t or full.startswith(t.rstrip(b"/") + b"/") for t in wanted):
+                continue
+            if value.startswith(b"/") or exists(full):
+                return True
+    return False
+
+
 def process_naming(
     path: Path, proc: Path = _PROC, skip: Callable[[int], bool] = lambda _pid: False
 ) -> int | None:
     """A running process (one whose command line can be read, ``skip`` false for its
-    pid) that names ``path`` or something under it in its command line, or None: every
-    child of the demo does (its ``--storage.tsdb.path``, its ``--simulate`` file, its
-    log)."""
-    needle = os.fsencode(str(path))
+    pid) that names ``path`` or something under it as an argument (``names_path``), or
+    None: every child of the demo does (its ``--storage.tsdb.path``, its ``--simulate``
+    file, its log). ``path`` is taken from this process's directory and compared as
+    written and with its symbolic links resolved."""
+    targets = {os.fsencode(os.path.abspath(path)), os.fsencode(os.path.realpath(path))}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if needle in (entry / "cmdline").read_bytes() and not skip(int(entry.name)):
-                return int(entry.name)
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:  # gone meanwhile, or not ours to read
             continue
+        try:
+            cwd: bytes | None = os.fsencode(os.readlink(entry / "cwd"))
+        except OSError:
+            cwd = None
+        if names_path(argv[1:], cwd, targets) and not skip(int(entry.name)):
+            return int(entry.name)
     return None
 
 
@@ -196,31 +230,91 @@ _DEMO_ENTRY = re.compile(
     r"alertmanager|history|logs|pod-logs|progress-state|prometheus|rules|victoria-metrics"
     r"|\.?gpu-node-[0-9]+\.yaml(?:\..*\.tmp)?|history\.sqlite(?:-\w+)?"
 )
+# the entries a demo records (``record_entries``) before it makes them; the names
+# beside them that come with one (a scenario file's temporary copy, SQLite's journal)
+_RECORDED = re.compile(
+    r"alertmanager|history|logs|pod-logs|progress-state|prometheus|rules|victoria-metrics"
+    r"|gpu-node-[0-9]+\.yaml|history\.sqlite"
+)
+_COMES_WITH = re.compile(r"\.(gpu-node-[0-9]+\.yaml)\..*\.tmp|(history\.sqlite)-\w+")
+# the record of what a demo made in a --workdir: one entry's name a line
+MANIFEST_FILE = "gpu-eta-demo.files"
+_MANIFEST_MAX_BYTES = 64 * 1024  # a demo's record is a few hundred bytes
+
+
+def recorded_entries(workdir: Path) -> set[str]:
+    """The entries the record in ``workdir`` names (``MANIFEST_FILE``), those alone
+    that are a demo's own names (no path, no other file: the record is a file anyone
+    could edit); an empty set without a readable record."""
+    try:
+        with open(workdir / MANIFEST_FILE, "rb") as f:
+            text = f.read(_MANIFEST_MAX_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return set()
+    return {name for name in text.splitlines() if _RECORDED.fullmatch(name)}
+
+
+def record_entries(workdir: Path, names: Iterable[str]) -> None:
+    """Add ``names`` to ``workdir``'s record of what a demo made there, before making
+    them (a demo killed in between leaves a name whose entry is missing, never an entry
+    the record does not name). Written whole: a file renamed into place.
+
+    Why a record: a name alone said nothing of who made an entry, and
+    ``--clear-workdir`` removed a checkout's tracked ``rules/`` and a user's ``logs/``."""
+    wanted = set(names)
+    if bad := sorted(n for n in wanted if not _RECORDED.fullmatch(n)):
+        raise ValueError(f"not a demo entry: {bad}")
+    names_now = recorded_entries(workdir) | wanted
+    tmp = workdir / (MANIFEST_FILE + ".tmp")
+    tmp.write_text("".join(f"{n}\n" for n in sorted(names_now)), encoding="utf-8")
+    tmp.replace(workdir / MANIFEST_FILE)
+
+
+def _ours(name: str, recorded: set[str]) -> bool:
+    if name in recorded:
+        return True
+    along = _COMES_WITH.fullmatch(name)
+    return along is not None and (along[1] or along[2]) in recorded
+
+
+def _demo_named(workdir: Path) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(workdir) if _DEMO_ENTRY.fullmatch(n))
+    except OSError:
+        return []
 
 
 def previous_demo_files(workdir: Path) -> list[Path]:
-    """What a previous demo left in ``workdir`` (its own names alone), sorted; [] for
-    none or an unreadable directory.
+    """What a previous demo left in ``workdir``: the entries its record names (and
+    what comes with them), sorted; [] for none or an unreadable directory.
 
     Why: a later demo with the same seed makes the same pods (names, UIDs), so it
     would append to their logs (a log-reporting run then gets another run id live than
     in the backfill) and reuse the old TSDB and ``history.sqlite``.
     """
-    try:
-        names = os.listdir(workdir)
-    except OSError:
-        return []
-    return sorted(workdir / n for n in names if _DEMO_ENTRY.fullmatch(n))
+    recorded = recorded_entries(workdir)
+    return [workdir / n for n in _demo_named(workdir) if _ours(n, recorded)]
+
+
+def foreign_files(workdir: Path) -> list[Path]:
+    """Entries of ``workdir`` with a demo's names that no demo recorded making (a
+    checkout's ``rules/``, a user's ``logs/``), sorted: the demo would write into them,
+    and ``--clear-workdir`` never removes them."""
+    recorded = recorded_entries(workdir)
+    return [workdir / n for n in _demo_named(workdir) if not _ours(n, recorded)]
 
 
 def clear_previous_demo(workdir: Path) -> None:
-    """Remove ``previous_demo_files(workdir)``; nothing else in ``workdir``. Raises
-    ``OSError`` for what cannot be removed."""
+    """Remove ``previous_demo_files(workdir)`` and the record; nothing else in
+    ``workdir``. Raises ``OSError`` for what cannot be removed (the record then stays,
+    naming what is left)."""
     for path in previous_demo_files(workdir):
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(workdir / MANIFEST_FILE)
 
 
 @dataclass
@@ -265,6 +359,20 @@ def _user_of(workdir: Path, proc: Path) -> int | None:
     return process_naming(workdir, proc, lambda pid: pid in mine or os.getpgid(pid) == group)
 
 
+def _open_record(record: Path) -> tuple[int, bool]:
+    """The owner record opened for writing, and whether this call created it (a
+    refused claim removes only a record it made, never another demo's)."""
+    flags = os.O_RDWR | os.O_CLOEXEC
+    try:
+        return os.open(record, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+    except FileExistsError:
+        pass
+    try:
+        return os.open(record, flags), False
+    except FileNotFoundError:  # removed meanwhile by the demo that held it
+        return os.open(record, flags | os.O_CREAT, 0o644), True
+
+
 def claim_workdir(workdir: Path, proc: Path = _PROC) -> Claim:
     """Hold ``workdir`` for this demo: its owner record, created if missing, locked
     (``flock``) for as long as the demo runs. Raises ``WorkdirBusy`` naming the demo
@@ -282,7 +390,7 @@ def claim_workdir(workdir: Path, proc: Path = _PROC) -> Claim:
     record = workdir / OWNER_FILE
     me = this_process(proc)
     for _ in range(5):
-        fd = os.open(record, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd, created = _open_record(record)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -303,6 +411,9 @@ def claim_workdir(workdir: Path, proc: Path = _PROC) -> Claim:
             os.close(fd)
             continue
         if me is not None and (user := _user_of(workdir, proc)) is not None:
+            if created:  # removed while still locked, as Claim.release does
+                with contextlib.suppress(OSError):
+                    os.unlink(record)
             os.close(fd)
             raise WorkdirBusy(
                 f"is still used by pid {user} (a stopped demo's process shutting down?)"

@@ -223,16 +223,42 @@ def test_a_workdir_of_a_previous_demo_is_refused_unless_cleared(
     """Reusing --workdir appended to the previous demo's pod logs (the same seed makes
     the same pod names and UIDs) and reused its TSDB and history: refused, one line
     naming the flag that clears it; with that flag the demo's files go, the user's stay."""
+    workdirs.record_entries(tmp_path, ["pod-logs", "history.sqlite"])  # as a demo does
     (tmp_path / "pod-logs" / "ml-bob_train-x_uid").mkdir(parents=True)
     (tmp_path / "history.sqlite").write_bytes(b"")
     (tmp_path / "notes.txt").write_text("mine")
     monkeypatch.setattr(cli, "install_parts", lambda tsdb: False)  # start nothing (exit 1)
     line = _one_line_exit_2(["--workdir", str(tmp_path), "--quiet"])
     assert "--clear-workdir" in line and "history.sqlite" in line and str(tmp_path) in line
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["history.sqlite", "notes.txt", "pod-logs"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        workdirs.MANIFEST_FILE,
+        "history.sqlite",
+        "notes.txt",
+        "pod-logs",
+    ]
     with redirect_stderr(io.StringIO()):
         assert cli.main(["--workdir", str(tmp_path), "--clear-workdir", "--quiet"]) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_a_workdir_holding_the_demos_names_it_did_not_make_is_refused(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """`--workdir <a checkout of this repo> --clear-workdir` deleted the repo's tracked
+    rules/ (git status: D rules/gpu-eta.rules.yaml), and a user's logs/mine/important.txt
+    went with it. Entries of the demo's names that no demo recorded making are refused,
+    with or without --clear-workdir, one line naming them, exit 2; nothing removed."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "gpu-eta.rules.yaml").write_text("groups: []\n")
+    (tmp_path / "logs" / "mine").mkdir(parents=True)
+    (tmp_path / "logs" / "mine" / "important.txt").write_text("mine")
+    monkeypatch.setattr(cli, "install_parts", lambda tsdb: False)  # start nothing (exit 1)
+    for clear in ([], ["--clear-workdir"]):
+        line = _one_line_exit_2(["--workdir", str(tmp_path), *clear, "--quiet"])
+        assert "logs, rules" in line and "no demo recorded" in line, line
+    assert (tmp_path / "rules" / "gpu-eta.rules.yaml").read_text() == "groups: []\n"
+    assert (tmp_path / "logs" / "mine" / "important.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "rules"]
 
 
 def test_a_workdir_a_running_demo_uses_is_refused(monkeypatch, tmp_path: Path) -> None:

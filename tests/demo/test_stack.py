@@ -125,6 +125,12 @@ def test_an_exporter_that_cannot_start_is_named_with_its_log_lines(tmp_path: Pat
     )
     assert stack.prometheus is None and stack.forecaster is None  # it stopped there
     assert all(proc.poll() is not None for proc in stack.processes())
+    # what it made there is recorded as its own: a later --clear-workdir may remove it
+    from gpu_eta.demo import workdirs
+
+    made = [p.name for p in workdirs.previous_demo_files(tmp_path)]
+    assert {"logs", "gpu-node-0.yaml", "pod-logs"} <= set(made), made
+    assert workdirs.foreign_files(tmp_path) == []
 
 
 def test_a_port_taken_while_the_history_is_backfilled_is_replaced(

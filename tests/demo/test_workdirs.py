@@ -174,14 +174,17 @@ def test_parse_owner_refuses_anything_else(text: str) -> None:
 
 def _previous_demo(workdir: Path) -> list[str]:
     """A --workdir as a finished demo leaves it, plus the user's own file; the demo's
-    entries' names."""
+    entries' names (recorded as the stack records them before making them)."""
+    names = ["gpu-node-0.yaml", "history", "history.sqlite", "logs", "pod-logs", "prometheus"]
+    workdirs.record_entries(workdir, names)
     for sub in ("pod-logs/ml-bob_train-x_uid/trainer", "prometheus/data", "history", "logs"):
         (workdir / sub).mkdir(parents=True)
     (workdir / "pod-logs/ml-bob_train-x_uid/trainer/0.log").write_text("Epoch 1/3\n")
     (workdir / "history.sqlite").write_bytes(b"SQLite format 3\0")
     (workdir / "gpu-node-0.yaml").write_text("pods: []\n")
+    (workdir / "history.sqlite-wal").write_bytes(b"")  # SQLite's, beside a recorded one
     (workdir / "notes.txt").write_text("mine")
-    return ["gpu-node-0.yaml", "history", "history.sqlite", "logs", "pod-logs", "prometheus"]
+    return [*names[:3], "history.sqlite-wal", *names[3:]]
 
 
 def test_a_previous_demos_files_in_a_workdir_are_found_and_cleared_alone(tmp_path: Path) -> None:
@@ -191,9 +194,46 @@ def test_a_previous_demos_files_in_a_workdir_are_found_and_cleared_alone(tmp_pat
     assert workdirs.previous_demo_files(tmp_path) == []
     names = _previous_demo(tmp_path)
     assert [p.name for p in workdirs.previous_demo_files(tmp_path)] == names
+    assert workdirs.foreign_files(tmp_path) == []
     workdirs.clear_previous_demo(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
     assert workdirs.previous_demo_files(tmp_path / "missing") == []
+
+
+def test_a_directory_of_a_demo_name_no_demo_made_is_never_cleared(tmp_path: Path) -> None:
+    """``--workdir <a checkout of this repo> --clear-workdir`` deleted the repo's tracked
+    rules/, and a user's WORKDIR/logs/mine/important.txt went with the demo's logs/:
+    a name alone is no proof. Only entries a demo recorded before making them are its
+    own; others of its names are the user's, listed apart and never removed."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "gpu-eta.rules.yaml").write_text("groups: []\n")
+    (tmp_path / "logs" / "mine").mkdir(parents=True)
+    (tmp_path / "logs" / "mine" / "important.txt").write_text("mine")
+    (tmp_path / "gpu-node-1.yaml").write_text("a user's own scenario\n")
+    assert workdirs.previous_demo_files(tmp_path) == []
+    assert [p.name for p in workdirs.foreign_files(tmp_path)] == [
+        "gpu-node-1.yaml",
+        "logs",
+        "rules",
+    ]
+    workdirs.clear_previous_demo(tmp_path)
+    assert (tmp_path / "rules" / "gpu-eta.rules.yaml").read_text() == "groups: []\n"
+    assert (tmp_path / "logs" / "mine" / "important.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    "listed",
+    ["notes.txt", "../outside", "/etc", "rules/../..", "logs/mine", "", "gpu-eta-demo.owner"],
+)
+def test_a_record_naming_what_no_demo_makes_removes_nothing(tmp_path: Path, listed: str) -> None:
+    """The record is a file anyone could edit: a name that is not one of the demo's
+    own entries (another file, a path out of the directory) is ignored."""
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / workdirs.MANIFEST_FILE).write_text(listed + "\nlogs\n")
+    (tmp_path / "logs").mkdir()
+    assert [p.name for p in workdirs.previous_demo_files(tmp_path)] == ["logs"]
+    workdirs.clear_previous_demo(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 HOLD = """
@@ -278,6 +318,75 @@ def test_a_killed_demos_child_still_using_the_workdir_keeps_it(tmp_path: Path) -
         child.kill()
         child.wait()
     workdirs.claim_workdir(tmp_path).release()
+
+
+def _unrelated(*argv: str, cwd: Path | None = None) -> subprocess.Popen:
+    """A process outside this test's group whose command line is ``argv`` (after the
+    interpreter's), once its command line reads so."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", *argv],
+        start_new_session=True,
+        cwd=cwd,
+    )
+    deadline = time.monotonic() + 10
+    while b"time.sleep" not in Path(f"/proc/{child.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return child
+
+
+@pytest.mark.parametrize(
+    ("workdir", "their_argv"),
+    [
+        # "." was found in every command line holding a dot: "still used by pid 1"
+        (".", ["--path=/var/lib/x.y"]),
+        # run from inside it: an option and a module name are no paths under it
+        (".", ["-3", "gpu_eta.demo"]),
+        # a relative path is the demo's directory's, not any process's that names it
+        ("out-data", ["out-data"]),
+        # an absolute path's longer sibling is another directory
+        ("wd", ["--storage.tsdb.path={parent}/wd1/prometheus"]),
+    ],
+)
+def test_a_workdir_is_used_only_by_what_names_it_as_a_path(
+    monkeypatch, tmp_path: Path, workdir: str, their_argv: list[str]
+) -> None:
+    """The workdir was matched as a substring of the unresolved path in every process's
+    command line: `--workdir .` was refused as "still used by pid 1", `out-data` when an
+    unrelated `python3 -c ... out-data` ran elsewhere, /a/wd for a process using /a/wd1;
+    and each refusal left an empty owner record behind."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / workdir).mkdir(exist_ok=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(mine)
+    argv = [a.format(parent=mine) for a in their_argv]
+    other = _unrelated(*argv, cwd=mine if workdir == "." else elsewhere)
+    try:
+        workdirs.claim_workdir(Path(workdir)).release()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_relative_workdir_a_killed_demos_child_uses_is_refused_and_left_clean(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """The same relative directory, named by a process running where the demo runs (a
+    killed demo's Prometheus: its relative data path, or the absolute one): still
+    refused, and the record this refusal made is not left behind."""
+    (tmp_path / "out-data" / "prometheus").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    for argv in (["--storage.tsdb.path=out-data/prometheus"], [str(tmp_path / "out-data")]):
+        child = _unrelated(*argv, cwd=tmp_path)
+        try:
+            with pytest.raises(workdirs.WorkdirBusy, match=f"pid {child.pid}"):
+                workdirs.claim_workdir(Path("out-data"))
+        finally:
+            child.kill()
+            child.wait()
+        assert [p.name for p in (tmp_path / "out-data").iterdir()] == ["prometheus"]
 
 
 def test_a_filesystem_without_locks_is_claimed_unguarded(monkeypatch, tmp_path: Path) -> None:
