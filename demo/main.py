@@ -513,11 +513,11 @@ def _run(args: argparse.Namespace, config: StackConfig, signals: Signals) -> int
                     dead = stack.poll()
                     if dead:
                         view.close()
-                        print(
-                            f"gpu-eta demo: stopped: {', '.join(dead)} exited unexpectedly "
-                            f"(logs in {stack.workdir}/logs)",
-                            file=sys.stderr,
-                        )
+                        for part in dead:
+                            print(f"gpu-eta demo: stopped: {part.message()}", file=sys.stderr)
+                        stack.keep_files()
+                        stack.stop()
+                        _say_kept(stack)
                         return ExitCode.ERROR
                     view.maybe_refresh()
                     left = None if deadline is None else deadline - time.monotonic()
@@ -548,4 +548,15 @@ def _run(args: argparse.Namespace, config: StackConfig, signals: Signals) -> int
         if args.debug:
             raise
         print(f"gpu-eta demo: {err}", file=sys.stderr)
+        _say_kept(stack)
         return ExitCode.ERROR
+
+
+def _say_kept(stack: Stack) -> None:
+    """Where the failed demo's temporary directory, which its error named, is kept."""
+    if stack.kept is not None:
+        print(
+            f"gpu-eta demo: its files are kept in {stack.kept} for the logs above "
+            "(remove it when done; the next demo leaves it)",
+            file=sys.stderr,
+        )

@@ -28,11 +28,11 @@ import atexit
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -43,7 +43,7 @@ from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.demo import workdirs
 from gpu_eta.demo.rules import write_fast_rules
 from gpu_eta.launch.alertmanager import AlertmanagerServer, start_alertmanager
-from gpu_eta.launch.processes import LaunchError, spawn, wait_http
+from gpu_eta.launch.processes import LaunchError, log_tail, spawn, wait_http
 from gpu_eta.launch.prometheus import (
     PrometheusServer,
     ScrapeJob,
@@ -90,6 +90,22 @@ RULES_FILE = Path(__file__).resolve().parents[1] / "rules" / "gpu-eta.rules.yaml
 
 class StackError(RuntimeError):
     """A part of the demo failed to start; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class DeadPart:
+    """A part of the running demo that exited: named as its log is, its exit code
+    (negative: the signal that ended it) and its log."""
+
+    name: str
+    code: int
+    log_path: Path
+
+    def message(self) -> str:
+        """Its exit and the log's last lines, indented (as a part failing to start is
+        reported: ``gpu_eta.launch.processes.wait_http``)."""
+        tail = "\n".join(f"  {line}" for line in log_tail(self.log_path).splitlines())
+        return f"{self.name} exited with code {self.code}; last lines of {self.log_path}:\n{tail}"
 
 
 @dataclass
@@ -249,7 +265,10 @@ class Stack:
         self.anchor = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._own_dir: tempfile.TemporaryDirectory | None = None
+        self._own_dir: Path | None = None
+        # the demo's own temporary directory, kept after a failure for its logs
+        self.kept: Path | None = None
+        self._keep = False
         self.workdir = Path()
         self.runs_csv: Path | None = None
         self._stopped = False
@@ -283,10 +302,19 @@ class Stack:
     def __enter__(self) -> Stack:
         try:
             self.start()
-        except BaseException:
+        except Exception:  # a part failed: its error names its log, which is kept
+            self.keep_files()
+            self.stop()
+            raise
+        except BaseException:  # Ctrl-C, SIGTERM: nothing failed
             self.stop()
             raise
         return self
+
+    def keep_files(self) -> None:
+        """Keep the demo's own temporary directory when it stops (``kept``): a part
+        failed, and the message naming its log must not point at a removed file."""
+        self._keep = True
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -302,7 +330,7 @@ class Stack:
             for path in workdirs.remove_stale():
                 self.say(f"removed {path}: the temporary directory of a demo that was killed")
             self._own_dir = workdirs.make_workdir()
-            self.workdir = Path(self._own_dir.name)
+            self.workdir = self._own_dir
         else:
             # absolute: the children's paths name it wherever they run (workdirs.names_path)
             self.workdir = Path(cfg.workdir).absolute()
@@ -630,19 +658,28 @@ class Stack:
 
     # ------------------------------------------------------------ running
 
-    def poll(self) -> list[str]:
-        """Children that died unexpectedly (names); ends finished real-training pods."""
-        dead = [
-            n.name for n in self.nodes if n.process is not None and n.process.poll() is not None
+    def _parts(self) -> list[tuple[str, subprocess.Popen | None, Path]]:
+        """Every long-running child: its name (its log's), process and log."""
+        parts: list[tuple[str, subprocess.Popen | None, Path]] = [
+            (f"exporter-{n.name}", n.process, self._log_path(f"exporter-{n.name}"))
+            for n in self.nodes
         ]
-        if self.prometheus is not None and self.prometheus.process.poll() is not None:
-            dead.append(self.config.tsdb)
-        if self.alertmanager is not None and self.alertmanager.process.poll() is not None:
-            dead.append("alertmanager")
-        if self.vmalert is not None and self.vmalert.poll() is not None:
-            dead.append("vmalert")
-        if self.forecaster is not None and self.forecaster.poll() is not None:
-            dead.append("forecaster")
+        if self.prometheus is not None:
+            parts.append((self.config.tsdb, self.prometheus.process, self.prometheus.log_path))
+        if self.alertmanager is not None:
+            am = self.alertmanager
+            parts.append(("alertmanager", am.process, am.log_path))
+        parts.append(("vmalert", self.vmalert, self._log_path("vmalert")))
+        parts.append(("forecaster", self.forecaster, self._log_path("forecaster")))
+        return parts
+
+    def poll(self) -> list[DeadPart]:
+        """Children that died unexpectedly; ends finished real-training pods."""
+        dead = [
+            DeadPart(name, code, log)
+            for name, proc, log in self._parts()
+            if proc is not None and (code := proc.poll()) is not None
+        ]
         if self.sim is not None and self.driver is not None and not self._stopped:
             now = time.time()
             for pod, proc in self.trainers:
@@ -692,7 +729,11 @@ class Stack:
         if self.alertmanager is not None:
             self.alertmanager.stop()
         if self._own_dir is not None:
-            self._own_dir.cleanup()
+            if self._keep:
+                workdirs.disown(self._own_dir)
+                self.kept = self._own_dir
+            else:
+                shutil.rmtree(self._own_dir, ignore_errors=True)
             self._own_dir = None
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)

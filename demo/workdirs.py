@@ -192,16 +192,25 @@ def stale(path: Path, proc: Path = _PROC) -> bool:
     return not named_by_a_process(path, proc)
 
 
-def make_workdir(parent: Path | None = None, proc: Path = _PROC) -> tempfile.TemporaryDirectory:
+def make_workdir(parent: Path | None = None, proc: Path = _PROC) -> Path:
     """A new temporary directory for the demo, with this process's owner record in it
-    (written whole: a file renamed into place, so a record is never read half written)."""
-    made = tempfile.TemporaryDirectory(prefix=PREFIX, dir=parent)
+    (written whole: a file renamed into place, so a record is never read half written).
+    Removing it is the caller's (``shutil.rmtree``), or keeping it (``disown``)."""
+    made = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))
     me = this_process(proc)
     if me is not None:
-        record = Path(made.name) / (OWNER_FILE + ".tmp")
+        record = made / (OWNER_FILE + ".tmp")
         record.write_text(owner_text(me), encoding="utf-8")
-        record.replace(Path(made.name) / OWNER_FILE)
+        record.replace(made / OWNER_FILE)
     return made
+
+
+def disown(path: Path) -> None:
+    """Keep a demo's temporary directory for good: without its owner record the next
+    demo never removes it (``stale``). Why: a demo that failed keeps its logs for the
+    user to read, which its error named."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path / OWNER_FILE)
 
 
 def remove_stale(parent: Path | None = None, proc: Path = _PROC) -> list[Path]:

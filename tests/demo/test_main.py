@@ -279,6 +279,62 @@ def test_a_workdir_a_running_demo_uses_is_refused(monkeypatch, tmp_path: Path) -
     assert sorted(p.name for p in tmp_path.iterdir()) == [workdirs.OWNER_FILE, "history.sqlite"]
 
 
+@pytest.mark.integration
+def test_a_part_killed_mid_run_is_named_with_its_log_lines_and_the_dir_kept(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of an exporter: "stopped: gpu-node-1 exited unexpectedly (logs in
+    /tmp/gpu-eta-demo-XXXX/logs)", exit 1, and that directory was already removed;
+    gpu-node-1 is not the log's name either. The message names the part as its log
+    is named, with its exit code and the log's last lines, and the demo's temporary
+    directory is kept (said so) for the logs."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    argv = ["--nodes", "1", "--warm-start", "0", "--history-days", "0", "--quiet"]
+    argv += ["--seconds", "120", "--prometheus-port", "0", "--forecaster-port", "0"]
+    argv += ["--alertmanager-port", "0"]
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "gpu_eta.demo", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            if "gpu-eta demo running" in line:
+                break
+        (made,) = tmp_path.glob(workdirs.PREFIX + "*")
+        exporter = next(
+            int(pid.name)
+            for pid in Path("/proc").iterdir()
+            if pid.name.isdigit()
+            and (cmd := _cmdline(pid))
+            and "gpu_eta.exporter" in cmd
+            and str(made) in cmd
+        )
+        os.kill(exporter, signal.SIGKILL)
+        _, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    assert demo.returncode == 1, err
+    log = made / "logs" / "exporter-gpu-node-0.log"
+    assert f"stopped: exporter-gpu-node-0 exited with code -9; last lines of {log}:" in err
+    assert f"files are kept in {made}" in err and log.is_file()
+    tail = err.split(f"last lines of {log}:", 1)[1].splitlines()[1:]
+    assert tail and tail[0].startswith("  ") and tail[0].strip() in log.read_text()
+    assert not (made / workdirs.OWNER_FILE).exists()  # the next demo leaves it
+
+
+def _cmdline(pid: Path) -> str:
+    try:
+        return (pid / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def test_real_training_without_torch_is_one_line_exit_2(monkeypatch) -> None:
     """REVIEW2 item 15: the trainer failed in its log and was restarted every 20 s."""
     real_find_spec = importlib.util.find_spec

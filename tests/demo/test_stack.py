@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -131,6 +132,56 @@ def test_an_exporter_that_cannot_start_is_named_with_its_log_lines(tmp_path: Pat
     made = [p.name for p in workdirs.previous_demo_files(tmp_path)]
     assert {"logs", "gpu-node-0.yaml", "pod-logs"} <= set(made), made
     assert workdirs.foreign_files(tmp_path) == []
+
+
+def test_a_failed_start_keeps_the_demos_temp_dir_its_message_names(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """A part that could not start was named with its log file, in the demo's own
+    temporary directory, which the demo then removed: the log named was gone. A failed
+    stack keeps that directory (``kept``), without the owner record, so the next demo
+    does not remove it either."""
+    from gpu_eta.demo import workdirs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    config = StackConfig(
+        cluster=ClusterConfig(nodes=1, warm_start_seconds=0),
+        history_days=0,
+        collection_interval="nonsense",  # the exporter refuses it (exit 2)
+    )
+    stack = Stack(config, say=lambda _msg: None)
+    with pytest.raises(StackError) as info, stack:
+        pass
+    log = Path(str(info.value).splitlines()[0].split("last lines of ", 1)[1].rstrip(":"))
+    assert stack.kept is not None and log.parent == stack.kept / "logs"
+    assert "--collection.interval" in log.read_text()
+    assert not (stack.kept / workdirs.OWNER_FILE).exists()
+    assert workdirs.remove_stale(tmp_path) == [] and log.is_file()
+
+
+def test_a_stopped_stack_removes_its_temp_dir(monkeypatch, tmp_path: Path) -> None:
+    """Ctrl-C or the end of --seconds: nothing kept."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    config = StackConfig(
+        cluster=ClusterConfig(nodes=1, warm_start_seconds=0),
+        history_days=0,
+        prometheus_port=0,
+        forecaster_port=0,
+        alertmanager_port=0,
+    )
+    with Stack(config, say=lambda _msg: None) as stack:
+        dead = stack.poll()
+        assert dead == []
+        workdir = stack.workdir
+        exporter = stack.nodes[0].process
+        assert exporter is not None
+        exporter.kill()
+        exporter.wait()
+        (died,) = stack.poll()
+        assert died.name == "exporter-gpu-node-0" and died.code == -9
+        assert died.log_path == workdir / "logs" / "exporter-gpu-node-0.log"
+        assert "exporter-gpu-node-0 exited with code -9; last lines of" in died.message()
+    assert stack.kept is None and not workdir.exists()
 
 
 def test_a_port_taken_while_the_history_is_backfilled_is_replaced(

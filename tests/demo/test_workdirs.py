@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -134,16 +135,15 @@ def test_nothing_is_removed_where_proc_cannot_tell(tmp_path: Path) -> None:
 
 
 def test_make_workdir_writes_this_process_as_its_owner(tmp_path: Path) -> None:
-    made = workdirs.make_workdir(tmp_path)
+    path = workdirs.make_workdir(tmp_path)
     try:
-        path = Path(made.name)
         assert path.parent == tmp_path and path.name.startswith(workdirs.PREFIX)
         owner = workdirs.parse_owner((path / workdirs.OWNER_FILE).read_text())
         assert owner == _me() and workdirs.owner_alive(owner)
         assert [p.name for p in path.iterdir()] == [workdirs.OWNER_FILE]
         assert workdirs.remove_stale(tmp_path) == [] and path.is_dir()
     finally:
-        made.cleanup()
+        shutil.rmtree(path)
 
 
 @pytest.mark.parametrize(
