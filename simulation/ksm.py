@@ -15,7 +15,9 @@ once the pod is bound, as KSM writes it only for init containers with a status),
 owner_is_controller``, each ``<none>`` for a pod without an owner; a pod is a Job's
 unless told),
 ``kube_pod_restart_policy`` (``type``), ``kube_pod_nodeselectors`` (opt-in upstream),
-``kube_node_status_allocatable``, ``kube_node_labels`` (only allow-listed labels, as
+``kube_node_status_allocatable`` and ``kube_node_status_capacity`` (``node, resource,
+unit``; KSM writes both for every node, the capacity counting unhealthy devices too:
+GpuEtaExporterMissing reads it), ``kube_node_labels`` (only allow-listed labels, as
 ``label_<sanitised key>``), ``kube_node_spec_unschedulable``,
 ``kube_node_status_condition`` (the ``Ready`` condition, one series per status),
 ``kube_node_spec_taint`` (one series per taint: ``key, value, effect``) and
@@ -71,7 +73,8 @@ DEFAULT_LABEL_ALLOWLIST = ("nvidia.com/gpu.product",)
 
 @dataclass(frozen=True, slots=True)
 class KsmNode:
-    """A node: allocatable resources (Kubernetes names), its labels and taints."""
+    """A node: allocatable resources (Kubernetes names), its labels and taints;
+    ``capacity`` None: the same as ``allocatable`` (no device unhealthy)."""
 
     name: str
     allocatable: Mapping[str, int]
@@ -79,6 +82,7 @@ class KsmNode:
     unschedulable: bool = False  # cordoned
     ready: bool = True
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+    capacity: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +163,7 @@ _HELP = {
     "kube_node_status_allocatable": (
         "The allocatable for different resources of a node that are available for scheduling."
     ),
+    "kube_node_status_capacity": "The capacity for different resources of a node.",
 }
 
 
@@ -204,14 +209,19 @@ def exposition(
                     float(status == ("true" if n.ready else "false")),
                 )
             )
-        for res, amount in sorted(n.allocatable.items()):
-            families["kube_node_status_allocatable"].append(
-                _line(
-                    "kube_node_status_allocatable",
-                    {"node": n.name, "resource": ksm_label(res), "unit": "integer"},
-                    float(amount),
+        capacity = n.allocatable if n.capacity is None else n.capacity
+        for family, amounts in (
+            ("kube_node_status_allocatable", n.allocatable),
+            ("kube_node_status_capacity", capacity),
+        ):
+            for res, amount in sorted(amounts.items()):
+                families[family].append(
+                    _line(
+                        family,
+                        {"node": n.name, "resource": ksm_label(res), "unit": "integer"},
+                        float(amount),
+                    )
                 )
-            )
     for p in pods:
         base = {"namespace": p.namespace, "pod": p.pod, "uid": p.uid}
         families["kube_pod_info"].append(

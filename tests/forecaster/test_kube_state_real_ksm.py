@@ -497,17 +497,11 @@ def test_a_node_under_driver_upgrade_keeps_its_pods_waiting_not_never_fits(
     now = time.time()
     h100 = {PRODUCT: "NVIDIA-H100-80GB-HBM3"}
     nodes = [
-        KsmNode("h100-1", {GPU: 0}, h100, unschedulable=True),
+        KsmNode("h100-1", {GPU: 0}, h100, unschedulable=True, capacity={GPU: 8}),
         KsmNode("a100-1", {GPU: 8}, {PRODUCT: "NVIDIA-A100-SXM4-80GB"}),
     ]
     pods = [KsmPod("ml", "waits-h100", "u2", "Pending", now - 300, {GPU: 1}, node_selector=h100)]
-    capacity = (
-        "# HELP kube_node_status_capacity The capacity for different resources of a node.\n"
-        "# TYPE kube_node_status_capacity gauge\n"
-        'kube_node_status_capacity{node="h100-1",resource="nvidia_com_gpu",unit="integer"} 8\n'
-        'kube_node_status_capacity{node="a100-1",resource="nvidia_com_gpu",unit="integer"} 8\n'
-    )
-    body[0] = exposition(nodes, pods) + capacity
+    body[0] = exposition(nodes, pods)
     prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
     prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=1)
     now = time.time()

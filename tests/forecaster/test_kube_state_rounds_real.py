@@ -63,7 +63,7 @@ NODES = [
     KsmNode("shared", {SHARED: 16}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "b"}),
     KsmNode("cordoned", {GPU: 4}, {PRODUCT: "NVIDIA-H100-80GB-HBM3"}, unschedulable=True),
     KsmNode("notready", {GPU: 4}, {PRODUCT: "NVIDIA-H100-80GB-HBM3"}, ready=False),
-    KsmNode("upgrading", {GPU: 0}, {PRODUCT: "NVIDIA-H100-80GB-HBM3"}),  # capacity below
+    KsmNode("upgrading", {GPU: 0}, {PRODUCT: "NVIDIA-H100-80GB-HBM3"}, capacity={GPU: 8}),
     KsmNode("cpu", {"cpu": 64}),
 ]
 _TOLERATE = (KsmToleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),)
@@ -109,11 +109,9 @@ PODS = [
 
 
 def _extras() -> str:
-    """The families ``simulation.ksm.exposition`` does not write: the upgrading node's
-    capacity and the cancelled pod's deletion timestamp."""
+    """The family ``simulation.ksm.exposition`` does not write: the cancelled pod's
+    deletion timestamp."""
     return (
-        "# TYPE kube_node_status_capacity gauge\n"
-        'kube_node_status_capacity{node="upgrading",resource="nvidia_com_gpu",unit="integer"} 8.0\n'
         "# TYPE kube_pod_deletion_timestamp gauge\n"
         'kube_pod_deletion_timestamp{namespace="ml",pod="cancelled",uid="u-cancelled"} '
         f"{AT + 60!r}\n"

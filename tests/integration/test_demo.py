@@ -85,6 +85,34 @@ def test_alert_rules_load_and_evaluate_without_errors(demo_stack) -> None:
     assert all("interval" not in g for g in yaml.safe_load(copy.read_text())["groups"])
 
 
+def test_exporter_missing_evaluates_on_the_demos_kube_state_metrics(demo_stack) -> None:
+    """GpuEtaExporterMissing reads kube-state-metrics' ``kube_node_status_capacity``,
+    which real KSM always exports and the demo's did not: the alert could never fire,
+    whatever happened to an exporter. The demo's KSM has every node's GPU capacity;
+    the alert's expression, as shipped, finds no node while every exporter reports,
+    and the node whose exporter stops reporting (its build_info left out here)."""
+    rule = next(
+        r
+        for g in yaml.safe_load(RULES_FILE.read_text())["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "GpuEtaExporterMissing"
+    )
+    prom = demo_stack.prometheus
+    capacity = wait_until(
+        lambda: prom.query('kube_node_status_capacity{resource="nvidia_com_gpu"}') or None,
+        60,
+        what="kube_node_status_capacity scraped",
+    )
+    assert {s["metric"]["node"] for s in capacity} == {n.name for n in demo_stack.nodes}
+    assert all(s["metric"]["unit"] == "integer" for s in capacity)
+    assert prom.query(rule["expr"]) == []
+    first = demo_stack.nodes[0].name
+    gone = rule["expr"].replace(
+        "gpu_eta_exporter_build_info", f'gpu_eta_exporter_build_info{{node!="{first}"}}'
+    )
+    assert [s["metric"]["node"] for s in prom.query(gone)] == [first]
+
+
 DEMO_ALERTS = {"GpuEtaLongOccupancy", "GpuEtaGpuAllocatedIdle", "GpuEtaTrainingStalled"}
 
 

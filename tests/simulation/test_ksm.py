@@ -47,3 +47,35 @@ def test_a_pod_placed_to_start_later_is_pending_on_its_node() -> None:
         after is not None and after.phase == "Running" and after.start_time == 1000.0 + placed.start
     )
     assert seen(placed.created - 0.5) is None
+
+
+def test_nodes_export_their_capacity_as_kube_state_metrics_does() -> None:
+    """Real kube-state-metrics always exports ``kube_node_status_capacity`` (``node,
+    resource, unit``; an extended resource's unit ``integer``), which
+    GpuEtaExporterMissing and the forecaster's closed-node check read: the simulated
+    one had none, so that alert could never evaluate in the demo. The device plugin
+    advertises every device (or replica) as capacity; an unhealthy one leaves the
+    allocatable alone."""
+    sim, _ = warm_start(ClusterConfig(nodes=2))
+    nodes, pods = ksm.from_sim(sim, 0.0, 1000.0)
+    text = ksm.exposition(nodes, pods)
+    assert (
+        "# HELP kube_node_status_capacity The capacity for different resources of a node." in text
+    )
+    assert "# TYPE kube_node_status_capacity gauge" in text
+    for spec in sim.nodes:
+        units = float(sum(g.replicas for g in spec.gpus))
+        line = (
+            f'kube_node_status_capacity{{node="{spec.name}",resource="nvidia_com_gpu",'
+            f'unit="integer"}} {units!r}'
+        )
+        assert line in text.splitlines()
+    broken = ksm.KsmNode("n", {ksm.GPU: 3}, capacity={ksm.GPU: 4})
+    lines = ksm.exposition([broken], []).splitlines()
+    assert (
+        'kube_node_status_capacity{node="n",resource="nvidia_com_gpu",unit="integer"} 4.0' in lines
+    )
+    assert (
+        'kube_node_status_allocatable{node="n",resource="nvidia_com_gpu",unit="integer"} 3.0'
+        in lines
+    )
