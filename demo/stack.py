@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
@@ -56,6 +56,7 @@ from gpu_eta.launch.prometheus import (
 from gpu_eta.launch.victoria import import_openmetrics, start_victoriametrics, start_vmalert
 from gpu_eta.simulation import ksm
 from gpu_eta.simulation.backfill import (
+    LOOKBACK_SECONDS,
     live_load_seconds,
     render_runs_csv,
     simulate_history,
@@ -80,8 +81,9 @@ KSM_JOB = "kube-state-metrics"
 TRAINER_RESTART_SECONDS = 20.0  # pause between two real training runs on a node
 # a real run lasts about two minutes on an idle core (docs/demo.md)
 REAL_TRAINING_EPOCHS = 300
-# the live exporters' first scrapes come this long after the anchor at the latest
-# (history, promtool and Prometheus' start); see gpu_eta.simulation.backfill.without_lingering
+# the live exporters' first scrapes come this long at most after the settle window is
+# set (the last lookback's backfill, Alertmanager and Prometheus' start): the window is
+# the time since the anchor plus this; see gpu_eta.simulation.backfill.without_lingering
 SETTLE_SECONDS = 30.0
 # gpu-eta's alert and recording rules, loaded by the demo's Prometheus (its /alerts
 # page) exactly as shipped; absent when the package is installed without the repo.
@@ -263,6 +265,8 @@ class Stack:
         self.driver: Driver | None = None
         self.sim: ClusterSim | None = None
         self.anchor = 0.0
+        # seconds after the anchor whose ending pods the backfill leaves out (start)
+        self.settle_seconds = SETTLE_SECONDS
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._own_dir: Path | None = None
@@ -338,9 +342,8 @@ class Stack:
             # what this demo makes there, recorded first: --clear-workdir removes that alone
             workdirs.record_entries(self.workdir, self._entries())
         (self.workdir / "logs").mkdir(exist_ok=True)
-        self.anchor = time.time()
-
-        # the live cluster "already running": it started warm_start_seconds ago
+        # the live cluster "already running": it started warm_start_seconds ago (in
+        # simulated time alone: the anchor, the moment it reaches now, is taken after)
         reserve = [i % cfg.cluster.nodes for i in range(cfg.real_training)]
         self.sim, past = warm_start(cfg.cluster, keep_free=reserve)
         queued_at_anchor = self.sim.queued
@@ -358,10 +361,11 @@ class Stack:
         history_files: list[Path] = []
         history_dir = self.workdir / "history"
         finished_pods: list[Pod] = []
-        # the old history ends where the warm-up begins (and at least 400 s ago, past
-        # Prometheus' 5-minute lookback, so its runs never look current)
-        history_end = self.anchor - max(400.0, cfg.cluster.warm_start_seconds)
         if cfg.history_days > 0:
+            # the old history ends where the warm-up begins (and at least 400 s before,
+            # past Prometheus' 5-minute lookback, so its runs never look current), as
+            # the clock reads before it is simulated and backfilled: the anchor is later
+            history_end = time.time() - max(400.0, cfg.cluster.warm_start_seconds)
             t0 = time.monotonic()
             # at the live cluster's load, so its past has time-sliced runs as its present
             # does: the forecaster learns from it (live_load_seconds)
@@ -377,25 +381,26 @@ class Stack:
                     self.say,
                 ),
             )
-            history_files.append(write_openmetrics(history, history_dir / "history.om"))
+            om = write_openmetrics(history, history_dir / "history.om")
+            history_files.append(self._backfill(om))
             finished_pods.extend(history.pods)
             self.say(
                 f"history: {len(history.pods)} jobs over {span / 3600:.1f} h "
                 f"({len(history.completed)} finished) simulated in {time.monotonic() - t0:.1f}s"
             )
+        self.anchor = time.time()
         trainer_pods = [self.sim.reserve_pod(node) for node in reserve]
-        # simulate the first seconds now: which pods end before the exporters are
-        # first scraped decides what the backfill may show (without_lingering)
-        upcoming = self.sim.advance(SETTLE_SECONDS)
+        # the warm-up's series carry the job/instance labels Prometheus gives each
+        # exporter, so a running job's backfilled epochs and its live ones are one series
+        labels = {n.spec.index: {"job": EXPORTER_JOB, "instance": n.target} for n in self.nodes}
         if cfg.cluster.warm_start_seconds > 0:
-            # the warm-up's series carry the job/instance labels Prometheus gives each
-            # exporter, so a running job's backfilled epochs and its live ones are one series
+            # the warm-up until Prometheus' lookback before the anchor (its bulk): no
+            # sample of it shows in an instant query after the anchor, so it is written
+            # and backfilled before the settle window is known
             warm = warm_history(self.sim, self.anchor)
-            labels = {n.spec.index: {"job": EXPORTER_JOB, "instance": n.target} for n in self.nodes}
-            om = write_openmetrics(
-                without_lingering(warm, SETTLE_SECONDS), history_dir / "warm.om", node_labels=labels
-            )
-            history_files.append(om)
+            older = replace(warm, end=self.anchor - LOOKBACK_SECONDS)
+            om = write_openmetrics(older, history_dir / "warm-older.om", node_labels=labels)
+            history_files.append(self._backfill(om))
             finished_pods.extend(p for p in warm.pods if p.end is not None and p.end <= self.anchor)
         if finished_pods:
             self.runs_csv = history_dir / "runs.csv"
@@ -420,7 +425,6 @@ class Stack:
                 [p for p in self.sim.pods if p.node == node.spec.index],
                 self.anchor,
             )
-        self.driver.queue(upcoming)
         if cfg.cluster.warm_start_seconds > 0:
             running = sum(1 for p in self.sim.alive(0.0) if p.kind == "training" and p.start < 0)
             self.say(
@@ -457,17 +461,23 @@ class Stack:
             assert node.process is not None  # spawned just above
             self._wait_http(node.process, f"http://{node.target}/metrics", f"exporter-{node.name}")
 
+        # what is left until the first scrape takes seconds (the lookback's backfill,
+        # Alertmanager, the server's start): pods that end before then are left out of
+        # the lookback's backfill, over what has passed since the anchor plus SETTLE_SECONDS
+        self.settle_seconds = time.time() - self.anchor + SETTLE_SECONDS
+        self.driver.queue(self.sim.advance(self.settle_seconds))
+        if cfg.cluster.warm_start_seconds > 0:
+            since = self.anchor - LOOKBACK_SECONDS
+            settled = without_lingering(warm_history(self.sim, self.anchor), self.settle_seconds)
+            om = write_openmetrics(
+                replace(settled, start=since),
+                history_dir / "warm.om",
+                node_labels=labels,
+                since=since,
+            )
+            history_files.append(self._backfill(om))
+
         t0 = time.monotonic()
-        prom_dir = self.workdir / "prometheus"
-        if cfg.tsdb != "victoriametrics":
-            # the history first (promtool: seconds), the ports after: a port found free
-            # before the backfill can be taken during it (a second demo started just
-            # after this one), and Prometheus then stops on "address already in use"
-            try:
-                for path in history_files:
-                    backfill(path, tsdb_dir(prom_dir))
-            except Exception as err:
-                raise StackError(f"Prometheus did not start: {err}") from err
         self.forecaster_port = pick_port(cfg.forecaster_port, "forecaster /metrics", self.say)
         prom_port = pick_port(
             cfg.prometheus_port, "Prometheus UI/API", self.say, exclude={self.forecaster_port}
@@ -514,7 +524,7 @@ class Stack:
                     rule_files=rule_files,
                     alertmanagers=[f"127.0.0.1:{self.alertmanager.port}"],
                     port=prom_port,
-                    data_dir=prom_dir,
+                    data_dir=self.workdir / "prometheus",
                     scrape_interval=cfg.scrape_interval,
                     retention=f"{max(15, int(cfg.history_days) + 2)}d",
                     ready_timeout=cfg.ready_timeout_seconds,
@@ -607,6 +617,18 @@ class Stack:
         scenarios = [f"{spec.name}.yaml" for spec in make_nodes(cfg.cluster)]
         fixed = ["logs", "history", "pod-logs", "progress-state", "rules", "alertmanager"]
         return [*fixed, tsdb, "history.sqlite", *scenarios]
+
+    def _backfill(self, path: Path) -> Path:
+        """Turn an OpenMetrics file into Prometheus' blocks now (promtool), before the
+        ports are picked: a port found free before a backfill can be taken during it (a
+        second demo started just after this one). VictoriaMetrics imports the files
+        once it runs (``_start_victoriametrics``). Returns ``path``."""
+        if self.config.tsdb != "victoriametrics":
+            try:
+                backfill(path, tsdb_dir(self.workdir / "prometheus"))
+            except Exception as err:
+                raise StackError(f"Prometheus did not start: {err}") from err
+        return path
 
     def _state_file(self, node: NodeProcess) -> Path:
         return self.workdir / "progress-state" / f"{node.name}.json"

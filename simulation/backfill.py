@@ -262,13 +262,16 @@ def openmetrics_lines(
     history: History,
     step_seconds: float = 15.0,
     node_labels: Mapping[int, Mapping[str, str]] | None = None,
+    since: float | None = None,
 ) -> Iterator[str]:
     """The history as OpenMetrics text lines, family by family, ending with ``# EOF``.
 
     ``node_labels`` adds labels to every series of a node (by node index): the
     ``job`` and ``instance`` Prometheus gives that node's exporter, so a warm-up
-    run's backfilled series and its live ones are the same series.
+    run's backfilled series and its live ones are the same series. ``since``: no pod
+    sample before it (a window's later part, written apart from its earlier one).
     """
+    first = -math.inf if since is None else since
     families: dict[str, list[str]] = {name: [] for name in _HELP}
     nodes = {n.index: n for n in history.nodes}
     extra = {i: dict(node_labels.get(i, {})) if node_labels else {} for i in nodes}
@@ -288,7 +291,7 @@ def openmetrics_lines(
             )
             source = "log" if pod.report == "log" else "http"
             ends = pod.epoch_ends
-            for t in _grid(pod.run_start, end, step_seconds):
+            for t in _grid(max(pod.run_start, first), end, step_seconds):
                 done = sum(1 for e in ends if e <= t)
                 last = ends[done - 1] if done else pod.run_start
                 families["gpu_eta_training_epoch"].append(
@@ -338,7 +341,7 @@ def openmetrics_lines(
                 **extra[pod.node],
             )
             memory = min(pod.memory_bytes, int(spec.memory_total_bytes * 0.9))
-            for t in _grid(pod.start, end, step_seconds):
+            for t in _grid(max(pod.start, first), end, step_seconds):
                 u = _util_at(pod.util_steps, t)
                 families["gpu_eta_pod_gpu_allocated"].append(
                     f"gpu_eta_pod_gpu_allocated{lab} 1 {t:.3f}"
@@ -380,11 +383,12 @@ def write_openmetrics(
     path: Path,
     step_seconds: float = 15.0,
     node_labels: Mapping[int, Mapping[str, str]] | None = None,
+    since: float | None = None,
 ) -> Path:
     """Write ``history``'s series (``openmetrics_lines``) to ``path`` for promtool; returns it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
-        for line in openmetrics_lines(history, step_seconds, node_labels):
+        for line in openmetrics_lines(history, step_seconds, node_labels, since):
             f.write(line + "\n")
     return path
 

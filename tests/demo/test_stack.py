@@ -8,6 +8,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -162,13 +164,7 @@ def test_a_failed_start_keeps_the_demos_temp_dir_its_message_names(
 def test_a_stopped_stack_removes_its_temp_dir(monkeypatch, tmp_path: Path) -> None:
     """Ctrl-C or the end of --seconds: nothing kept."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    config = StackConfig(
-        cluster=ClusterConfig(nodes=1, warm_start_seconds=0),
-        history_days=0,
-        prometheus_port=0,
-        forecaster_port=0,
-        alertmanager_port=0,
-    )
+    config = _with_history(tmp_path, history_days=0, workdir=None)  # the demo's own dir
     with Stack(config, say=lambda _msg: None) as stack:
         dead = stack.poll()
         assert dead == []
@@ -191,29 +187,16 @@ def test_a_port_taken_while_the_history_is_backfilled_is_replaced(
     while the second backfills its history (promtool, seconds). The port is checked
     after the backfill, when Prometheus is about to bind it, so the second demo moves
     to a free port instead of failing with "address already in use"."""
-    from gpu_eta.demo import stack as stack_module
-    from gpu_eta.launch import prometheus as launch_prometheus
-
     preferred = free_port_now()
     other = socket.socket()
-    real_backfill = launch_prometheus.backfill
 
-    def backfill_while_another_demo_starts(openmetrics_file: Path, data_dir: Path) -> None:
+    def another_demo_starts() -> None:
         if other.fileno() != -1 and not other.getsockname()[1]:
             other.bind(("127.0.0.1", preferred))  # the first demo's Prometheus
             other.listen()
-        real_backfill(openmetrics_file, data_dir)
 
-    monkeypatch.setattr(stack_module, "backfill", backfill_while_another_demo_starts)
-    config = StackConfig(
-        cluster=ClusterConfig(nodes=1, warm_start_seconds=0),
-        history_days=0.02,
-        history_jobs=20,
-        prometheus_port=preferred,
-        forecaster_port=0,
-        alertmanager_port=0,
-        workdir=tmp_path,
-    )
+    _before_each_backfill(monkeypatch, another_demo_starts)
+    config = _with_history(tmp_path, prometheus_port=preferred)
     said: list[str] = []
     try:
         with Stack(config, say=said.append) as stack:
@@ -223,6 +206,69 @@ def test_a_port_taken_while_the_history_is_backfilled_is_replaced(
     finally:
         other.close()
     assert any(f"port {preferred} (Prometheus UI/API) is in use" in line for line in said), said
+
+
+def test_pods_that_end_during_a_slow_start_do_not_linger_in_prometheus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The settle window was a fixed 30 s after an anchor taken before the slow steps:
+    with `--warm-start 86400` Prometheus was first scraping ~70 s after the anchor, and
+    pods that ended in between kept their backfilled last sample for Prometheus' 5
+    minutes (23 pods in gpu_eta_pod_gpu_allocated, 21 on the exporters; ended pods
+    shown TRAINING holding GPUs). A backfill made 40 s slower here: once Prometheus
+    scrapes, no pod that ended before it shows as holding a GPU."""
+    _before_each_backfill(monkeypatch, lambda: time.sleep(25))  # a large warm-up's promtool
+    config = _with_history(
+        tmp_path, cluster=ClusterConfig(seed=2, warm_start_seconds=600), scrape_interval="1s"
+    )
+    with Stack(config, say=lambda _msg: None) as stack:
+        assert stack.prometheus is not None
+        time.sleep(3)  # two scrapes: every exporter's pods are current
+        before = _exporters_pods(stack)
+        shown = {s["metric"]["pod"] for s in stack.prometheus.query("gpu_eta_pod_gpu_allocated")}
+        ghosts = sorted(shown - before - _exporters_pods(stack))
+        assert ghosts == [], f"{len(shown)} pods in Prometheus, {len(before)} on the exporters"
+
+
+def _exporters_pods(stack: Stack) -> set[str]:
+    """The pods every exporter reports a GPU allocated to, from their /metrics."""
+    import re
+
+    import requests
+
+    pods: set[str] = set()
+    for node in stack.nodes:
+        text = requests.get(f"http://{node.target}/metrics", timeout=10).text
+        pods |= set(re.findall(r'^gpu_eta_pod_gpu_allocated\{[^}]*pod="([^"]+)"', text, re.M))
+    return pods
+
+
+def _before_each_backfill(monkeypatch: pytest.MonkeyPatch, first: Callable[[], None]) -> None:
+    """The stack's backfill (the real promtool) with ``first`` run before each call."""
+    from gpu_eta.demo import stack as stack_module
+    from gpu_eta.launch import prometheus as launch_prometheus
+
+    real_backfill = launch_prometheus.backfill
+
+    def backfill(openmetrics_file: Path, data_dir: Path) -> None:
+        first()
+        real_backfill(openmetrics_file, data_dir)
+
+    monkeypatch.setattr(stack_module, "backfill", backfill)
+
+
+def _with_history(tmp_path: Path, **changes: object) -> StackConfig:
+    """A small stack with a short history, on free ports, in ``tmp_path``."""
+    config = StackConfig(
+        cluster=ClusterConfig(nodes=1, warm_start_seconds=0),
+        history_days=0.02,
+        history_jobs=20,
+        prometheus_port=0,
+        forecaster_port=0,
+        alertmanager_port=0,
+        workdir=tmp_path,
+    )
+    return replace(config, **changes)
 
 
 def free_port_now() -> int:
