@@ -357,6 +357,8 @@ class ClusterSim:
         self.pods: list[Pod] = []
         self._next_arrival = start + self._gap()
         self._timers: list[tuple[float, int, Pod]] = []  # notebook ends
+        # notebook spawns that found no GPU free: JupyterHub's spawn fails, nothing queued
+        self.notebooks_turned_away = 0
         # finished pods lingering past their job's end: (end, tie-break, pod); their
         # GPU slots are freed at the pod's end, not the job's, so no queued job starts
         # on a device a still-running pod holds
@@ -502,7 +504,8 @@ class ClusterSim:
         if placed is None:
             placed = self._place(1, allow_shared=True)
         if placed is None:
-            return  # JupyterHub would refuse the spawn: nothing to hold
+            self.notebooks_turned_away += 1
+            return
         node, gpus = placed
         user = USERS[self._rng.randrange(len(USERS))]
         pod = Pod(
