@@ -39,6 +39,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from gpu_eta.common.durations import duration_seconds
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.demo import workdirs
 from gpu_eta.demo.rules import write_fast_rules
@@ -85,6 +86,9 @@ REAL_TRAINING_EPOCHS = 300
 # set (the last lookback's backfill, Alertmanager and Prometheus' start): the window is
 # the time since the anchor plus this; see gpu_eta.simulation.backfill.without_lingering
 SETTLE_SECONDS = 30.0
+# what is left at most, a scrape interval apart, once the exporters answer: the last
+# lookback's backfill (a small file), Alertmanager's and Prometheus' start
+LEFT_SECONDS = 15.0
 # gpu-eta's alert and recording rules, loaded by the demo's Prometheus (its /alerts
 # page) exactly as shipped; absent when the package is installed without the repo.
 RULES_FILE = Path(__file__).resolve().parents[1] / "rules" / "gpu-eta.rules.yaml"
@@ -393,12 +397,19 @@ class Stack:
         # the warm-up's series carry the job/instance labels Prometheus gives each
         # exporter, so a running job's backfilled epochs and its live ones are one series
         labels = {n.spec.index: {"job": EXPORTER_JOB, "instance": n.target} for n in self.nodes}
+        # pods that end before the first scrape are left out of the backfill (their
+        # last sample would linger): first over the time since the anchor plus
+        # SETTLE_SECONDS, widened below if the steps until then took longer
+        settle_first = time.time() - self.anchor + SETTLE_SECONDS
+        upcoming = self.sim.advance(settle_first)
         if cfg.cluster.warm_start_seconds > 0:
             # the warm-up until Prometheus' lookback before the anchor (its bulk): no
             # sample of it shows in an instant query after the anchor, so it is written
-            # and backfilled before the settle window is known
+            # and backfilled at once
             warm = warm_history(self.sim, self.anchor)
-            older = replace(warm, end=self.anchor - LOOKBACK_SECONDS)
+            older = replace(
+                without_lingering(warm, settle_first), end=self.anchor - LOOKBACK_SECONDS
+            )
             om = write_openmetrics(older, history_dir / "warm-older.om", node_labels=labels)
             history_files.append(self._backfill(om))
             finished_pods.extend(p for p in warm.pods if p.end is not None and p.end <= self.anchor)
@@ -431,6 +442,7 @@ class Stack:
                 f"warm start: the cluster has been running {cfg.cluster.warm_start_seconds:g}s "
                 f"({running} training pods already running, {queued_at_anchor} jobs queued)"
             )
+        self.driver.queue(upcoming)
         self.driver.tick(self.anchor)  # scenario files exist before the exporters start
         for node in self.nodes:
             node.process = self._spawn(
@@ -461,10 +473,13 @@ class Stack:
             assert node.process is not None  # spawned just above
             self._wait_http(node.process, f"http://{node.target}/metrics", f"exporter-{node.name}")
 
-        # what is left until the first scrape takes seconds (the lookback's backfill,
-        # Alertmanager, the server's start): pods that end before then are left out of
-        # the lookback's backfill, over what has passed since the anchor plus SETTLE_SECONDS
-        self.settle_seconds = time.time() - self.anchor + SETTLE_SECONDS
+        # what is left until the first scrape (the lookback's backfill, Alertmanager,
+        # the server's start: seconds; then a scrape interval at most) must fit in the
+        # window: it covers what has passed since the anchor plus that, the first
+        # window at least (a pod ending between the two has its series in the first
+        # part alone, which ends at Prometheus' lookback before the anchor)
+        left = LEFT_SECONDS + (duration_seconds(cfg.scrape_interval) or 0.0)
+        self.settle_seconds = max(settle_first, time.time() - self.anchor + left)
         self.driver.queue(self.sim.advance(self.settle_seconds))
         if cfg.cluster.warm_start_seconds > 0:
             since = self.anchor - LOOKBACK_SECONDS
