@@ -683,6 +683,11 @@ class LogState:
     # line it came with (the collector's: ``released``)
     held: Report | None = None
     held_timestamp: float | None = None
+    # the container instance (its restart count, the log file's number) of the line
+    # being read, set by the collector, and the one the last bar counted from 0 came
+    # from: a smaller k from a later instance may be a resume from a checkpoint
+    instance: int = 0
+    zero_instance: int = 0
 
 
 def _keras_header(state: LogState, match: LogMatch) -> tuple[LogState, Report]:
@@ -849,9 +854,11 @@ def _counted_from_zero(state: LogState, match: LogMatch) -> tuple[LogState, LogM
     finished with an epoch still to run, and the next read as a resume), and the
     epoch M of M is not shown done until it is known that no such bar follows
     (``_held_last``). A smaller k than the last one read, but 0, starts a training
-    counting from 1 (the same M), read so from then on, once the count from 0 reached
-    the end of its last bar (``_zero_count_ended``); short of it, it is a resume from
-    an older checkpoint, still counting from 0 (read from 1, it never finished).
+    counting from 1 (the same M), read so from then on, when it is read in the same
+    container instance's log (a loop begun again in one process) or once the count
+    from 0 reached the end of its last bar (``_zero_count_ended``); in a later
+    instance's log (the container restarted) short of that end, it is a resume from an
+    older checkpoint, still counting from 0 (read from 1, it never finished).
     """
     if match.kind != "tqdm" or match.epochs is None or match.epoch_current is None:
         return state, match
@@ -860,9 +867,13 @@ def _counted_from_zero(state: LogState, match: LogMatch) -> tuple[LogState, LogM
     k, epochs = match.epoch_current, match.epochs
     if state.from_zero != epochs:
         return state, match
-    if state.zero_index is not None and k < state.zero_index and _zero_count_ended(state):
+    if (
+        state.zero_index is not None
+        and k < state.zero_index
+        and (state.instance == state.zero_instance or _zero_count_ended(state))
+    ):
         return replace(state, from_zero=None, zero_index=None), match
-    state = replace(state, zero_index=k)
+    state = replace(state, zero_index=k, zero_instance=state.instance)
     done = None if match.epoch_done is None else match.epoch_done + 1
     if k == epochs:  # index M of 0..M: the (M+1)-th epoch of M + 1
         state = replace(state, held=None, held_timestamp=None)

@@ -421,6 +421,31 @@ class ProgressStore:
             held_end_timestamp=timestamp,
         )
 
+    def held_ends(self) -> list[tuple[str, str, str]]:
+        """The (namespace, pod, container) of the log rows keeping a held end
+        (``note_held_end``): what the log reader applies once their pod is gone,
+        whether or not it saw the pod go."""
+        with self._lock:
+            return [
+                key[:3]
+                for key, progress in self._entries.items()
+                if key[3] == "log" and progress.held_end_epoch is not None
+            ]
+
+    def forget_log_counts(self, namespace: str, pod: str) -> None:
+        """Clear the count from 0 and the held end kept with a pod name's log rows,
+        journaled like a merge.
+
+        Why: the rows are kept by pod name, and a pod recreated under it (another uid)
+        was read in its predecessor's count: a training counting from 1 read as one
+        counting from 0, an epoch ahead, ended one epoch too many."""
+        with self._lock:
+            keys = [k for k in self._entries if k[:2] == (namespace, pod) and k[3] == "log"]
+        for key in keys:
+            self._note_log_row(
+                key, epochs_from_zero=None, held_end_epoch=None, held_end_timestamp=None
+            )
+
     def _note_log_row(self, key: tuple[str, str, str, str], **fields: float | None) -> None:
         """Set ``fields`` of the row ``key`` (no such row: nothing), checked and journaled as
         a merge is, so that the state file and the journal alone both keep them."""

@@ -296,6 +296,7 @@ class _Follower:
     # found since: it is forgotten by the next poll that does not find it
     missing_since: int | None = None
     mtime_ns: int = -1  # its mtime at the scan of the poll that last read it
+    number: int = 0  # the container's restart count its file name gives (``<N>.log``)
 
     def hand_over(self, successor: _Follower) -> None:
         """Pass the records this file leaves unfinished (``carry``, ``dropping``) to the
@@ -443,6 +444,7 @@ class LogProgressCollector:
         self._read_fairly(todo)
         for key in exited:
             self._release_at_exit(key)
+        self._release_unseen(seen | exited, {(p.namespace, p.name) for p in wanted.values()})
         self._bad_directories = bad
         for key in [k for k in self._followers if k not in seen]:
             self._drop(key)
@@ -458,6 +460,23 @@ class LogProgressCollector:
         if held is not None:
             report, when = held
             self._apply_held(key, report, when)
+
+    def _release_unseen(
+        self, read: set[tuple[str, str, str]], listed: set[tuple[str, str]]
+    ) -> None:
+        """Apply the held end kept with a log row (``ProgressStore.note_held_end``) whose
+        pod is neither listed nor read in this poll, from the row alone (its epoch and
+        line time).
+
+        Why: a container is read as exited only while its pod is listed finished or
+        remembered gone (``_still_read``), with its directory still there. A pod
+        deleted while the exporter was down (the memory of it gone), or whose log
+        directory the kubelet removed before the poll that found it gone, was never
+        read so: its finished run stayed at N-1 of N for good, learnt as cut short.
+        The row itself lingers for the store's gone-pod grace, so the end is shown."""
+        for key in self.store.held_ends():
+            if key not in read and key[:2] not in listed:
+                self._release_at_exit(key)
 
     def _apply_held(self, key: tuple[str, str, str], report: Report, when: float | None) -> None:
         """Merge a held end of a last epoch at the time of the line it came with; one
@@ -518,6 +537,7 @@ class LogProgressCollector:
                 held = {*self._followers, *self._states, *self._last_time}
                 for key in [k for k in held if k[:2] == pair]:
                     self._drop(key)
+                self.store.forget_log_counts(*pair)  # kept with the rows, by name
         self._uids = uids
 
     def _still_read(self, listed: Mapping[str, PodMeta]) -> dict[str, PodMeta]:
@@ -738,7 +758,9 @@ class LogProgressCollector:
                 # (or a pod seen late) the rotated file holds what was written
                 # between the last read and the rotation. Read from its start: lines
                 # older than the stored progress are not applied again (``_line``)
-                followers[inode] = _Follower(path=Path(path), inode=inode, docker=docker)
+                followers[inode] = _Follower(
+                    path=Path(path), inode=inode, docker=docker, number=found[inode][3]
+                )
             else:
                 if str(followers[inode].path) != path:  # renamed (rotated)
                     followers[inode].path = Path(path)
@@ -1074,6 +1096,8 @@ class LogProgressCollector:
         ns, pod, container = key
         previous = self.store.get(ns, pod, container, "log")
         before = self._states.get(key) or _resumed_state(previous)
+        if before.instance != follower.number:  # the file tells the container instance
+            before = replace(before, instance=follower.number)
         state, report = fold(before, previous, match)
         holds = state.held is not None and state.held_timestamp is None
         if holds:  # a last epoch's end held back from this line

@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -1745,3 +1746,98 @@ def test_a_held_end_survives_a_restart_and_a_rotation(tmp_path, tail: bytes, end
     assert (p.epoch, p.epochs, p.step, p.steps) == end
     if end[0] == 3:
         assert p.epoch_end_timestamp < later.timestamp()  # at the bar's end, not the exit's
+
+
+def _held_then_gone(tmp_path: Path, restart: bool, logs_removed: bool) -> list[tuple]:
+    """``Epoch 0/3`` .. ``Epoch 2/3`` read (the last epoch's end held back, kept with the
+    log row), then ``POD`` deleted without being seen finished: after an exporter
+    restart (``restart``, its state file kept) and/or with its log directory removed by
+    the kubelet (``logs_removed``). The rows after three polls."""
+    d = logdir(tmp_path)
+    d.mkdir(parents=True)
+    (d / "0.log").write_bytes(cri(_bars([f"Epoch {e}/3" for e in range(3)], steps=4), "stderr"))
+    pods = [POD]
+    store = ProgressStore(tmp_path / "state.json")
+    col = LogProgressCollector(tmp_path, store, lambda: pods)
+    read_out(col)
+    assert [(p.epoch, p.held_end_epoch) for p in store.snapshot()] == [(2, 3.0)]
+    pods.clear()
+    if restart:
+        store.save(final=True)
+        store = ProgressStore(tmp_path / "state.json")
+        col = LogProgressCollector(tmp_path, store, lambda: pods)
+    if logs_removed:
+        shutil.rmtree(d.parent)
+    for _ in range(3):
+        col.poll()
+    return [(p.epoch, p.epochs, p.step, p.steps, p.held_end_epoch) for p in store.snapshot()]
+
+
+@pytest.mark.parametrize(("restart", "logs_removed"), [(True, False), (True, True), (False, True)])
+def test_a_held_end_is_applied_when_its_pod_went_unseen(
+    tmp_path, restart: bool, logs_removed: bool
+) -> None:
+    """A pod counting from 0 deleted while the exporter was down, or whose log directory
+    the kubelet removed before the poll that found it gone: its container was never
+    read as exited (not listed, not remembered as gone, or no directory to read), so
+    the held end was never applied and the finished run stayed at (2, 3, 12, 12) for
+    good, learnt as cut short. A held end of a row whose pod is neither listed nor read
+    is applied from the row alone: 3 of 3."""
+    rows = _held_then_gone(tmp_path, restart, logs_removed)
+    assert rows == [(3, 3, 12, 12, None)]
+
+
+def test_a_new_training_from_one_after_an_interrupted_count_from_zero_in_one_log(root) -> None:
+    """One container instance's log: ``Epoch 0/10`` .. ``Epoch 3/10``, ``Epoch 4/10``
+    half way, a KeyboardInterrupt caught, then a new loop ``Epoch 1/10`` ..
+    ``Epoch 10/10``. Its smaller k, in the same log file, is a new training counting
+    from 1 (a resume from a checkpoint comes from a restarted container's next file):
+    read as still counting from 0 it ended one epoch too many, (11, 11, 44, 44)."""
+    first = _bars([f"Epoch {e}/10" for e in range(4)], steps=4)
+    cut = "\r" + "\r".join(tqdm.format_meter(i, 4, 1.0, prefix="Epoch 4/10") for i in range(3))
+    first += (cut + "\nKeyboardInterrupt\n").encode()
+    second = _bars([f"Epoch {e}/10" for e in range(1, 11)], steps=4)
+    rows = follow(root, cri(first + second, "stderr", chunk=60), exits=True, merges=True)
+    ids = run_ids(rows)
+    assert len(ids) == 2
+    assert [r[1:] for r in rows if r[0] == ids[1]][-1] == (10, 10, 40, 40)
+
+
+def test_a_pod_recreated_under_its_name_keeps_nothing_of_its_predecessors_count(root) -> None:
+    """A StatefulSet's ``train-1`` counted from 0 (``Epoch 0/3`` .. ``Epoch 2/3``) and
+    succeeded; recreated under the name (another uid) it counts from 1 (``Epoch 1/3``
+    .. ``Epoch 3/3``). The log row, kept by pod name, gave it the predecessor's count
+    from 0: first shown (2, 3, 8, 12), ending (4, 4, 16, 16). Its own count: first
+    (1, 3, 4, 12), ending (3, 3, 12, 12)."""
+    d = logdir(root)
+    (d / "0.log").write_bytes(cri(_bars([f"Epoch {e}/3" for e in range(3)], steps=4), "stderr"))
+    store = ProgressStore()
+    pods = [POD]
+    col = LogProgressCollector(root, store, lambda: pods)
+    read_out(col)
+    pods[0] = replace(POD, phase="Succeeded")
+    col.poll()
+    assert [(p.epoch, p.epochs_from_zero) for p in store.snapshot()] == [(3, 3.0)]
+    shutil.rmtree(d.parent)
+    new = PodMeta("ml", "train-1", "99999999-uid2", ip="127.0.0.2")
+    nd = root / f"ml_train-1_{new.uid}" / "trainer"
+    nd.mkdir(parents=True)
+    later = T0 + dt.timedelta(hours=1)
+    (nd / "0.log").write_bytes(
+        cri(_bars([f"Epoch {e}/3" for e in range(1, 4)], steps=4), "stderr", later)
+    )
+    shown = []
+    merge = store.merge
+
+    def merged(*args, **kw):
+        progress = merge(*args, **kw)
+        shown.append((progress.epoch, progress.epochs, progress.step, progress.steps))
+        return progress
+
+    store.merge = merged
+    pods[0] = new
+    read_out(col)
+    pods[0] = replace(new, phase="Succeeded")
+    col.poll()
+    assert shown[0] == (1, 3, 4, 12)
+    assert shown[-1] == (3, 3, 12, 12)
