@@ -249,14 +249,19 @@ def history_retention(config: Config) -> Retention | None:
     ``--history.retention``, never one of the most recent ``--model.fit-runs`` (what
     the model may read: docs/forecaster.md, "History file"); None for ``0``.
     ``--model.fit-runs 0`` (fit on all) leaves no such floor: retention then bounds
-    what the model reads too. A deleted completed run's mark lasts ``--history.lookback``
-    past the last read of its series: the farthest back a read reaches."""
+    what the model reads too. A deleted completed run's mark lasts ``--history.retention``
+    (at least ``--history.lookback``, the farthest back a read reaches) past the last
+    read of its series. Why not the lookback alone: the series come back after any
+    outage of the node's exporter (a crash loop, a node NotReady for hours), which
+    publishes the Succeeded pod's row again from its state file, and a mark gone by
+    then let the run be stored again as the newest; kept a retention period, the marks
+    are bounded by the runs a period deletes."""
     if config.history_retention_seconds <= 0:
         return None
     return Retention(
         config.history_retention_seconds,
         keep_runs=config.cycle.fit_runs,
-        linger_seconds=config.cycle.lookback_seconds,
+        linger_seconds=max(config.cycle.lookback_seconds, config.history_retention_seconds),
     )
 
 

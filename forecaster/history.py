@@ -945,10 +945,12 @@ class HistoryStore:
         ``lingering`` kept for ``Retention.linger_seconds`` after ``now``; those past
         their time deleted (the caller's transaction). Why renewed by reads and not
         kept for a fixed time: a Job's Succeeded pod may live for months, and its
-        series with it; once they are gone, a read reaches back at most the lookback
-        (``linger_seconds``), so the mark is bounded by the pods still present. Why
-        after the renewal: a forecaster down for longer than that finds the marks of
-        the pods still there, and keeps them. Keys whose text SQLite cannot store were
+        series with it. Why ``linger_seconds`` is the retention period in the service,
+        not the lookback: the series may be away longer than a read reaches back and
+        come back (the node's exporter crash-looping, publishing the pod's row again
+        from its state file), so the marks are bounded by the runs a period deletes.
+        Why after the renewal: a forecaster down for longer than that finds the marks
+        of the pods still there, and keeps them. Keys whose text SQLite cannot store were
         never stored (``_storable``)."""
         rule = self.retention
         linger = LINGER_SECONDS if rule is None else rule.linger_seconds

@@ -125,9 +125,9 @@ _SEEDED_COLUMN = "ALTER TABLE runs ADD COLUMN seeded INTEGER NOT NULL DEFAULT 0;
 # on with its series (a Job's Succeeded pod without a TTL, a notebook after
 # ``end()``), and with its row gone the next process read the run as ending and
 # stored it again, finished at its own time (``HistoryStore.completed_starts``). A
-# mark lasts ``Retention.linger_seconds`` past the last cycle that read its run's
-# series (``HistoryStore.record``'s ``lingering``), after which no read answers
-# them. Not part of the schema version, for the reason ``runs.seeded`` is not (an
+# mark lasts ``Retention.linger_seconds`` (the service: ``--history.retention``)
+# past the last cycle that read its run's series (``HistoryStore.record``'s
+# ``lingering``). Not part of the schema version, for the reason ``runs.seeded`` is not (an
 # earlier release reads and writes a file that has it, and ignores it);
 # ``add_retired_table`` adds it where missing.
 _RETIRED_TABLE = """

@@ -34,9 +34,10 @@ RETENTION_BATCH = 500
 # 64 MiB is 6 % of the chart's 1 GiB volume.
 LOW_ROOM_BYTES = 64 * 1024 * 1024
 # How long the mark of a completed run retention deleted (``HistoryStore.retain``)
-# outlasts the last cycle that read the run's series: the default ``--history.lookback``,
-# the longest a read reaches back (a new process's first), so no read answers them
-# after it.
+# outlasts the last cycle that read the run's series, when a ``Retention`` says
+# nothing: the default ``--history.lookback``. The service keeps marks for
+# ``--history.retention`` (``config.history_retention``): a node's exporter down
+# longer than a lookback publishes the run's series again.
 LINGER_SECONDS = 6 * 3600.0
 
 

@@ -591,6 +591,38 @@ def test_a_mark_lasts_while_reads_find_its_series_and_the_lookback_after(
     conn.close()
 
 
+def test_a_mark_outlasts_an_exporter_down_longer_than_the_lookback(tmp_path: Path) -> None:
+    """The service's retention (``--history.retention 9d``, ``--history.lookback``
+    6 h): a completed run deleted, its mark renewed once, then 7 h of cycles without
+    its series (the node's exporter crash-looping, the node NotReady). The exporter
+    back, its state file publishes the Succeeded pod's row again with the run's start:
+    a mark deleted ``--history.lookback`` after its last renewal was gone, and the run
+    was read as ending and stored again, the newest. It lasts the retention period."""
+    from gpu_eta.forecaster.config import history_retention
+    from gpu_eta.forecaster.main import build_parser, config_from_args
+
+    argv = ["serve", "--history.retention", "9d", "--history.lookback", "21600"]
+    argv += ["--model.fit-runs", "0"]  # no floor: the run is deleted
+    rule = history_retention(config_from_args(build_parser().parse_args(argv)))
+    assert rule is not None and rule.max_age_seconds == 9 * DAY
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db, retention=rule)
+    try:
+        store.record([live(0, T0 - 400.0)])
+        k0 = run_key(live(0, 0))
+        store.finish([k0], T0)
+        assert store.retain(T0 + 10 * DAY) == 1 and store.count_finished() == 0
+        at = T0 + 10 * DAY + 60.0
+        store.record([], now=at, lingering=[k0])  # the pod there, its series read
+        for minute in range(1, 7 * 60 + 1):  # the exporter down: no read renews it
+            store.record([], now=at + 60.0 * minute)
+        assert store.completed_starts([k0]) == {k0: T0 - 400.0}
+        store.record([], now=at + 9 * DAY + 1.0)  # gone for longer than the retention
+        assert store.completed_starts([k0]) == {}
+    finally:
+        store.close()
+
+
 def test_a_file_without_the_retired_table_gains_it_and_stays_schema_4(tmp_path: Path) -> None:
     """A file an earlier release wrote has no ``retired``: the open adds it (no new
     schema version: the earlier release opens the file and ignores the table), every

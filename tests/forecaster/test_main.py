@@ -152,12 +152,19 @@ def test_the_retention_is_a_duration_with_the_fit_runs_as_its_floor() -> None:
 
     parse = build_parser().parse_args
     default = config_from_args(parse(["once"]))
-    assert history_retention(default) == Retention(30 * 86400.0, keep_runs=100_000)
+    assert history_retention(default) == Retention(
+        30 * 86400.0, keep_runs=100_000, linger_seconds=30 * 86400.0
+    )
     argv = ["serve", "--history.retention", "1w2d", "--model.fit-runs", "500"]
-    assert history_retention(config_from_args(parse(argv))) == Retention(9 * 86400.0, 500)
-    # a deleted completed run's mark lasts as far back as a read reaches
+    assert history_retention(config_from_args(parse(argv))) == Retention(
+        9 * 86400.0, 500, linger_seconds=9 * 86400.0
+    )
+    # a deleted completed run's mark lasts the retention, at least as far back as a
+    # read reaches
     argv = ["once", "--history.lookback", "3600"]
-    assert history_retention(config_from_args(parse(argv))).linger_seconds == 3600.0  # type: ignore[union-attr]
+    assert history_retention(config_from_args(parse(argv))).linger_seconds == 30 * 86400.0  # type: ignore[union-attr]
+    argv = ["once", "--history.lookback", "86400", "--history.retention", "1h"]
+    assert history_retention(config_from_args(parse(argv))).linger_seconds == 86400.0  # type: ignore[union-attr]
     assert history_retention(config_from_args(parse(["once", "--history.retention", "0"]))) is None
 
 
