@@ -432,15 +432,21 @@ class ProgressStore:
                 if key[3] == "log" and progress.held_end_epoch is not None
             ]
 
-    def forget_log_counts(self, namespace: str, pod: str) -> None:
-        """Clear the count from 0 and the held end kept with a pod name's log rows,
-        journaled like a merge.
+    def forget_log_counts(self, namespace: str, pod: str, before: float | None = None) -> None:
+        """Clear the count from 0 and the held end kept with a pod name's log rows
+        last reported before ``before`` (None: all), journaled like a merge.
 
         Why: the rows are kept by pod name, and a pod recreated under it (another uid)
         was read in its predecessor's count: a training counting from 1 read as one
         counting from 0, an epoch ahead, ended one epoch too many."""
         with self._lock:
-            keys = [k for k in self._entries if k[:2] == (namespace, pod) and k[3] == "log"]
+            keys = [
+                k
+                for k, progress in self._entries.items()
+                if k[:2] == (namespace, pod)
+                and k[3] == "log"
+                and (before is None or progress.last_report_timestamp < before)
+            ]
         for key in keys:
             self._note_log_row(
                 key, epochs_from_zero=None, held_end_epoch=None, held_end_timestamp=None

@@ -527,17 +527,24 @@ class LogProgressCollector:
         Why: the state is kept by (namespace, pod, container), and a pod recreated
         under its name (a StatefulSet's, ``kubectl delete`` and ``apply``) was read in
         its predecessor's: its bare bar was read as a step of the predecessor's epoch,
-        a Keras bar without a header as the predecessor's next epoch.
+        a Keras bar without a header as the predecessor's next epoch. So is the count
+        from 0 and held end kept with the log rows, cleared for the new pod (after a
+        restart, in the rows last reported before it started).
         """
         uids: dict[tuple[str, str], str] = {}
         for pod in pods:
             pair = (pod.namespace, pod.name)
             uids[pair] = pod.uid
-            if self._uids.get(pair, pod.uid) != pod.uid:
+            known = self._uids.get(pair)
+            if known is not None and known != pod.uid:
                 held = {*self._followers, *self._states, *self._last_time}
                 for key in [k for k in held if k[:2] == pair]:
                     self._drop(key)
                 self.store.forget_log_counts(*pair)  # kept with the rows, by name
+            elif known is None and pod.start_timestamp is not None:
+                # a pod this process has not read (after a restart: none): rows last
+                # reported before it started are a predecessor's (the store's rule)
+                self.store.forget_log_counts(*pair, before=pod.start_timestamp)
         self._uids = uids
 
     def _still_read(self, listed: Mapping[str, PodMeta]) -> dict[str, PodMeta]:

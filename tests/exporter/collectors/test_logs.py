@@ -1841,3 +1841,33 @@ def test_a_pod_recreated_under_its_name_keeps_nothing_of_its_predecessors_count(
     col.poll()
     assert shown[0] == (1, 3, 4, 12)
     assert shown[-1] == (3, 3, 12, 12)
+
+
+def test_a_pod_recreated_while_the_exporter_was_down_keeps_nothing_of_its_predecessor(
+    tmp_path,
+) -> None:
+    """As above, but the exporter restarted between the two pods: it never saw the
+    predecessor's uid, and the log row it kept counted from 0. A row last reported
+    before the listed pod started is its predecessor's: the new pod's 1-based bars
+    are its own count, ending (3, 3, 12, 12)."""
+    d = logdir(tmp_path)
+    d.mkdir(parents=True)
+    (d / "0.log").write_bytes(cri(_bars([f"Epoch {e}/3" for e in range(3)], steps=4), "stderr"))
+    store = ProgressStore(tmp_path / "state.json")
+    _read_out_then_succeed(tmp_path, store)
+    store.save(final=True)
+    shutil.rmtree(d.parent)
+    later = T0 + dt.timedelta(hours=1)
+    new = PodMeta("ml", "train-1", "99999999-uid2", start_timestamp=later.timestamp() - 5)
+    nd = tmp_path / f"ml_train-1_{new.uid}" / "trainer"
+    nd.mkdir(parents=True)
+    (nd / "0.log").write_bytes(
+        cri(_bars([f"Epoch {e}/3" for e in range(1, 4)], steps=4), "stderr", later)
+    )
+    store = ProgressStore(tmp_path / "state.json")
+    pods = [new]
+    col = LogProgressCollector(tmp_path, store, lambda: pods)
+    read_out(col)
+    pods[0] = replace(new, phase="Succeeded")
+    col.poll()
+    assert [(p.epoch, p.epochs, p.step, p.steps) for p in store.snapshot()] == [(3, 3, 12, 12)]
