@@ -68,6 +68,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from flag_types import positive
+
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.queue_replay import (
     EQUAL,
@@ -529,22 +531,11 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def positive_seconds(text: str) -> float:
-    """A finite number of seconds above 0 (``--every``: 0 would never move the clock)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (0 < value < math.inf):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--seeds", type=parse_seeds, default="0-4", help="LO-HI or 1,3,7")
     parser.add_argument("--live-seconds", type=float, default=1800.0)
-    parser.add_argument("--every", type=positive_seconds, default=30.0)
+    parser.add_argument("--every", type=positive, default=30.0)
     parser.add_argument(
         "--arrival-seconds",
         type=float,
