@@ -55,6 +55,9 @@ from gpu_eta.forecaster.refit import (
     fit_in_child,
     gc_switched,
 )
+from gpu_eta.forecaster.release_lags import RELEASE_LAGS_KEY, Ended, ReleaseLags
+from gpu_eta.forecaster.release_lags import decode as decode_release_lags
+from gpu_eta.forecaster.release_lags import encode as encode_release_lags
 from gpu_eta.forecaster.runs import STATED_PLAN, Run, RunKey, RunUpdate, own_work, run_key
 from gpu_eta.forecaster.runs_from_series import (
     RUN_FAILED,
@@ -135,6 +138,11 @@ class Cycle:
         # GPU nodes missing from a KSM read (a shard down, KSM restarting) kept as last
         # read for the vanish grace; in memory only (last_seen)
         self._last_seen = LastSeen(self.settings.vanish_grace_seconds)
+        # the lags from completed runs' ends to their pods' GPUs being free, learned
+        # from the queue's reads for its replay; the most recent kept in the history
+        # file (release_lags)
+        self._release = ReleaseLags(decode_release_lags(store.get_meta(RELEASE_LAGS_KEY)))
+        self._release_failing = False  # the last write of them failed (logged once)
         self._kept_said: tuple[str, ...] = ()  # the kept open nodes the log last warned of
         self._kept_closed_said: tuple[str, ...] = ()  # ... the closed ones (debug)
         # runs' plans, starts, batch sizes, pod labels, GPU models: read in full now
@@ -478,7 +486,12 @@ class Cycle:
             ends = (now + fc.p10, now + fc.p50, now + fc.p90)
             jobs.append(JobForecast(stub, found.node, fc, ends))
         self._stalled = frozenset(run_key(j.run) for j in jobs if j.forecast.stalled)
-        queue = self._queue_starts(now, instant, jobs, errors, bool(said))
+        # completed runs (a cancelled one's last report is not its end), and the pods
+        # with a run running, for the release lags (release_lags)
+        ended = [Ended(r.namespace, r.pod, r.last_timestamp) for r in newly_finished if r.completed]
+        busy = {(r.run.namespace, r.run.pod) for r in running}
+        busy |= {(stub.namespace, stub.pod) for _, stub in planless}
+        queue = self._queue_starts(now, instant, jobs, errors, bool(said), (ended, busy))
         n_queries = self.client.stats.success + self.client.stats.error - before
         return ForecastSet(
             timestamp=now,
@@ -643,6 +656,7 @@ class Cycle:
         jobs: Sequence[JobForecast],
         errors: Counter[str],
         read_partial: bool = False,
+        ended: tuple[Sequence[Ended], Set[tuple[str, str]]] = ((), frozenset()),
     ) -> PendingSet | None:
         """Predicted starts of the GPU queue (docs/pending.md); None when turned off.
 
@@ -651,6 +665,10 @@ class Cycle:
         kube-state-metrics setup the query does not expect), or a failure of the replay
         itself, only loses this cycle's queue predictions (counted ``pending_failed``,
         logged): the jobs' forecasts do not depend on it.
+
+        ``ended``: the runs completed in this cycle, and the pods with a run running:
+        with the GPU pods read, how long a completed run's pod kept its GPUs
+        (``_learn_release``), which the replay adds to a run's end.
         """
         ps = self.settings.pending
         if not ps.enabled:
@@ -702,13 +720,47 @@ class Cycle:
             )
             # pods that fit free GPUs and stayed unbound wait for something else: not
             # replayed (pending.predict_queue)
+            self._learn_release(queue, ended, now)
             blocked = self._starts.blocked(queue, now)
-            result = predict_queue(queue, ends, self._durations, now, ps, blocked)
+            result = predict_queue(
+                queue, ends, self._durations, now, ps, blocked, release_seconds=self._release.lags
+            )
             return self._starts.update(queue, result, now)
         except Exception as err:  # the queue must not fail the cycle
             errors["pending_failed"] += 1
             log.warning("pending-pod prediction failed: %s", err)
             return None
+
+    @property
+    def release_lags(self) -> tuple[float, ...]:
+        """The lags from completed runs' ends to their pods' GPUs being free that the
+        replay draws from, oldest first (none: a run's end frees its GPUs)."""
+        return self._release.lags
+
+    def _learn_release(
+        self,
+        queue: kube_state.ClusterQueue,
+        ended: tuple[Sequence[Ended], Set[tuple[str, str]]],
+        now: float,
+    ) -> None:
+        """The release lags given this cycle's GPU pods (``queue.holders``: those
+        kube-scheduler counts as holding), and written to the history file when some
+        were learned; a failed write is one ERROR line (then kept in memory)."""
+        runs, busy = ended
+        holding = {(h.namespace, h.pod): h.ends_with_run for h in queue.holders}
+        dropped = self._release.n_outliers
+        if not self._release.observe(runs, holding, busy, now):
+            if self._release.n_outliers > dropped:
+                log.debug("release lag above %.0fs dropped", self._release.max_seconds)
+            return
+        try:
+            self.store.set_meta(RELEASE_LAGS_KEY, encode_release_lags(self._release.lags))
+        except Exception as err:  # HistoryError, sqlite3 errors: not worth a cycle
+            if not self._release_failing:
+                log.error("release lags: cannot save them in the history file: %s", err)
+            self._release_failing = True
+        else:
+            self._release_failing = False
 
     def _ask_queue(
         self, parts: Mapping[str, str], now: float, said: list[str]

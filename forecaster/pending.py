@@ -128,6 +128,7 @@ def predict(
     now: float,
     settings: PendingSettings,
     random_state: int | None = 0,
+    release_seconds: Sequence[float] = (),
 ) -> PendingSet:
     """The queue's predicted starts: running jobs end as forecast, then the replay runs.
 
@@ -135,6 +136,8 @@ def predict(
     its runs (``holder_ends`` gives them to the holders). ``durations``: finished
     runs' durations (seconds), drawn for pods without a forecast, for pods that
     outlive their run (``Holder.ends_with_run``) and for pods once they start.
+    ``release_seconds``: the lags observed from a completed run's end to its pod's
+    GPUs being free (``release_lags``), for the replay to draw from.
 
     Only the first ``settings.max_pods`` pending pods (queue order) are replayed, which
     bounds a cycle's work; while more are pending no request made now is predicted. A
@@ -181,6 +184,7 @@ def predict(
         random_state=random_state,
         request_tolerations=settings.request_tolerations,
         one_replica_per_pod=settings.one_replica_per_pod,
+        release_seconds=release_seconds,
     )
     # one per (namespace, pod): the pod that stands for the name, as in ``result.pods``
     published = [*kept, *gated]
@@ -320,6 +324,7 @@ def predict_queue(
     settings: PendingSettings,
     blocked: Collection[tuple[str, str]] | Mapping[tuple[str, str], Collection[str]] = (),
     random_state: int | None = 0,
+    release_seconds: Sequence[float] = (),
 ) -> PendingSet:
     """``predict``, with each pod of ``blocked`` (namespace, pod: ``StartTracker.blocked``)
     kept off the nodes ``blocked`` maps it to (the nodes it was kept off before, whose
@@ -390,9 +395,15 @@ def predict_queue(
                     in_grace[key] = fitting - off
         pending.append(p)
     if not kept_off:
-        return predict(queue, job_ends, durations, now, settings, random_state)
+        return predict(queue, job_ends, durations, now, settings, random_state, release_seconds)
     result = predict(
-        replace(queue, pending=tuple(pending)), job_ends, durations, now, settings, random_state
+        replace(queue, pending=tuple(pending)),
+        job_ends,
+        durations,
+        now,
+        settings,
+        random_state,
+        release_seconds,
     )
     pods = tuple(
         _blocked_elsewhere(p, kept_off[key], in_grace.get(key, frozenset()))

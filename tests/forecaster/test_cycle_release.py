@@ -1,0 +1,95 @@
+"""The cycle learns how long a completed run's pod keeps its GPUs after the run's end
+(release_lags) from its own reads, gives those lags to the queue replay, and keeps
+them in the history file (canned answers, as tests/forecaster/test_cycle.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.release_lags import RELEASE_LAGS_KEY, decode
+from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle, merge, s
+
+GPU = {"resource": "nvidia_com_gpu"}
+NODE = s(1, node="n1", label_nvidia_com_gpu_product="A100", **GPU)
+
+
+def running_pod(pod: str, uid: str) -> object:
+    return s(1, namespace="ml", pod=pod, uid=uid, node="n1", phase="Running", **GPU)
+
+
+def queue_answers(lingering: bool) -> dict:
+    """Node n1 (1 GPU) held by ``pod-b``'s run; ``waits`` wants it; ``pod-a`` (its
+    run completed) still Running while ``lingering``."""
+    pods = [
+        running_pod("pod-b", "ub"),
+        s(1, namespace="ml", pod="waits", uid="uw", phase="Pending", **GPU),
+    ]
+    if lingering:
+        pods.append(running_pod("pod-a", "ua"))
+    return {
+        "ksm_nodes": [
+            s(2 if lingering else 1, node="n1", label_nvidia_com_gpu_product="A100", **GPU)
+        ],
+        "ksm_pods": pods,
+        "ksm_pod_times": [s(NOW - 50, uid="uw", time="created")],
+    }
+
+
+def run_b() -> dict:
+    return job("b", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300, pod="pod-b")
+
+
+def waits_p50(fs) -> float:
+    (waits,) = [p for p in fs.pending.pods if p.pod == "waits"]
+    assert waits.prediction.status == "predicted"
+    return waits.prediction.starts[1]
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    st = HistoryStore.open(tmp_path / "h.sqlite")
+    yield st
+    st.close()
+
+
+def three_cycles(store: HistoryStore, a_end: float, lingering: bool):
+    """Run a (pod ``pod-a``) running at NOW, completed at ``a_end`` and read so at
+    NOW+60 (its pod still holding while ``lingering``), its pod gone at NOW+120; the
+    third cycle's answer."""
+    t = [NOW]
+    a_running = job("a", 10, [(9, NOW - 10)], NOW - 900, pod="pod-a")
+    a_done = job("a", 10, [(9, NOW - 10), (10, a_end)], NOW - 900, pod="pod-a")
+    client = CannedClient(merge(a_running, run_b(), queue_answers(lingering=True)))
+    cycle = make_cycle(client, store, clock=lambda: t[0])
+    cycle.run()
+    t[0] = NOW + 60
+    client.answers = merge(a_done, run_b(), queue_answers(lingering=lingering))
+    assert cycle.run().n_finished == 1
+    t[0] = NOW + 120
+    client.answers = merge(run_b(), queue_answers(lingering=False))
+    return cycle, cycle.run()
+
+
+def test_a_lingering_pod_delays_the_next_start_by_the_lag_observed(
+    store: HistoryStore, tmp_path: Path
+) -> None:
+    """Run a completes at NOW+30; its pod is read holding at NOW+60 and gone at NOW+120:
+    lag (60 + 120) / 2 - 30 = 60 s. The third cycle's replay adds it to run b's end, so
+    the pending pod's predicted start is about 60 s later than where run a's pod was
+    gone right after its end (NOW+59, gone at NOW+60: lag 0.5 s)."""
+    cycle, learned = three_cycles(store, NOW + 30, lingering=True)
+    assert cycle.release_lags == (60.0,)
+    prompt = HistoryStore.open(tmp_path / "prompt.sqlite")
+    try:
+        quick, before = three_cycles(prompt, NOW + 59, lingering=False)
+    finally:
+        prompt.close()
+    assert quick.release_lags == (0.5,)
+    assert waits_p50(learned) - waits_p50(before) == pytest.approx(59.5, abs=1.0)
+    # kept in the history file: a new process (a restart, ``once``) starts from it
+    assert decode(store.get_meta(RELEASE_LAGS_KEY)) == (60.0,)
+    client = CannedClient(merge(run_b(), queue_answers(lingering=False)))
+    assert make_cycle(client, store, clock=lambda: NOW + 180).release_lags == (60.0,)
