@@ -9,7 +9,9 @@ What runs: for each seed, the demo's cluster simulator (simulation/cluster.py) f
 a history stretch; gpu-eta's model (``EtaModel``) is fitted on its finished runs and
 the replay draws started pods' durations from them, as the forecaster does, and the
 lags from each completed run's last report to its pod's end (``release_lags``: the
-simulator's pod keeps its GPU 5 s after its run) after every run's end. Then a
+simulator's pod keeps its GPU 5 s after its run) after every run's end; with
+``--release-cycles SECONDS``, the lags the forecaster service would learn instead,
+reading the history every SECONDS (``learned_release_lags``). Then a
 live stretch runs; every ``--every`` seconds the bench takes what kube-state-metrics
 and gpu-eta would show (nodes and their GPU units, running pods, the queue), predicts
 the running jobs' ends with the fitted model from their epochs so far, runs the
@@ -51,11 +53,13 @@ Usage::
     python bench/queue_start.py                    # 5 seeds
     python bench/queue_start.py --seeds 0-9 --every 20
     python bench/queue_start.py --scenario mixed
+    python bench/queue_start.py --seeds 5-9 --release-cycles 60   # as the service learns
 
 Targets (issue 12): median error ≤ 25 % of the wait, coverage 70–90 %, clearly better
 than the naive answer (at most half its median error); the last line says PASS or MISS
-for each (``verdict``). ``--every`` must be a number of seconds above 0 and ``--seeds``
-name at least one seed (``9-5`` names none): otherwise a usage error, exit 2.
+for each (``verdict``). ``--every`` (and ``--release-cycles``) must be a number of
+seconds above 0 and ``--seeds`` name at least one seed (``9-5`` names none):
+otherwise a usage error, exit 2.
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ from gpu_eta.forecaster.queue_replay import (
     naive_start,
     replay,
 )
+from gpu_eta.forecaster.release_lags import Ended, ReleaseLags
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.simulation.backfill import finished_runs, simulate_history
 from gpu_eta.simulation.cluster import POOL_NAMESPACE, ClusterConfig, ClusterSim, Pod
@@ -251,6 +256,30 @@ def release_lags(pods: Sequence[Pod]) -> tuple[float, ...]:
     )
 
 
+def learned_release_lags(pods: Sequence[Pod], every: float) -> tuple[float, ...]:
+    """The lags the forecaster service would learn from these pods (``ReleaseLags``),
+    its cycles every ``every`` seconds: what it reads of each completed run's pod at
+    each cycle (holding or gone), not the pod's end itself (``release_lags``)."""
+    learn = ReleaseLags()
+    begin = min((p.start for p in pods), default=0.0)
+    last = max((p.end if p.end is not None else p.start for p in pods), default=0.0)
+    previous, t = -math.inf, begin + every / 2
+    while t <= last + every:
+        ended, holding, running = [], {}, set()
+        for p in pods:
+            key = (p.namespace, p.name)
+            run_end = p.epoch_ends[-1] if p.epoch_ends else None
+            if p.start <= t and (p.end is None or t < p.end):
+                holding[key] = p.kind != "notebook"
+            if p.start <= t and run_end is not None and t < run_end:
+                running.add(key)
+            if p.completed and run_end is not None and previous < run_end <= t:
+                ended.append(Ended(p.namespace, p.name, run_end))
+        learn.observe(ended, holding, running, t)
+        previous, t = t, t + every
+    return learn.lags
+
+
 def arrival_rates(
     created: dict[str, tuple[float, Shape]], t: float, window: float
 ) -> list[Arrival]:
@@ -293,10 +322,13 @@ def run_seed(
     exact: bool = False,
     calibrate: bool = True,
     blind: bool = False,
+    release_cycles: float | None = None,
 ) -> tuple[list[Observation], dict[str, float]]:
     """Observations of one seeded run, and each queued pod's real start.
 
-    ``blind``: also replay the inputs stripped of types and taints
+    ``release_cycles``: give the replay the release lags the service would learn
+    reading the history every that many seconds (``learned_release_lags``), not the
+    exact ones. ``blind``: also replay the inputs stripped of types and taints
     (``without_types_and_taints``), calibrated apart, into ``Observation.blind``."""
     cfg = replace(config, seed=seed)
     # the history runs at the live cluster's load (its durations include the slowdown of
@@ -311,7 +343,10 @@ def run_seed(
     runs = list(finished_runs(history.pods))
     model = EtaModel(random_state=0).fit(runs)
     durations = [r.last_timestamp - r.start_timestamp for r in runs]
-    lags = release_lags(history.pods)
+    if release_cycles is None:
+        lags = release_lags(history.pods)
+    else:
+        lags = learned_release_lags(history.pods, release_cycles)
     exact_ends = None
     if exact:  # the same seeded run, played to the end first: every pod's real end
         future = ClusterSim(cfg, stream="live", start=0.0)
@@ -555,6 +590,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="give the replay every running pod's real end (the replay's own error)",
     )
     parser.add_argument(
+        "--release-cycles",
+        type=positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="release lags as the service learns them, reading every SECONDS (default: exact)",
+    )
+    parser.add_argument(
         "--scenario",
         choices=sorted(SCENARIOS),
         default="demo",
@@ -578,6 +620,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             exact=args.exact_ends,
             calibrate=not args.no_calibration,
             blind=blind,
+            release_cycles=args.release_cycles,
         )
         all_obs += obs
         actual.update({(seed, k): v for k, v in starts.items()})

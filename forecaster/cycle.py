@@ -754,7 +754,7 @@ class Cycle:
                 log.debug("release lag above %.0fs dropped", self._release.max_seconds)
             return
         try:
-            self.store.set_meta(RELEASE_LAGS_KEY, encode_release_lags(self._release.lags))
+            self.store.set_meta(RELEASE_LAGS_KEY, encode_release_lags(self._release.brackets))
         except Exception as err:  # HistoryError, sqlite3 errors: not worth a cycle
             if not self._release_failing:
                 log.error("release lags: cannot save them in the history file: %s", err)

@@ -10,11 +10,18 @@ What is observed, at no query cost: each cycle finishes runs (their end, the las
 report, known) and reads the GPU pods kube-scheduler counts as holding (the queue's
 holders). A completed run's pod is watched from its run's end until a cycle no longer
 finds it holding; its GPUs went free between the last cycle that found it holding (or
-the run's end, if later) and the first that did not, and the lag kept is that
-bracket's middle minus the run's end. So a lag is known to the cycle interval: a
-bracket wider than ``max_bracket_seconds`` gives none (a run read as finished long
-after its end, as by the first cycle of a process that did not see the cycles
-before; the queue's read failing for a while).
+the run's end, if later) and the first that did not. Each pod gives that bracket of
+its lag (seconds after its run's end), a bracket wider than ``max_bracket_seconds``
+none (a run read as finished long after its end, as by the first cycle of a process
+that did not see the cycles before; the queue's read failing for a while).
+
+Why not each bracket's middle: lags are often seconds and cycles a minute apart, so
+most pods free within the cycle their run ends in, bracket (0, time to the next
+cycle], whose middle is half a cycle whatever the lag (5 s lags read by 30 s cycles:
+~10 s; the bench's median error with those was no better than with no lag). The
+brackets together pin the lags down: ``turnbull`` gives the distribution most likely
+to have produced them (the nonparametric maximum likelihood estimate for
+interval-censored data, Turnbull 1976), and the replay draws from its quantiles.
 
 Left out: a cancelled run's pod (its last report is not its run's end), a pod that
 outlives its run (``ends_with_run`` False: a notebook server) and a pod whose next
@@ -26,20 +33,24 @@ restart and ``once`` start from them. Pure: no I/O.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import deque
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 PodKey = tuple[str, str]  # (namespace, pod)
 
-RELEASE_LAGS_KEY = "release_lags_seconds"  # the history file's meta row
+RELEASE_LAGS_KEY = "release_lag_brackets"  # the history file's meta row
 MAX_RELEASE_SECONDS = 3600.0  # a pod held longer after its run did not end with it
 MAX_BRACKET_SECONDS = 600.0  # ten one-minute cycles; wider says little of a lag
 MAX_LAGS = 200
 MAX_WATCHED = 10_000  # pods awaiting their release; beyond, new ones are not watched
-MAX_ENCODED_CHARS = 20_000  # 200 lags as "1234.5," are ~1,400; a larger value is not ours
+MAX_ENCODED_CHARS = 20_000  # 200 brackets as "[1234.5, 1294.5]," are ~3,400; larger: not ours
+TURNBULL_ITERATIONS = 500  # EM steps; 200 brackets take ~10 ms, once per new bracket
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +65,15 @@ class Ended:
 class ReleaseLags:
     """The lags observed from completed runs' ends to their pods' GPUs being free.
 
-    ``lags``: the most recent, oldest first (at most ``max_lags``); ``n_outliers``:
-    lags dropped as above ``max_seconds``; ``n_unbracketed``: releases seen too
-    coarsely (``max_bracket_seconds``) to give a lag.
+    ``brackets``: the most recent (low, high] bounds of a lag, oldest first (at most
+    ``max_lags``); ``lags``: what the replay draws from; ``n_outliers``: pods dropped
+    as holding over ``max_seconds`` after their run; ``n_unbracketed``: releases seen
+    too coarsely (``max_bracket_seconds``) to give a bracket.
     """
 
     def __init__(
         self,
-        lags: Iterable[float] = (),
+        brackets: Iterable[tuple[float, float]] = (),
         max_seconds: float = MAX_RELEASE_SECONDS,
         max_bracket_seconds: float = MAX_BRACKET_SECONDS,
         max_lags: int = MAX_LAGS,
@@ -70,9 +82,11 @@ class ReleaseLags:
         self.max_seconds = max_seconds
         self.max_bracket_seconds = max_bracket_seconds
         self.max_watched = max_watched
-        self._lags: deque[float] = deque(
-            (x for x in lags if 0 <= x <= max_seconds), maxlen=max_lags
+        self._brackets: deque[tuple[float, float]] = deque(
+            ((lo, hi) for lo, hi in brackets if 0 <= lo < hi and lo <= max_seconds),
+            maxlen=max_lags,
         )
+        self._lags: tuple[float, ...] | None = None  # turnbull's, until a bracket comes
         # pod → (its run's end, the latest time it was found holding since, or the end)
         self._watched: dict[PodKey, tuple[float, float]] = {}
         self._previous: tuple[float, Mapping[PodKey, bool | None]] | None = None
@@ -80,9 +94,17 @@ class ReleaseLags:
         self.n_unbracketed = 0
 
     @property
+    def brackets(self) -> tuple[tuple[float, float], ...]:
+        """The (low, high] bounds kept of each observed lag, oldest first."""
+        return tuple(self._brackets)
+
+    @property
     def lags(self) -> tuple[float, ...]:
-        """The lags kept, oldest first: ``replay``'s ``release_seconds``."""
-        return tuple(self._lags)
+        """``replay``'s ``release_seconds``: one value per bracket kept, spread over
+        the quantiles of ``turnbull``'s distribution (none: no bracket yet)."""
+        if self._lags is None:
+            self._lags = turnbull_quantiles(self.brackets)
+        return self._lags
 
     def observe(
         self,
@@ -94,8 +116,8 @@ class ReleaseLags:
         """One cycle's reading: ``ended``, the runs completed since the last call;
         ``holding``, the pods holding GPUs now → whether each ends with its run
         (``Holder.ends_with_run``); ``running``, the pods with a run running now.
-        Returns the lags learned by it (already kept)."""
-        new: list[float] = []
+        Returns the brackets learned by it (already kept)."""
+        new: list[tuple[float, float]] = []
         previous = self._previous
         for e in ended:
             key = (e.namespace, e.pod)
@@ -128,29 +150,71 @@ class ReleaseLags:
         self._previous = (now, dict(holding))
         return tuple(new)
 
-    def _settle(self, end: float, held_until: float, freed_by: float, new: list[float]) -> None:
-        """The lag of a pod found holding at ``held_until`` and free at ``freed_by``,
-        kept when the bracket is narrow enough and the lag within bounds."""
+    def _settle(
+        self, end: float, held_until: float, freed_by: float, new: list[tuple[float, float]]
+    ) -> None:
+        """The lag bracket of a pod found holding at ``held_until`` and free at
+        ``freed_by``, kept when narrow enough and not all above ``max_seconds``."""
         if freed_by - held_until > self.max_bracket_seconds:
             self.n_unbracketed += 1
             return
-        lag = (held_until + freed_by) / 2 - end
-        if lag > self.max_seconds:
+        bracket = (held_until - end, max(freed_by - end, held_until - end + 0.001))
+        if bracket[0] > self.max_seconds:
             self.n_outliers += 1
             return
-        self._lags.append(lag)
-        new.append(lag)
+        self._brackets.append(bracket)
+        self._lags = None
+        new.append(bracket)
 
 
-def encode(lags: Iterable[float]) -> str:
-    """The lags as the history file keeps them: a JSON list, to a tenth of a second."""
-    return json.dumps([round(x, 1) for x in lags])
+def turnbull_quantiles(brackets: Sequence[tuple[float, float]]) -> tuple[float, ...]:
+    """``len(brackets)`` lags at the mid-quantiles of the distribution most likely to
+    have given these (low, high] brackets (Turnbull's self-consistency EM over the
+    innermost intervals, each represented by its middle). Pure."""
+    if not brackets:
+        return ()
+    lows = np.array([lo for lo, _ in brackets])
+    highs = np.array([hi for _, hi in brackets])
+    # innermost intervals: a low endpoint followed, among all endpoints, by a high one
+    points = sorted([(lo, 1) for lo in lows] + [(hi, 0) for hi in highs])
+    inner = [
+        (a, b)
+        for (a, kind_a), (b, kind_b) in itertools.pairwise(points)
+        if kind_a == 1 and kind_b == 0
+    ]
+    left = np.array([a for a, _ in inner])
+    right = np.array([b for _, b in inner])
+    # bracket i holds innermost interval j when it contains it
+    member = (lows[:, None] <= left[None, :]) & (right[None, :] <= highs[:, None])
+    mass = np.full(len(inner), 1.0 / len(inner))
+    for _ in range(TURNBULL_ITERATIONS):
+        likelihood = member @ mass
+        updated = mass * (member / likelihood[:, None]).mean(axis=0)
+        if np.abs(updated - mass).max() < 1e-9:
+            mass = updated
+            break
+        mass = updated
+    cumulative = np.cumsum(mass) / mass.sum()
+    middles = (left + right) / 2
+    n = len(brackets)
+    at = np.searchsorted(cumulative, (np.arange(n) + 0.5) / n)
+    return tuple(float(middles[min(i, len(middles) - 1)]) for i in at)
 
 
-def decode(text: str | None, max_seconds: float = MAX_RELEASE_SECONDS) -> tuple[float, ...]:
-    """The lags ``encode`` wrote; a value that is not a number within 0..``max_seconds``
-    is skipped, an unreadable or oversized text reads as none (the replay then frees a
-    run's GPUs at its end, as before any lag is observed): never a failed start."""
+def encode(brackets: Iterable[tuple[float, float]]) -> str:
+    """The brackets as the history file keeps them: a JSON list of [low, high]
+    seconds after the run's end, widened to whole tenths of a second (so each stays a
+    bracket: low < high)."""
+    return json.dumps([[math.floor(lo * 10) / 10, math.ceil(hi * 10) / 10] for lo, hi in brackets])
+
+
+def decode(
+    text: str | None, max_seconds: float = MAX_RELEASE_SECONDS
+) -> tuple[tuple[float, float], ...]:
+    """The brackets ``encode`` wrote; one that is not two numbers 0 <= low < high
+    with low within ``max_seconds`` is skipped, an unreadable or oversized text reads
+    as none (the replay then frees a run's GPUs at its end, as before any lag is
+    observed): never a failed start."""
     if not text or len(text) > MAX_ENCODED_CHARS:
         return ()
     try:
@@ -160,10 +224,13 @@ def decode(text: str | None, max_seconds: float = MAX_RELEASE_SECONDS) -> tuple[
     if not isinstance(values, list):
         return ()
     return tuple(
-        float(x)
+        (float(x[0]), float(x[1]))
         for x in values[-MAX_LAGS:]
-        if isinstance(x, (int, float))
-        and not isinstance(x, bool)
-        and math.isfinite(x)
-        and 0 <= x <= max_seconds
+        if isinstance(x, list)
+        and len(x) == 2
+        and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in x
+        )
+        and 0 <= x[0] < x[1]
+        and x[0] <= max_seconds
     )

@@ -69,6 +69,7 @@ from tests.bench.bench_module import load_bench
         ("queue_start", ["--every", "0"], "--every"),
         ("queue_start", ["--every", "-30"], "--every"),
         ("queue_start", ["--every", "nan"], "--every"),
+        ("queue_start", ["--release-cycles", "0"], "--release-cycles"),
         ("queue_start", ["--seeds", "9-5"], "--seeds"),
         ("queue_start", ["--seeds", ""], "--seeds"),
         ("queue_start", ["--seeds", ","], "--seeds"),

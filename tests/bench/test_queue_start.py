@@ -112,3 +112,21 @@ def test_the_history_gives_the_release_lags_of_completed_runs_only() -> None:
     cut.epochs, cut.epoch_ends, cut.cancelled = 2, [50.0], True
     running = qs.Pod("ml", "c", "u", "10.0.0.3", 0, "training", ((2, 0),), 0.0)
     assert qs.release_lags([done, cut, running]) == (5.0,)
+
+
+def test_the_service_learns_the_history_lags_from_its_cycles_reads() -> None:
+    """Completed pods each holding their GPU 5 s after their run's end, read by cycles
+    every 30 s (``learned_release_lags``, as the service's ReleaseLags reads them): the
+    lags learned centre on 5 s, not on half a cycle; a cancelled run's pod adds none."""
+    pods = []
+    for i in range(60):
+        start = 1000.0 * i
+        end = start + 500 + 30 * (i * 0.37 % 1)  # its run's end, somewhere in a cycle
+        p = qs.Pod("ml", f"p{i}", "u", "10.0.0.1", 0, "training", ((i, 0),), start, end=end + 5)
+        p.epochs, p.epoch_ends = 2, [start + 250, end]
+        pods.append(p)
+    cut = qs.Pod("ml", "cut", "u", "10.0.0.2", 0, "training", ((99, 0),), 0.0, end=900.0)
+    cut.epochs, cut.epoch_ends, cut.cancelled = 2, [100.0], True
+    lags = sorted(qs.learned_release_lags([*pods, cut], 30.0))
+    assert len(lags) == 60
+    assert lags[30] == pytest.approx(5.0, abs=1.0)

@@ -90,6 +90,6 @@ def test_a_lingering_pod_delays_the_next_start_by_the_lag_observed(
     assert quick.release_lags == (0.5,)
     assert waits_p50(learned) - waits_p50(before) == pytest.approx(59.5, abs=1.0)
     # kept in the history file: a new process (a restart, ``once``) starts from it
-    assert decode(store.get_meta(RELEASE_LAGS_KEY)) == (60.0,)
+    assert decode(store.get_meta(RELEASE_LAGS_KEY)) == ((30.0, 90.0),)
     client = CannedClient(merge(run_b(), queue_answers(lingering=False)))
     assert make_cycle(client, store, clock=lambda: NOW + 180).release_lags == (60.0,)

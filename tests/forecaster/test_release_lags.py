@@ -11,21 +11,22 @@ T = 1_700_000_000.0
 POD = ("ml", "train-0")
 
 
-def test_a_pod_holding_past_its_runs_end_gives_the_middle_of_its_release_bracket() -> None:
+def test_a_pod_holding_past_its_runs_end_gives_its_release_bracket() -> None:
     """Read holding at T (run running), at T+60 (run ended at T+30, pod still holding),
-    free at T+120: its GPUs went free in (T+60, T+120], lag 90 - 30 = 60."""
+    free at T+120: its GPUs went free in (T+60, T+120], lag in (30, 90]; one bracket
+    alone: its middle, 60."""
     lags = ReleaseLags()
     assert lags.observe([], {POD: True}, {POD}, T) == ()
     assert lags.observe([Ended(*POD, T + 30)], {POD: True}, set(), T + 60) == ()
-    assert lags.observe([], {}, set(), T + 120) == (pytest.approx(60.0),)
+    assert lags.observe([], {}, set(), T + 120) == ((30.0, 90.0),)
     assert lags.lags == (pytest.approx(60.0),)
 
 
 def test_a_pod_gone_by_the_cycle_that_reads_its_run_ended() -> None:
-    """Run ended at T+50, pod free by T+60 (the cycle finishing the run): lag 5."""
+    """Run ended at T+50, pod free by T+60 (the cycle finishing the run): (0, 10]."""
     lags = ReleaseLags()
     lags.observe([], {POD: True}, {POD}, T)
-    assert lags.observe([Ended(*POD, T + 50)], {}, set(), T + 60) == (pytest.approx(5.0),)
+    assert lags.observe([Ended(*POD, T + 50)], {}, set(), T + 60) == ((0.0, 10.0),)
 
 
 def test_a_run_read_ended_late_gives_the_bracket_since_the_cycle_before() -> None:
@@ -34,7 +35,7 @@ def test_a_run_read_ended_late_gives_the_bracket_since_the_cycle_before() -> Non
     lags = ReleaseLags()
     lags.observe([], {POD: True}, {POD}, T)
     lags.observe([], {}, {POD}, T + 60)
-    assert lags.observe([Ended(*POD, T + 10)], {}, set(), T + 120) == (pytest.approx(25.0),)
+    assert lags.observe([Ended(*POD, T + 10)], {}, set(), T + 120) == ((0.0, 50.0),)
 
 
 def test_notebooks_new_runs_and_cancelled_runs_feed_nothing() -> None:
@@ -61,13 +62,34 @@ def test_outliers_and_coarse_brackets_are_dropped_and_counted() -> None:
     assert first.n_unbracketed == 1
 
 
-def test_only_the_most_recent_lags_are_kept() -> None:
-    lags = ReleaseLags(lags=[float(i) for i in range(MAX_LAGS + 50)])
-    assert len(lags.lags) == MAX_LAGS and lags.lags[0] == 50.0
+def test_only_the_most_recent_brackets_are_kept() -> None:
+    lags = ReleaseLags([(float(i), i + 1.0) for i in range(MAX_LAGS + 50)])
+    assert len(lags.brackets) == MAX_LAGS and lags.brackets[0] == (50.0, 51.0)
+    assert len(lags.lags) == MAX_LAGS
 
 
-def test_the_stored_lags_round_trip_and_damaged_values_are_skipped() -> None:
-    assert decode(encode([1.25, 60.0])) == (pytest.approx(1.2), 60.0)
-    assert decode('[5, -1, "x", null, 1e9, true, 7.5]') == (5.0, 7.5)
-    for bad in (None, "", "{", '{"a": 1}', "[" + "1," * 20_000 + "1]"):
+def test_the_stored_brackets_round_trip_widened_and_damaged_ones_are_skipped() -> None:
+    assert decode(encode([(1.25, 1.26), (0.0, 60.0)])) == ((1.2, 1.3), (0.0, 60.0))
+    text = '[[0, 5], [-1, 2], [3, 3], ["x", 4], [1, null], [1e9, 2e9], [true, 2], [1], [2, 7.5]]'
+    assert decode(text) == ((0.0, 5.0), (2.0, 7.5))
+    for bad in (None, "", "{", '{"a": 1}', "[" + "[0, 1]," * 5_000 + "[0, 1]]"):
         assert decode(bad) == ()
+
+
+def test_a_fixed_lag_read_by_coarse_cycles_is_learned_near_its_value() -> None:
+    """Pods each free 5 s after their run's end, read by 30 s cycles at every phase: a
+    bracket's middle says ~10 s on average (most runs end and free within one cycle,
+    bracket (end, next cycle]); taken together the brackets pin the lag (``turnbull``)."""
+    lags = ReleaseLags()
+    for i in range(100):
+        pod = ("ml", f"p{i}")
+        t0 = T + 1000 * i
+        end = t0 + 30 * (i * 0.37 % 1)  # the run's end, somewhere in a cycle
+        lags.observe([], {pod: True}, {pod}, t0)
+        t = t0 + 30
+        ended = [Ended(*pod, end)]
+        lags.observe(ended, {pod: True} if t < end + 5 else {}, set(), t)
+        lags.observe([], {}, set(), t + 30)
+    learned = sorted(lags.lags)
+    assert len(learned) == 100
+    assert learned[50] == pytest.approx(5.0, abs=1.0)
