@@ -24,8 +24,10 @@ to have produced them (the nonparametric maximum likelihood estimate for
 interval-censored data, Turnbull 1976), and the replay draws from its quantiles.
 
 Left out: a cancelled run's pod (its last report is not its run's end), a pod that
-outlives its run (``ends_with_run`` False: a notebook server) and a pod whose next
-run starts in it (it was never released). A lag above ``max_seconds``, or a pod still
+outlives its run (``ends_with_run`` False: a notebook server), a pod whose next run
+starts in it (it was never released) and a pod neither this read nor the one before
+shows holding GPUs (a CPU run's: read as freed at once it would pull every lag toward
+0; or one gone before the read before, when is not known). A lag above ``max_seconds``, or a pod still
 holding that long after its run, is an outlier: dropped and counted. The most recent
 ``max_lags`` are kept, and in the history file's meta (``encode``/``decode``), so a
 restart and ``once`` start from them. Pure: no I/O.
@@ -68,7 +70,8 @@ class ReleaseLags:
     ``brackets``: the most recent (low, high] bounds of a lag, oldest first (at most
     ``max_lags``); ``lags``: what the replay draws from; ``n_outliers``: pods dropped
     as holding over ``max_seconds`` after their run; ``n_unbracketed``: releases seen
-    too coarsely (``max_bracket_seconds``) to give a bracket.
+    too coarsely (``max_bracket_seconds``) to give a bracket; ``n_unseen``: completed
+    runs whose pod no read around their end showed holding GPUs.
     """
 
     def __init__(
@@ -92,6 +95,7 @@ class ReleaseLags:
         self._previous: tuple[float, Mapping[PodKey, bool | None]] | None = None
         self.n_outliers = 0
         self.n_unbracketed = 0
+        self.n_unseen = 0
 
     @property
     def brackets(self) -> tuple[tuple[float, float], ...]:
@@ -123,14 +127,17 @@ class ReleaseLags:
             key = (e.namespace, e.pod)
             if not (math.isfinite(e.end_timestamp) and e.end_timestamp <= now) or not e.pod:
                 continue
-            if holding.get(key, True) is False or key in running:
+            before: Mapping[PodKey, bool | None] = {} if previous is None else previous[1]
+            if key not in holding and key not in before:
+                # never seen holding GPUs around its end: a CPU run's pod, or one gone
+                # before the read before this one (unknown when), or a process's first
+                self.n_unseen += 1
+                continue
+            if False in (holding.get(key), before.get(key)) or key in running:
                 continue  # it outlives its run, or runs another: never released by it
             held_since = e.end_timestamp
             if previous is not None and previous[0] > e.end_timestamp:
-                if key not in previous[1]:  # gone by the cycle before: freed in between
-                    self._settle(e.end_timestamp, e.end_timestamp, previous[0], new)
-                    continue
-                if previous[1][key] is False:
+                if key not in before:  # not holding then, holding now: not its release
                     continue
                 held_since = previous[0]
             if key in self._watched or len(self._watched) < self.max_watched:

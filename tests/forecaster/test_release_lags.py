@@ -29,13 +29,18 @@ def test_a_pod_gone_by_the_cycle_that_reads_its_run_ended() -> None:
     assert lags.observe([Ended(*POD, T + 50)], {}, set(), T + 60) == ((0.0, 10.0),)
 
 
-def test_a_run_read_ended_late_gives_the_bracket_since_the_cycle_before() -> None:
-    """The run ended at T+10, read finished only at T+120 (its end in the range read):
-    at T+60 its pod was already gone, so it went free in (T+10, T+60]."""
+def test_a_pod_not_seen_holding_gpus_around_its_runs_end_gives_nothing() -> None:
+    """A CPU run's pod is never among the GPU pods: read as freed at once it would pull
+    every lag toward 0. Nor does a run recorded finished only after its pod was gone
+    (no read saw the pod at the previous cycle), nor the first read of a process."""
+    cpu = ("ml", "cpu-run")
     lags = ReleaseLags()
-    lags.observe([], {POD: True}, {POD}, T)
-    lags.observe([], {}, {POD}, T + 60)
-    assert lags.observe([Ended(*POD, T + 10)], {}, set(), T + 120) == ((0.0, 50.0),)
+    lags.observe([], {POD: True}, {POD, cpu}, T)
+    assert lags.observe([Ended(*cpu, T + 50)], {POD: True}, {POD}, T + 60) == ()
+    lags.observe([], {}, {POD}, T + 120)  # POD's run ended at T+70, recorded late
+    assert lags.observe([Ended(*POD, T + 70)], {}, set(), T + 180) == ()
+    assert ReleaseLags().observe([Ended(*POD, T - 5)], {}, set(), T) == ()
+    assert lags.lags == ()
 
 
 def test_notebooks_new_runs_and_cancelled_runs_feed_nothing() -> None:
@@ -56,10 +61,12 @@ def test_outliers_and_coarse_brackets_are_dropped_and_counted() -> None:
     lags.observe([Ended(*POD, T + 10)], {POD: True}, set(), T + 60)
     lags.observe([], {POD: True}, set(), T + 3700)  # still holding an hour after its run
     assert lags.lags == () and lags.n_outliers == 1
-    # a first cycle finding a run that ended 20 minutes ago, its pod gone: no bracket
-    first = ReleaseLags()
-    assert first.observe([Ended(*POD, T - 1200)], {}, set(), T) == ()
-    assert first.n_unbracketed == 1
+    # found holding after its run, then no read for 15 minutes, then gone: too coarse
+    coarse = ReleaseLags(max_bracket_seconds=600.0)
+    coarse.observe([], {POD: True}, {POD}, T)
+    coarse.observe([Ended(*POD, T + 10)], {POD: True}, set(), T + 60)
+    assert coarse.observe([], {}, set(), T + 960) == ()
+    assert coarse.n_unbracketed == 1
 
 
 def test_only_the_most_recent_brackets_are_kept() -> None:
