@@ -591,7 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--release-cycles",
-        type=positive_seconds,
+        type=positive,
         default=None,
         metavar="SECONDS",
         help="release lags as the service learns them, reading every SECONDS (default: exact)",
