@@ -713,6 +713,7 @@ class Cycle:
                 ps.arrivals_seconds,
                 ps.gpu_resources,
             )
+            read = queue  # as answered: fill adds nodes' last-read holders as holding now
             queue, kept = self._last_seen.fill(queue, now)
             self._log_kept(kept, now)
             ends = job_end_times(
@@ -720,7 +721,7 @@ class Cycle:
             )
             # pods that fit free GPUs and stayed unbound wait for something else: not
             # replayed (pending.predict_queue)
-            self._learn_release(queue, ended, now)
+            self._learn_release(read, ended, now, complete=not kept.nodes and not said)
             blocked = self._starts.blocked(queue, now)
             result = predict_queue(
                 queue, ends, self._durations, now, ps, blocked, release_seconds=self._release.lags
@@ -742,14 +743,20 @@ class Cycle:
         queue: kube_state.ClusterQueue,
         ended: tuple[Sequence[Ended], Set[tuple[str, str]]],
         now: float,
+        complete: bool = True,
     ) -> None:
         """The release lags given this cycle's GPU pods (``queue.holders``: those
         kube-scheduler counts as holding), and written to the history file when some
-        were learned; a failed write is one ERROR line (then kept in memory)."""
+        were learned; a failed write is one ERROR line (then kept in memory).
+        ``queue`` is the read as answered, before ``LastSeen.fill``: a node's last-read
+        holders added back are no sighting now (a KSM shard away for 3 minutes read as
+        240 s of lag); ``complete`` False (nodes kept from an earlier read, or a partial
+        answer) leaves the pods missing from it watched rather than freed."""
         runs, busy = ended
         holding = {(h.namespace, h.pod): h.ends_with_run for h in queue.holders}
+        uids = {(h.namespace, h.pod): h.uid for h in queue.holders if h.uid}
         dropped = self._release.n_outliers
-        if not self._release.observe(runs, holding, busy, now):
+        if not self._release.observe(runs, holding, busy, now, uids, complete):
             if self._release.n_outliers > dropped:
                 log.debug("release lag above %.0fs dropped", self._release.max_seconds)
             return

@@ -86,12 +86,13 @@ class ReleaseLags:
         self.max_bracket_seconds = max_bracket_seconds
         self.max_watched = max_watched
         self._brackets: deque[tuple[float, float]] = deque(
-            ((lo, hi) for lo, hi in brackets if 0 <= lo < hi and lo <= max_seconds),
+            (b for b in brackets if plausible(b, max_seconds, max_bracket_seconds)),
             maxlen=max_lags,
         )
         self._lags: tuple[float, ...] | None = None  # turnbull's, until a bracket comes
-        # pod → (its run's end, the latest time it was found holding since, or the end)
-        self._watched: dict[PodKey, tuple[float, float]] = {}
+        # pod → (its run's end, the latest time it was found holding since, or the end,
+        # its uid when known: a pod recreated under the name is another pod)
+        self._watched: dict[PodKey, tuple[float, float, str]] = {}
         self._previous: tuple[float, Mapping[PodKey, bool | None]] | None = None
         self.n_outliers = 0
         self.n_unbracketed = 0
@@ -116,11 +117,18 @@ class ReleaseLags:
         holding: Mapping[PodKey, bool | None],
         running: Collection[PodKey],
         now: float,
+        uids: Mapping[PodKey, str] | None = None,
+        complete: bool = True,
     ) -> tuple[float, ...]:
         """One cycle's reading: ``ended``, the runs completed since the last call;
         ``holding``, the pods holding GPUs now → whether each ends with its run
-        (``Holder.ends_with_run``); ``running``, the pods with a run running now.
+        (``Holder.ends_with_run``); ``running``, the pods with a run running now;
+        ``uids``: the holding pods' uids (a watched pod found under another uid was
+        deleted and its name reused: freed, not holding); ``complete``: whether the read
+        covered every node (when not, a watched pod missing from it may be on a node not
+        read: it is neither holding nor freed this cycle, and waits for a complete read).
         Returns the brackets learned by it (already kept)."""
+        uids = uids or {}
         new: list[tuple[float, float]] = []
         previous = self._previous
         for e in ended:
@@ -140,18 +148,22 @@ class ReleaseLags:
                 if key not in before:  # not holding then, holding now: not its release
                     continue
                 held_since = previous[0]
-            if key in self._watched or len(self._watched) < self.max_watched:
-                self._watched[key] = (e.end_timestamp, held_since)
-        for key, (end, held_since) in list(self._watched.items()):
-            if key in running or holding.get(key, True) is False:
+            watched = self._watched.get(key)
+            if watched is not None and watched[0] >= e.end_timestamp:
+                continue  # the pod's later run ended first: it frees after that one
+            if watched is not None or len(self._watched) < self.max_watched:
+                self._watched[key] = (e.end_timestamp, held_since, uids.get(key, ""))
+        for key, (end, held_since, uid) in list(self._watched.items()):
+            same = not uid or uids.get(key, uid) == uid  # not another pod under the name
+            if same and (key in running or holding.get(key, True) is False):
                 del self._watched[key]  # a new run in it, or it outlives its runs
-            elif key in holding:
+            elif same and key in holding:
                 if now - end > self.max_seconds:
                     del self._watched[key]
                     self.n_outliers += 1
                 else:
-                    self._watched[key] = (end, now)
-            else:
+                    self._watched[key] = (end, now, uid)
+            elif complete or not same:
                 del self._watched[key]
                 self._settle(end, held_since, now, new)
         self._previous = (now, dict(holding))
@@ -230,14 +242,31 @@ def decode(
         return ()
     if not isinstance(values, list):
         return ()
-    return tuple(
-        (float(x[0]), float(x[1]))
-        for x in values[-MAX_LAGS:]
-        if isinstance(x, list)
-        and len(x) == 2
-        and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in x
-        )
-        and 0 <= x[0] < x[1]
-        and x[0] <= max_seconds
+    kept = []
+    for x in values[-MAX_LAGS:]:
+        if not (isinstance(x, list) and len(x) == 2):
+            continue
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x):
+            continue
+        try:
+            bracket = (float(x[0]), float(x[1]))
+        except OverflowError:  # an integer of 400 digits: no float holds it
+            continue
+        if plausible(bracket, max_seconds, MAX_BRACKET_SECONDS):
+            kept.append(bracket)
+    return tuple(kept)
+
+
+def plausible(bracket: tuple[float, float], max_seconds: float, max_bracket_seconds: float) -> bool:
+    """Whether ``bracket`` is one ``ReleaseLags`` could have learned: finite, 0 <=
+    low < high, low within ``max_seconds``, no wider than ``max_bracket_seconds`` (and
+    the second ``encode`` adds). Why: a stored bracket of (0, 1e300] read as it is made
+    every queue prediction ``beyond_horizon``."""
+    lo, hi = bracket
+    return (
+        math.isfinite(lo)
+        and math.isfinite(hi)
+        and 0 <= lo < hi
+        and lo <= max_seconds
+        and hi - lo <= max_bracket_seconds + 1.0
     )

@@ -100,3 +100,45 @@ def test_a_fixed_lag_read_by_coarse_cycles_is_learned_near_its_value() -> None:
     learned = sorted(lags.lags)
     assert len(learned) == 100
     assert learned[50] == pytest.approx(5.0, abs=1.0)
+
+
+def test_a_stored_value_of_a_huge_number_or_a_wide_bracket_is_skipped() -> None:
+    """A 400-digit integer raised OverflowError in ``decode`` (the forecaster did not
+    start), and (0, 1e300] was kept, making every queue prediction beyond the horizon:
+    neither is a bracket the service learns (at most 600 s wide)."""
+    huge = "[[0, 1" + "0" * 400 + "]]"
+    assert decode(huge) == ()
+    assert decode("[[0, 1e300], [10.0, 70.0]]") == ((10.0, 70.0),)
+    assert ReleaseLags([(0.0, 1e300), (10.0, 70.0)]).brackets == ((10.0, 70.0),)
+
+
+def test_a_read_missing_nodes_leaves_their_watched_pods_watched() -> None:
+    """Run ended at T+30, pod read holding at T+60; its node's shard away at T+120 to
+    T+240 (the cycle adds the node's last-read holders back, not a sighting); read again
+    without the pod at T+300: the lag is in (30, 270], not (210, 270]."""
+    lags = ReleaseLags()
+    lags.observe([], {POD: True}, {POD}, T)
+    lags.observe([Ended(*POD, T + 30)], {POD: True}, set(), T + 60)
+    for t in (T + 120, T + 180, T + 240):
+        assert lags.observe([], {}, set(), t, complete=False) == ()
+    assert lags.observe([], {}, set(), T + 300) == ((30.0, 270.0),)
+
+
+def test_a_pod_recreated_under_its_name_is_another_pod() -> None:
+    """Run ended at T+50, pod (uid a) read holding at T+60; at T+120 a new pod of the
+    name (uid b, still loading, no run) holds: uid a was free by then, (10, 70]."""
+    lags = ReleaseLags()
+    lags.observe([], {POD: True}, {POD}, T, {POD: "a"})
+    lags.observe([Ended(*POD, T + 50)], {POD: True}, set(), T + 60, {POD: "a"})
+    assert lags.observe([], {POD: True}, set(), T + 120, {POD: "b"}) == ((10.0, 70.0),)
+
+
+def test_two_runs_of_one_pod_ending_in_one_cycle_free_it_after_the_later() -> None:
+    """Two GPU containers' runs ended at T+100 and T+110, recorded in one cycle in
+    either order: the pod frees after the later end, (10, 70] both ways."""
+    for order in ((T + 110, T + 100), (T + 100, T + 110)):
+        lags = ReleaseLags()
+        lags.observe([], {POD: True}, {POD}, T + 60)
+        ended = [Ended(*POD, t) for t in order]
+        lags.observe(ended, {POD: True}, set(), T + 120)
+        assert lags.observe([], {}, set(), T + 180) == ((10.0, 70.0),), order
