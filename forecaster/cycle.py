@@ -735,7 +735,7 @@ class Cycle:
     @property
     def release_lags(self) -> tuple[float, ...]:
         """The lags from completed runs' ends to their pods' GPUs being free that the
-        replay draws from, oldest first (none: a run's end frees its GPUs)."""
+        replay draws from, in quantile order (none: a run's end frees its GPUs)."""
         return self._release.lags
 
     def _learn_release(
