@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_eta.common.atomic_file import write_atomically
+
 PREFIX = "gpu-eta-demo-"
 OWNER_FILE = "gpu-eta-demo.owner"
 # tempfile.mkdtemp's names: the prefix, then 8 of "abcdefghijklmnopqrstuvwxyz0123456789_"
@@ -273,10 +275,8 @@ def record_entries(workdir: Path, names: Iterable[str]) -> None:
     wanted = set(names)
     if bad := sorted(n for n in wanted if not _RECORDED.fullmatch(n)):
         raise ValueError(f"not a demo entry: {bad}")
-    names_now = recorded_entries(workdir) | wanted
-    tmp = workdir / (MANIFEST_FILE + ".tmp")
-    tmp.write_text("".join(f"{n}\n" for n in sorted(names_now)), encoding="utf-8")
-    tmp.replace(workdir / MANIFEST_FILE)
+    text = "".join(f"{n}\n" for n in sorted(recorded_entries(workdir) | wanted))
+    write_atomically(workdir / MANIFEST_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def _ours(name: str, recorded: set[str]) -> bool:
