@@ -1334,7 +1334,9 @@ class ProgressReporter:
         closing, or once none came for ``sender_idle_seconds``: the sender thread then
         ends, and says so in ``_thread`` under ``_cond`` (the caller holds it), so that
         the next report queued starts another (``_enqueue``). A reporter left open
-        without ``end()`` (an interrupted notebook cell) thus costs no thread.
+        without ``end()`` (an interrupted notebook cell) thus costs no thread. Either
+        way the connection is dropped here, under ``_cond``, before another sender can
+        start and use it.
 
         After a hold only the newest queued report is sent: each carries the whole
         state, so the older ones are superseded (counted dropped) rather than sent as a
@@ -1371,6 +1373,7 @@ class ProgressReporter:
                 self._stats["dropped"] += len(self._queue)
                 self._queue.clear()
                 self._refused = None
+                self._drop_connection()
                 return None
             if self._queue or self._refused is not None:
                 self._cond.wait(timeout=wait)
@@ -1419,7 +1422,9 @@ class ProgressReporter:
                 self._stats[result] += 1
                 self._inflight = False
                 self._cond.notify_all()
-        self._drop_connection()  # closing; an idle end has dropped it under ``_cond``
+        # Nothing after the loop touches the connection: ``_next_report`` drops it under
+        # ``_cond``. Once ``_thread`` is None a report queued meanwhile starts another
+        # sender, and the connection would be that sender's, mid-send.
 
     def _log_reachability(self, result: str, cause: str) -> None:
         """Warn that reports fail, and say when they arrive again, as seldom as

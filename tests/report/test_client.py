@@ -1224,6 +1224,41 @@ def test_no_report_is_stranded_while_the_sender_ends_idle(monkeypatch):
     )
 
 
+def test_an_ended_senders_last_step_leaves_the_next_senders_connection(monkeypatch):
+    """A sender ending idle dropped the connection once more after leaving the lock; by
+    then a report queued meanwhile had started another sender, mid-send on that
+    connection, whose answer was then read from None (AttributeError) and the report
+    counted failed (1 in ~60 rounds of the test above, on a loaded CI machine). Here the
+    ended thread is held 0.1 s on its way out and the next sender's connect takes
+    0.4 s: the report is sent."""
+    monkeypatch.setattr(client, "SENDER_IDLE_SECONDS", 0.0)
+    monkeypatch.setattr(client, "MAX_SENDER_IDLE_SECONDS", 0.0)
+    drop, connect = ProgressReporter._drop_connection, client.deadline_connection
+
+    def late_drop(self: ProgressReporter) -> None:
+        if not self._cond._is_owned():  # type: ignore[attr-defined]  # after the lock
+            time.sleep(0.1)
+        drop(self)
+
+    def slow_connect(*args, **kwargs):
+        time.sleep(0.4)
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(ProgressReporter, "_drop_connection", late_drop)
+    server = RecordingServer()
+    try:
+        r = start(epochs=2, url=f"http://127.0.0.1:{server.port}/progress")
+        wait_for(lambda: r.stats["sent"] == 1 and r._thread is None)
+        monkeypatch.setattr(client, "deadline_connection", slow_connect)
+        r.epoch_end(1)  # a new sender, while the first may still be on its way out
+        wait_for(lambda: r.stats["sent"] + r.stats["failed"] == 2)
+        assert r.stats["failed"] == 0
+        r.close(5)
+    finally:
+        server.close()
+    assert [b["event"] for b in server.bodies][:2] == ["start", "progress"]
+
+
 def test_a_report_that_timed_out_is_not_sent_again():
     """The exporter may have received a report whose answer timed out (a slow disk):
     sending it again on a new connection doubled the wait, and maybe the report."""
