@@ -27,16 +27,20 @@ too (kubernetes>=29 all do; the tests' 403 and 410 answers check it): a response
 returns is a 2xx one, and statuses are read from the exception.
 
 Job-level deadlines: a ``batch/v1`` Job's ``spec.activeDeadlineSeconds`` is not
-copied to its pods, and it is how most people bound a training job. For a pod
-whose controller is a Job, the watch thread GETs that Job (one GET per Job, cached
-for ``job_cache_seconds``; needs ``get`` on ``jobs.batch``) and the pod's deadline is
-the earliest of its own, its annotation's and the Job's ``status.startTime +
-spec.activeDeadlineSeconds``. Between two watches the Jobs of the cached pods that
-still run are read again once their cache entry is older than ``job_cache_seconds``
-(a Job GET before the Job controller set its ``startTime``, a refused one, a changed
-deadline): no relist is needed for it. A refused or failed GET is logged once and
-leaves the pod's own deadline: it never delays or breaks the pod watch beyond its
-timeout.
+copied to its pods, and it is how most people bound a training job. For a pod that
+still runs whose controller is a Job, the watch thread GETs that Job (one GET per
+Job, cached for ``job_cache_seconds``; needs ``get`` on ``jobs.batch``) and the pod's
+deadline is the earliest of its own, its annotation's and the Job's
+``status.startTime + spec.activeDeadlineSeconds``. A finished pod's Job is never
+read: no run of it is forecast, so its Job's deadline changes nothing anyone reads,
+and a batch node keeps thousands of finished pods, each of its own Job (a relist
+would GET them all). A second thread (``_refresh_jobs``) reads the Jobs of the cached
+pods that still run again once their cache entry is older than
+``job_cache_seconds`` (a Job GET before the Job controller set its ``startTime``, a
+refused one, a changed deadline): no relist is needed for it, and the watch stays
+open meanwhile (read between two watches, 100 Jobs would hold the watch closed
+~4.7 s a pass, every pod event waiting that long). A refused or failed GET is logged
+once and leaves the pod's own deadline.
 """
 
 from __future__ import annotations
@@ -104,13 +108,19 @@ MAX_LIST_BYTES = 64 * 1024 * 1024  # one list, all its pages together
 # send a limited list without resourceVersion to etcd). Hence a list only at start,
 # on 410 and after an error (``_run``), never on a timer.
 LIST_PAGE_PODS = 500
-# timeoutSeconds of one watch: the API server ends it then and the watch is resumed
-# from the last resourceVersion (no list); a healthy watch thus syncs (clean end,
-# ``last_sync_timestamp``) at least this often, which GpuEtaExporterKubeSyncStale's
-# 600 s (rules/) counts on
+# timeoutSeconds of one watch, sent with every watch: the API server ends it then
+# (apiserver ``GetTimeoutForWatch``; its ``--min-request-timeout``, 1800 s by default,
+# times only a watch sent without one, at random between it and twice it) and the
+# watch is resumed from the last resourceVersion (no list); a healthy watch thus
+# syncs (clean end, ``last_sync_timestamp``) at least this often, which
+# GpuEtaExporterKubeSyncStale's 600 s (rules/) counts on
 WATCH_TIMEOUT_SECONDS = 300
 # how long a Job's GET (its deadline, or its failure) is used before it is asked again
 JOB_CACHE_SECONDS = 300
+# the least time between two passes of the Job re-reads: a Job whose GET got no answer
+# stays due while the Jobs API is paused (``_job_pause_until``), and must not make the
+# thread spin
+JOB_REFRESH_MIN_SECONDS = 1.0
 MAX_CONTINUE_CHARS = 64 * 1024  # one page's continue token (the API's are ~100 characters)
 # Times in a row a list starts again from its first page when a continue token expired
 # (410) before it fails as any error does (logged, backed off). A token expires when
@@ -493,6 +503,13 @@ class KubePodSource:
             raise CollectorError(
                 "kube: a node name is required (set NODE_NAME from the downward API)"
             )
+        if not 1 <= watch_timeout_seconds < math.inf:  # NaN fails too
+            # the API takes whole seconds, and 0 would leave the watch's length to the
+            # server's --min-request-timeout (30-60 min)
+            raise CollectorError(
+                f"kube: watch_timeout_seconds must be at least 1 and finite, "
+                f"not {watch_timeout_seconds!r}"
+            )
         self.node_name = node_name
         self.kubeconfig = kubeconfig
         self.api_url = api_url
@@ -522,13 +539,18 @@ class KubePodSource:
         self._warned_finished = False
         self.job_deadlines = job_deadlines
         self._batch: Any = None
-        # watch thread only: Job -> (deadline or None, monotonic time of the GET)
+        self._refresher: threading.Thread | None = None
+        # both threads (the watch's, the re-reads'); held for the bookkeeping only,
+        # never across a GET: guards the three below
+        self._jobs_lock = threading.Lock()
+        # Job -> (deadline or None, monotonic time of the GET)
         self._jobs: dict[JobKey, tuple[float | None, float]] = {}
-        # watch thread only: uid of each cached pod a Job controls -> (its Job, the
-        # pod's own deadline, the Job's not folded in), to read its Job again
-        self._job_pods: dict[str, tuple[JobKey, float | None]] = {}
         self._job_error = ""
         self._job_pause_until = 0.0  # after a network failure: no Job GETs until then
+        # under ``_lock``: uid of each cached running pod a Job controls -> (its Job,
+        # the pod's own deadline, the Job's not folded in), to read its Job again
+        self._job_pods: dict[str, tuple[JobKey, float | None]] = {}
+        self._refresh_error = ""
 
     # -- public face ----------------------------------------------------------------
 
@@ -544,6 +566,11 @@ class KubePodSource:
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="kube-pod-watch", daemon=True)
         self._thread.start()
+        if self.job_deadlines and self._batch is not None:
+            self._refresher = threading.Thread(
+                target=self._refresh_jobs, name="kube-job-refresh", daemon=True
+            )
+            self._refresher.start()
         return self
 
     def poll(self) -> tuple[PodMeta, ...]:
@@ -591,12 +618,15 @@ class KubePodSource:
             )
 
     def stop(self, timeout_seconds: float = 10.0) -> None:
-        """Stop the thread (closes an open watch) and wait for it."""
+        """Stop the threads (closes an open watch) and wait for them."""
         self._stop.set()
         self._abort_response()
         thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout_seconds)
+        refresher, self._refresher = self._refresher, None
+        deadline = time.monotonic() + timeout_seconds
+        for each in (thread, refresher):
+            if each is not None:
+                each.join(max(0.0, deadline - time.monotonic()))
 
     # -- client ---------------------------------------------------------------------
 
@@ -659,12 +689,11 @@ class KubePodSource:
         job_pods: dict[str, tuple[JobKey, float | None]] = {}
         kept = (live + done)[: self.max_pods]
         for meta, addresses, job in kept:
-            if job is not None:
+            if job is not None and not pod_finished(meta):
                 job_pods[meta.uid] = (job, meta.deadline_timestamp)
-            meta = self._with_job_deadline(meta, job, jobs)
+                meta = self._with_job_deadline(meta, job, jobs)
             objects[meta.uid] = meta
             ips[meta.uid] = addresses
-        self._job_pods = job_pods
         # the list names every pod there is: the finished ones left out are the record
         # (those recorded before and now absent were deleted); the first ``fitted`` of
         # them found room after the live ones
@@ -674,9 +703,11 @@ class KubePodSource:
             for meta, _, _ in done[fitted:][-MAX_FINISHED_OUTSIDE:]
         }
         # a relist is the one moment every Job still referenced is known
-        self._jobs = {key: value for key, value in self._jobs.items() if key in jobs}
+        with self._jobs_lock:
+            self._jobs = {key: value for key, value in self._jobs.items() if key in jobs}
         with self._lock:
             self._objects, self._ips, self._outside = objects, ips, outside
+            self._job_pods = job_pods
             self._refused_running = len(live) > self.max_pods
             self._listed = True
             self._last_sync = time.time()
@@ -689,7 +720,7 @@ class KubePodSource:
             log.debug("kube: skipping %s event: %s", kind, err)
             return
         job, own_deadline = None, meta.deadline_timestamp
-        if kind != "DELETED":
+        if kind != "DELETED" and not pod_finished(meta):
             job = job_owner(obj)
             meta = self._with_job_deadline(meta, job, set())
         with self._lock:
@@ -711,11 +742,11 @@ class KubePodSource:
             self._last_sync = time.time()
             self._rebuild()
 
-    # -- Job deadlines (watch thread) -------------------------------------------------
+    # -- Job deadlines (watch thread; re-reads on their own thread) ---------------------
 
     def _with_job_deadline(self, meta: PodMeta, key: JobKey | None, seen: set[JobKey]) -> PodMeta:
-        """``meta`` with the deadline of its controlling Job ``key`` (``job_owner``)
-        folded in (the earliest wins)."""
+        """``meta`` (a pod that still runs) with the deadline of its controlling Job
+        ``key`` (``job_owner``) folded in (the earliest wins)."""
         if key is None or not self.job_deadlines or self._batch is None:
             return meta
         seen.add(key)
@@ -724,35 +755,68 @@ class KubePodSource:
             return meta
         return replace(meta, deadline_timestamp=deadline)
 
+    def _refresh_jobs(self) -> None:
+        """Read the Jobs of the running pods again as their GETs age (second thread).
+
+        Why a thread of its own: the pod watch stays open while the Jobs are read (one
+        round trip each), so pod events are seen meanwhile. Read between two watches,
+        100 Jobs would hold the watch closed ~4.7 s a pass against the tests' API fake,
+        every pod event of that time seen only after it. Ends only on ``stop()``.
+        """
+        while not self._stop.wait(self._next_refresh_seconds()):
+            try:
+                self._refresh_job_deadlines()
+                message = ""
+            except Exception as err:  # the boundary of this thread: keep it running
+                message = f"{type(err).__name__}: {err}"[:300]
+            if message and message != self._refresh_error:
+                log.warning("kube: reading Jobs again failed (%s); retrying", message)
+            self._refresh_error = message
+
+    def _next_refresh_seconds(self) -> float:
+        """Seconds until the first running pod's Job GET is older than
+        ``job_cache_seconds`` (a Job not read yet is due now), at least
+        ``JOB_REFRESH_MIN_SECONDS`` and at most ``job_cache_seconds``: a pod's Job
+        read after this is asked, is then due within that wait."""
+        with self._lock:
+            keys = {job for job, _ in self._job_pods.values()}
+        now = time.monotonic()
+        with self._jobs_lock:
+            read = [self._jobs.get(key, (None, -math.inf))[1] for key in keys]
+            paused = self._job_pause_until - now
+        due = min(read, default=now) + self.job_cache_seconds - now
+        return max(JOB_REFRESH_MIN_SECONDS, min(due, self.job_cache_seconds), paused)
+
     def _refresh_job_deadlines(self) -> None:
         """Read again the Jobs of the cached pods that still run whose GET is older than
-        ``job_cache_seconds``, and fold their deadlines in anew (watch thread, between
-        two watches).
+        ``job_cache_seconds``, and fold their deadlines in anew (``_refresh_jobs``).
 
         Why: a pod's Job is otherwise read only when the pod is listed or changes, and
         a running pod may not change for hours; its Job read once before the Job
         controller set ``status.startTime`` (no deadline yet), or refused, or given a
         new ``activeDeadlineSeconds``, would keep the pod's deadline wrong until the
-        next list, and lists are sent only at start, on 410 and after errors. Finished
-        pods are left as they are: no ETA is made for them, and a batch node may keep
-        thousands, each of its own Job.
+        next list, and lists are sent only at start, on 410 and after errors. A pod the
+        watch changed meanwhile (another Job, another own deadline, finished) keeps
+        what the watch thread gave it.
         """
-        if not self.job_deadlines or self._batch is None:
-            return
         with self._lock:
-            running = {uid for uid, meta in self._objects.items() if not pod_finished(meta)}
-        referenced = {job for job, _ in self._job_pods.values()}
-        self._jobs = {key: value for key, value in self._jobs.items() if key in referenced}
+            pending = dict(self._job_pods)
+        referenced = {job for job, _ in pending.values()}
+        with self._jobs_lock:
+            # a Job a new pod's event just read may be dropped here: read again, no harm
+            self._jobs = {key: value for key, value in self._jobs.items() if key in referenced}
         folded = {
-            uid: _earliest(own, self._job_deadline(job))
-            for uid, (job, own) in self._job_pods.items()
-            if uid in running
+            uid: (entry, _earliest(entry[1], self._job_deadline(entry[0])))
+            for uid, entry in pending.items()
+            if not self._stop.is_set()
         }
         with self._lock:
             changed = False
-            for uid, deadline in folded.items():
+            for uid, (entry, deadline) in folded.items():
                 meta = self._objects.get(uid)
-                if meta is not None and meta.deadline_timestamp != deadline:
+                if meta is None or self._job_pods.get(uid) != entry or pod_finished(meta):
+                    continue
+                if meta.deadline_timestamp != deadline:
                     self._objects[uid] = replace(meta, deadline_timestamp=deadline)
                     changed = True
             if changed:
@@ -761,21 +825,24 @@ class KubePodSource:
     def _job_deadline(self, key: JobKey) -> float | None:
         """The Job's deadline, from the cache or one GET (cached for
         ``job_cache_seconds``, failures too: a Job is asked at most once in that time)."""
-        cached = self._jobs.get(key)
         now = time.monotonic()
-        if cached is not None and now - cached[1] < self.job_cache_seconds:
-            return cached[0]
-        if now < self._job_pause_until:
-            # the last GET did not get an answer: a relist of many Job pods must not
-            # wait one timeout per Job; asked again after the pause
-            return None if cached is None else cached[0]
+        with self._jobs_lock:
+            cached = self._jobs.get(key)
+            if cached is not None and now - cached[1] < self.job_cache_seconds:
+                return cached[0]
+            if now < self._job_pause_until:
+                # the last GET did not get an answer: a relist of many Job pods must not
+                # wait one timeout per Job; asked again after the pause
+                return None if cached is None else cached[0]
         deadline, error = self._get_job(key)
-        if error and not error.startswith("HTTP "):
-            self._job_pause_until = time.monotonic() + min(60.0, self.job_cache_seconds)
-        if len(self._jobs) >= 2 * self.max_pods:  # bounded between lists and refreshes
-            self._jobs.clear()
-        self._jobs[key] = (deadline, now)
-        if error and error != self._job_error:  # once per change of cause
+        with self._jobs_lock:
+            if error and not error.startswith("HTTP "):
+                self._job_pause_until = time.monotonic() + min(60.0, self.job_cache_seconds)
+            if len(self._jobs) >= 2 * self.max_pods:  # bounded between lists and refreshes
+                self._jobs.clear()
+            self._jobs[key] = (deadline, now)
+            changed, self._job_error = error != self._job_error, error
+        if error and changed:  # once per change of cause
             log.warning(
                 "kube: cannot read Job %s/%s (%s); its activeDeadlineSeconds is not known: "
                 "grant the exporter get on jobs.batch, or set the gpu-eta.io/deadline "
@@ -784,7 +851,6 @@ class KubePodSource:
                 key[1],
                 error,
             )
-        self._job_error = error
         return deadline
 
     def _get_job(self, key: JobKey) -> tuple[float | None, str]:
@@ -889,8 +955,6 @@ class KubePodSource:
                 resource_version = self._watch(resource_version, self.watch_timeout_seconds)
                 backoff = self.backoff_initial_seconds
                 quick_gone = 0
-                if not self._stop.is_set():
-                    self._refresh_job_deadlines()
                 if time.monotonic() - watch_started < 1.0:
                     # a server that ends watches at once must not make us spin
                     self._stop.wait(self.backoff_initial_seconds)

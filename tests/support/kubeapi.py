@@ -13,7 +13,10 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
   the stream (what the server sends when the storage refuses the watch before it
   starts); ``expire_every_watch`` expires every watch from a resourceVersion, a
   freshly listed one's too; ``expired_watches`` counts them all; watches end
-  cleanly after ``timeoutSeconds``; ``resourceVersion`` absent or ``"0"`` ("any
+  cleanly after ``timeoutSeconds``, as the real server's ``GetTimeoutForWatch``
+  ends them; without it, or with ``0``, after a random time between
+  ``min_request_timeout_seconds`` (the server's ``--min-request-timeout``, 1800 s by
+  default) and twice that; ``resourceVersion`` absent or ``"0"`` ("any
   version") starts with synthetic ADDED events for every current pod and is never
   expired (nor counted), as the real server serves it from its watch cache;
 - ``fieldSelector=spec.nodeName=<node>`` filters both (other selectors get 400);
@@ -30,7 +33,8 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
   test here may count the pod objects alive);
 - ``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>``: a Job added with ``add_job``,
   else the real server's 404 ``Status``; with ``jobs_forbidden`` its 403 ``Status``
-  (what a service account without ``get`` on ``jobs.batch`` receives).
+  (what a service account without ``get`` on ``jobs.batch`` receives); each answered
+  after ``job_delay_seconds`` (a real API server's round trip, 0 by default).
 
 A connection stays open for the next request after an answer, a watch's clean end
 included (Go's HTTP server keeps it alive, so a client re-watches on it at once).
@@ -45,6 +49,7 @@ import base64
 import contextlib
 import copy
 import json
+import random
 import socket
 import threading
 import time
@@ -185,6 +190,10 @@ class FakeKubeAPI:
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
         self._jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.jobs_forbidden = False  # answer Job GETs 403, as without the RBAC rule
+        self.job_delay_seconds = 0.0  # wait this long before answering a Job GET
+        # the server's --min-request-timeout: a watch without timeoutSeconds (or 0)
+        # ends after a random time between it and twice it
+        self.min_request_timeout_seconds = 1800.0
         self.expire_continue = False  # answer every continue token 410 Expired
         # answer a watch from a compacted resourceVersion HTTP 410, not 200 + ERROR event
         self.expire_watch_status = False
@@ -253,7 +262,7 @@ class FakeKubeAPI:
             self._cond.notify_all()
 
     def end_watches(self) -> None:
-        """End open watches cleanly (the real server ends each one after a random timeout)."""
+        """End open watches cleanly, as their timeout would (``timeoutSeconds``)."""
         with self._cond:
             self._ends += 1
             self._cond.notify_all()
@@ -466,6 +475,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         namespace, name = segments[5], segments[7]
+        time.sleep(self.api.job_delay_seconds)
         if self.api.jobs_forbidden:
             self._status(
                 403,
@@ -489,7 +499,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _watch(self, node: str | None, query: dict[str, str]) -> None:
         api = self.api
-        timeout = float(query.get("timeoutSeconds", "1800"))
+        timeout = float(query.get("timeoutSeconds") or 0)
+        if timeout == 0:  # GetTimeoutForWatch: the server picks one, spreading the load
+            timeout = api.min_request_timeout_seconds * (random.random() + 1.0)
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         rv_text = query.get("resourceVersion", "0") or "0"
         version = int(rv_text)

@@ -520,6 +520,45 @@ def test_the_fake_expiring_every_watch_still_serves_one_from_any_version(
     assert (code, answer["reason"], api.expired_watches) == (410, "Expired", 1)
 
 
+def _timed_watch(api: FakeKubeAPI, **query: str) -> float:
+    """Seconds until the fake ends a watch from "0" asked with ``query``, cleanly."""
+    url = f"{api.url}/api/v1/pods?{urllib.parse.urlencode({'watch': 'true', **query})}"
+    started = time.monotonic()
+    with urllib.request.urlopen(url, timeout=30) as response:
+        response.read()  # to the final chunk: a clean end
+    return time.monotonic() - started
+
+
+def test_the_fake_times_watches_out_as_the_api_server_does(api: FakeKubeAPI) -> None:
+    """The API server ends a watch after its ``timeoutSeconds``; without one, or with
+    0, after a random time between its ``--min-request-timeout`` (1800 s by default)
+    and twice that (apiserver ``GetTimeoutForWatch``): the timeout the source asks
+    for is what ends its watches, the server's flag is not."""
+    api.min_request_timeout_seconds = 0.5
+    assert 0.9 <= _timed_watch(api, timeoutSeconds="1") < 1.5
+    for query in ({}, {"timeoutSeconds": "0"}):
+        assert 0.45 <= _timed_watch(api, **query) < 1.5, query
+
+
+def test_every_watch_asks_for_the_documented_timeout(api: FakeKubeAPI, source_factory) -> None:
+    """``timeoutSeconds`` is sent with every watch, ``WATCH_TIMEOUT_SECONDS`` (300) by
+    default, the figure docs/attribution.md and docs/alerts.md give; never 0 or
+    absent, which would leave the watch's length to the server's flag (30-60 min)."""
+    assert kube_module.WATCH_TIMEOUT_SECONDS == 300
+    src = source_factory(api.url, job_deadlines=False)
+    wait_for(lambda: src.status().connected)
+    api.end_watches()
+    wait_for(lambda: api.count(watch=True) == 2 and src.status().connected)
+    asked = [q.get("timeoutSeconds") for path, q in api.requests if q.get("watch") == "true"]
+    assert asked == ["300", "300"]
+
+
+@pytest.mark.parametrize("seconds", [0.5, math.inf, math.nan, -1])
+def test_a_watch_timeout_the_server_cannot_take_is_a_clear_error(seconds: float) -> None:
+    with pytest.raises(CollectorError, match="watch_timeout_seconds"):
+        KubePodSource(NODE, api_url="http://127.0.0.1:9", watch_timeout_seconds=seconds)
+
+
 def test_bookmarks_refresh_the_sync_time(api: FakeKubeAPI, source_factory) -> None:
     src = source_factory(api.url)
     wait_for(lambda: src.status().connected)
@@ -1124,34 +1163,103 @@ def test_a_jobs_active_deadline_becomes_its_pods_deadline(api: FakeKubeAPI, sour
     assert api.job_gets() == 1
 
 
-def test_a_running_pods_job_is_read_again_between_watches_without_a_list(
+def test_a_running_pods_job_is_read_again_while_the_watch_stays_open(
     api: FakeKubeAPI, source_factory
 ) -> None:
     """The Job controller writes a Job's status (its ``startTime``, whence the deadline
     counts) after creating its pods: a Job read at its pod's first sight may have no
-    deadline yet. Its GET is used for ``job_cache_seconds``; then, between two watches,
-    the Job of each cached pod that still runs is read again, so the pod gets its
-    deadline with no list sent. A finished pod's Job is not read again."""
+    deadline yet. Its GET is used for ``job_cache_seconds``; then the Job of each cached
+    pod that still runs is read again, on its own thread, so the pod gets its deadline
+    with no list sent and with the watch left open (one watch in all, its timeout far
+    off). A finished pod's Job is never read."""
     api.add_job(make_job("train", "ml", start_time=None))  # not started yet
     api.add_pod(make_pod("train-a", "ml", uid=uid(1)))
     done = make_pod("done-a", "ml", uid=uid(2), owner=("Job", "done"), phase="Succeeded")
     done["metadata"]["ownerReferences"][0]["uid"] = uid(102)
     api.add_job(make_job("done", "ml", uid=uid(102)))
     api.add_pod(done)
-    src = source_factory(api.url, watch_timeout_seconds=1, job_cache_seconds=0.5)
-    wait_for(lambda: len(src.poll()) == 2)
+    src = source_factory(api.url, watch_timeout_seconds=120, job_cache_seconds=0.5)
+    wait_for(lambda: len(src.poll()) == 2 and src.status().connected)
     assert {p.name: p.deadline_timestamp for p in src.poll()} == {
-        "done-a": JOB_START + 3600,
+        "done-a": None,
         "train-a": None,
     }
     api.add_job(make_job("train", "ml"))  # the controller's status write
-    wait_for(lambda: src.poll()[1].deadline_timestamp == JOB_START + 3600, timeout_seconds=30)
-    # the refresh runs after a watch ends, so the next watch may not be asked yet when
-    # the deadline shows: wait for it, then no list was sent in between
-    wait_for(lambda: api.count(watch=True) >= 2, timeout_seconds=30)
-    assert api.count(watch=False) == 1
+    wait_for(lambda: src.poll()[1].deadline_timestamp == JOB_START + 3600, timeout_seconds=10)
+    assert api.count(watch=False) == 1 and api.count(watch=True) == 1
+    assert api.open_watches() == 1
     gets = [path.rsplit("/", 1)[1] for path, _ in api.requests if path.startswith("/apis/")]
-    assert gets.count("done") == 1 and gets.count("train") >= 2
+    assert gets.count("done") == 0 and gets.count("train") >= 2
+
+
+def test_pod_events_are_seen_while_jobs_are_read_again(api: FakeKubeAPI, source_factory) -> None:
+    """Reading the Jobs of 30 running pods again takes 30 round trips (1.5 s at the 50 ms
+    each this fake is told to take; about 4.7 s for 100 pods against it unslowed): a
+    pod event sent meanwhile shows at once, not once the last Job is read, and the watch
+    stays open through the pass."""
+    api.job_delay_seconds = 0.05
+    n = 30
+    for k in range(n):
+        pod = make_pod(f"p{k:02d}", "ml", uid=uid(k), owner=("Job", f"j{k}"))
+        pod["metadata"]["ownerReferences"][0]["uid"] = uid(100 + k)
+        api.add_pod(pod)
+        api.add_job(make_job(f"j{k}", "ml", uid=uid(100 + k)))
+    src = source_factory(api.url, watch_timeout_seconds=5, job_cache_seconds=0.5)
+    wait_for(lambda: len(src.poll()) == n and src.status().connected)
+    # the list read each Job once; a pass reads them all again, 0.5 s after
+    wait_for(lambda: api.job_gets() > n + 1, timeout_seconds=30)
+    open_during_pass = []
+    for _ in range(3):
+        open_during_pass.append(api.open_watches())
+        time.sleep(0.02)
+    api.add_pod(make_pod("late", "ml", uid=uid(99), owner=("StatefulSet", "late")))
+    wait_for(lambda: "late" in names(src), timeout_seconds=30)
+    gets = api.job_gets() - n
+    assert gets < n, f"the pod showed after {gets} of the pass's {n} Job GETs"
+    assert max(open_during_pass) == 1
+
+
+def test_a_finished_pods_job_is_never_read(api: FakeKubeAPI, source_factory) -> None:
+    """A batch node keeps its finished Job pods (no TTL), each of its own Job, and a
+    finished pod is forecast no run: its Job's deadline changes nothing published
+    that anyone reads. No list, relist or event of a finished pod GETs its Job (5
+    finished pods and 1 running one: 1 GET a list, not 6); a finished pod's deadline
+    is its own (here none), a running one's its Job's."""
+    api.add_job(make_job("train", "ml"))
+    api.add_pod(make_pod("train-a", "ml", uid=uid(1)))
+    for k in range(5):
+        pod = make_pod(
+            f"done-{k}", "ml", uid=uid(10 + k), owner=("Job", f"done-{k}"), phase="Succeeded"
+        )
+        pod["metadata"]["ownerReferences"][0]["uid"] = uid(110 + k)
+        api.add_pod(pod)
+        api.add_job(make_job(f"done-{k}", "ml", uid=uid(110 + k)))
+    src = source_factory(api.url, job_cache_seconds=0.2)
+    wait_for(lambda: len(src.poll()) == 6 and src.status().connected)
+    assert api.job_gets() == 1
+    time.sleep(0.3)  # every GET older than job_cache_seconds: a list would ask again
+    lists = api.count(watch=False)
+    api.compact()
+    api.end_watches()  # rewatch from a compacted version → 410 → relist
+    wait_for(lambda: api.count(watch=False) == lists + 1 and src.status().connected)
+    finished = make_pod(
+        "done-0",
+        "ml",
+        uid=uid(10),
+        owner=("Job", "done-0"),
+        phase="Succeeded",
+        labels={"seen": "yes"},
+    )
+    finished["metadata"]["ownerReferences"][0]["uid"] = uid(110)
+    api.update_pod(finished)
+    wait_for(lambda: src.poll()[0].labels.get("seen") == "yes")
+    gets = [path.rsplit("/", 1)[1] for path, _ in api.requests if path.startswith("/apis/")]
+    assert [g for g in gets if g.startswith("done-")] == []
+    assert gets.count("train") >= 2  # the running pod's Job was read again
+    assert {p.name: p.deadline_timestamp for p in src.poll()} == {
+        **{f"done-{k}": None for k in range(5)},
+        "train-a": JOB_START + 3600,
+    }
 
 
 def test_forbidden_or_missing_jobs_leave_the_pod_deadline_and_log_once(
