@@ -1219,6 +1219,26 @@ def test_pod_events_are_seen_while_jobs_are_read_again(api: FakeKubeAPI, source_
     assert max(open_during_pass) == 1
 
 
+def test_a_pod_that_finishes_during_a_pass_keeps_what_the_watch_gave_it(
+    api: FakeKubeAPI, source_factory
+) -> None:
+    """The re-reads run beside the watch: a pod that finishes while its Job is being
+    read again keeps what the watch gave it (its own deadline, here none), not the
+    deadline the pass computed for the pod as it was (its Job's)."""
+    api.add_job(make_job("train", "ml"))
+    api.add_pod(make_pod("train-a", "ml", uid=uid(1)))
+    api.job_delay_seconds = 1.0
+    src = source_factory(api.url, watch_timeout_seconds=120, job_cache_seconds=1.5)
+    wait_for(lambda: src.status().connected)
+    assert src.poll()[0].deadline_timestamp == JOB_START + 3600
+    wait_for(lambda: api.job_gets() == 2, timeout_seconds=30)  # the pass's GET: 1 s
+    done = make_pod("train-a", "ml", uid=uid(1), phase="Succeeded", exit_codes={"main": 0})
+    api.update_pod(done)
+    wait_for(lambda: src.poll()[0].phase == "Succeeded", timeout_seconds=0.5)
+    time.sleep(1.5)  # the pass's GET answered, its result folded in
+    assert src.poll()[0].deadline_timestamp is None
+
+
 def test_a_finished_pods_job_is_never_read(api: FakeKubeAPI, source_factory) -> None:
     """A batch node keeps its finished Job pods (no TTL), each of its own Job, and a
     finished pod is forecast no run: its Job's deadline changes nothing published
