@@ -54,6 +54,7 @@ Usage::
     python bench/queue_start.py --seeds 0-9 --every 20
     python bench/queue_start.py --scenario mixed
     python bench/queue_start.py --seeds 5-9 --release-cycles 60   # as the service learns
+    python bench/queue_start.py --no-release-lags   # before the service has learned any
 
 Targets (issue 12): median error ≤ 25 % of the wait, coverage 70–90 %, clearly better
 than the naive answer (at most half its median error); the last line says PASS or MISS
@@ -187,7 +188,10 @@ def snapshot(
     replay's own error from the forecasts'); notebooks then get theirs too. Whether a
     pod ends with its run (``Holder.ends_with_run``) is what ``kube_state`` reads from
     the simulator's owners (``simulation.ksm``): a training pod is a Job's and does, a
-    notebook is a StatefulSet's and does not; an exact end is the pod's own.
+    notebook is a StatefulSet's and does not; an exact end is the pod's own. A training
+    pod whose run has completed and which still holds its GPU is in its release lag
+    (``Holder.run_ended``: the run's last report), as the service's ``ReleaseLags``
+    watches it from the cycle that reads the run completed.
     """
     nodes = [
         Node(
@@ -204,6 +208,7 @@ def snapshot(
         if not pod.alive_at(t) or pod.node < 0:
             continue
         ends = None
+        run_ended = None
         run = run_of(pod, t)
         if exact_ends is not None:
             end = exact_ends.get(pod.name)
@@ -211,6 +216,8 @@ def snapshot(
         elif run is not None and run.epochs_done < run.epochs_planned:
             fc = model.predict(run, t)
             ends = (t + fc.p10, t + fc.p50, t + fc.p90)
+        elif run is not None:  # its run completed, its pod still holds: in its release lag
+            run_ended = run.last_timestamp
         node = sim.nodes[pod.node]
         shared = any(node.gpus[g].replicas > 1 for g, _ in pod.gpus)
         holders.append(
@@ -224,6 +231,7 @@ def snapshot(
                 pod.start,
                 shared,
                 ends_with_run=pod.kind == "training" or exact_ends is not None,
+                run_ended=run_ended,
             )
         )
     pending = [
@@ -323,12 +331,14 @@ def run_seed(
     calibrate: bool = True,
     blind: bool = False,
     release_cycles: float | None = None,
+    release: bool = True,
 ) -> tuple[list[Observation], dict[str, float]]:
     """Observations of one seeded run, and each queued pod's real start.
 
     ``release_cycles``: give the replay the release lags the service would learn
     reading the history every that many seconds (``learned_release_lags``), not the
-    exact ones. ``blind``: also replay the inputs stripped of types and taints
+    exact ones; ``release`` False: none (as the service replays before it has learned
+    one). ``blind``: also replay the inputs stripped of types and taints
     (``without_types_and_taints``), calibrated apart, into ``Observation.blind``."""
     cfg = replace(config, seed=seed)
     # the history runs at the live cluster's load (its durations include the slowdown of
@@ -343,7 +353,9 @@ def run_seed(
     runs = list(finished_runs(history.pods))
     model = EtaModel(random_state=0).fit(runs)
     durations = [r.last_timestamp - r.start_timestamp for r in runs]
-    if release_cycles is None:
+    if not release:
+        lags: tuple[float, ...] = ()
+    elif release_cycles is None:
         lags = release_lags(history.pods)
     else:
         lags = learned_release_lags(history.pods, release_cycles)
@@ -597,6 +609,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="release lags as the service learns them, reading every SECONDS (default: exact)",
     )
     parser.add_argument(
+        "--no-release-lags",
+        dest="release_lags",
+        action="store_false",
+        help="give the replay no release lag, as the service before it has learned one",
+    )
+    parser.add_argument(
         "--scenario",
         choices=sorted(SCENARIOS),
         default="demo",
@@ -621,6 +639,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             calibrate=not args.no_calibration,
             blind=blind,
             release_cycles=args.release_cycles,
+            release=args.release_lags,
         )
         all_obs += obs
         actual.update({(seed, k): v for k, v in starts.items()})

@@ -668,7 +668,9 @@ class Cycle:
 
         ``ended``: the runs completed in this cycle, and the pods with a run running:
         with the GPU pods read, how long a completed run's pod kept its GPUs
-        (``_learn_release``), which the replay adds to a run's end.
+        (``_learn_release``), which the replay adds to a run's end; a completed run's pod
+        still holding its GPUs (``ReleaseLags.lingering``) frees them a lag after its
+        run's end in the replay (``Holder.run_ended``).
         """
         ps = self.settings.pending
         if not ps.enabled:
@@ -724,7 +726,14 @@ class Cycle:
             self._learn_release(read, ended, now, complete=not kept.nodes and not said)
             blocked = self._starts.blocked(queue, now)
             result = predict_queue(
-                queue, ends, self._durations, now, ps, blocked, release_seconds=self._release.lags
+                queue,
+                ends,
+                self._durations,
+                now,
+                ps,
+                blocked,
+                release_seconds=self._release.lags,
+                run_ends=self._release.lingering,
             )
             return self._starts.update(queue, result, now)
         except Exception as err:  # the queue must not fail the cycle

@@ -129,6 +129,7 @@ def predict(
     settings: PendingSettings,
     random_state: int | None = 0,
     release_seconds: Sequence[float] = (),
+    run_ends: Mapping[tuple[str, str], tuple[float, str]] | None = None,
 ) -> PendingSet:
     """The queue's predicted starts: running jobs end as forecast, then the replay runs.
 
@@ -137,7 +138,10 @@ def predict(
     runs' durations (seconds), drawn for pods without a forecast, for pods that
     outlive their run (``Holder.ends_with_run``) and for pods once they start.
     ``release_seconds``: the lags observed from a completed run's end to its pod's
-    GPUs being free (``release_lags``), for the replay to draw from.
+    GPUs being free (``release_lags``), for the replay to draw from. ``run_ends``: the
+    pods whose run has completed and which still hold their GPUs, in their release lag
+    (``ReleaseLags.lingering``: (namespace, pod) → (the run's end, the pod's uid or ""));
+    ``with_run_ends`` gives them to the holders.
 
     Only the first ``settings.max_pods`` pending pods (queue order) are replayed, which
     bounds a cycle's work; while more are pending no request made now is predicted. A
@@ -155,7 +159,7 @@ def predict(
     replayed nor ahead of a request; the first ``settings.max_pods`` of them (queue
     order) are published, the others counted skipped, as the pods past the bound are.
     """
-    holders = holder_ends(queue.holders, job_ends)
+    holders = with_run_ends(holder_ends(queue.holders, job_ends), run_ends or {})
     ordered = sorted(queue.pending, key=queue_key)
     waiting = [p for p in ordered if not p.gated]
     gated = [p for p in ordered if p.gated][: settings.max_pods]
@@ -285,6 +289,22 @@ def holder_ends(
     return tuple(out)
 
 
+def with_run_ends(
+    holders: Sequence[Holder], run_ends: Mapping[tuple[str, str], tuple[float, str]]
+) -> tuple[Holder, ...]:
+    """``holders`` with ``Holder.run_ended`` set from ``run_ends`` ((namespace, pod) →
+    (its completed run's end, its uid or "")), for a pod of that name whose uid is not
+    known to differ: a pod recreated under the name is another pod, whose run has not
+    ended."""
+    out = []
+    for h in holders:
+        ended = run_ends.get((h.namespace, h.pod))
+        if ended is not None and not _other_pod(ended[1], h.uid):
+            h = replace(h, run_ended=ended[0])
+        out.append(h)
+    return tuple(out)
+
+
 def _latest_started_with(
     lenders: Sequence[tuple[float, tuple[float, float, float]]],
     starts: Sequence[float],
@@ -325,6 +345,7 @@ def predict_queue(
     blocked: Collection[tuple[str, str]] | Mapping[tuple[str, str], Collection[str]] = (),
     random_state: int | None = 0,
     release_seconds: Sequence[float] = (),
+    run_ends: Mapping[tuple[str, str], tuple[float, str]] | None = None,
 ) -> PendingSet:
     """``predict``, with each pod of ``blocked`` (namespace, pod: ``StartTracker.blocked``)
     kept off the nodes ``blocked`` maps it to (the nodes it was kept off before, whose
@@ -394,17 +415,18 @@ def predict_queue(
                 if fitting - off:
                     in_grace[key] = fitting - off
         pending.append(p)
-    if not kept_off:
-        return predict(queue, job_ends, durations, now, settings, random_state, release_seconds)
     result = predict(
-        replace(queue, pending=tuple(pending)),
+        replace(queue, pending=tuple(pending)) if kept_off else queue,
         job_ends,
         durations,
         now,
         settings,
         random_state,
         release_seconds,
+        run_ends,
     )
+    if not kept_off:
+        return result
     pods = tuple(
         _blocked_elsewhere(p, kept_off[key], in_grace.get(key, frozenset()))
         if (key := (p.namespace, p.pod)) in kept_off

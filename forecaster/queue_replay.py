@@ -36,7 +36,11 @@ How (a Monte Carlo replay, ``n_samples`` times):
    observed on finished pods (from a run's last report to its pod's end); one is drawn
    and added to the end of each holder that ends with its run (not a notebook server:
    it outlives its run) and to the hold of each pod started in the replay. None given,
-   a run's end frees its units at once.
+   a run's end frees its units at once. A holder whose run has already ended and whose
+   pod still holds its units (``Holder.run_ended``: in its lag now) frees them at its
+   run's end plus a lag longer than it has lingered so far, drawn from the observed
+   lags that are; past every one of them (or with none observed), its lingering so far
+   plus ``linger_rest``.
 
 Across samples the start times give P10/P50/P90. A pod asking more units than any
 suitable node has can never fit and gets no time (``never_fits``); a pod that starts
@@ -131,6 +135,7 @@ from typing import ClassVar
 
 from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.common.versioned_json import load_versioned
+from gpu_eta.forecaster.release_lags import MAX_RELEASE_SECONDS
 
 QUANTILES = (0.1, 0.5, 0.9)
 GPU_RESOURCE = "nvidia_com_gpu"
@@ -270,6 +275,13 @@ class Holder:
     (kind, name) when it is a run-ending kind (``kube_state.RUN_OWNER_KINDS``), by
     which a pod without a forecast of its own (a distributed job's worker) takes the
     forecast of a pod of the same owner started with it (``pending.holder_ends``).
+
+    ``run_ended``: when its run completed (its last report, unix seconds), for a pod
+    still holding its GPUs after its run ended, in its release lag (a Job's pod writing
+    its last files, its container exiting: step 5 of the module docstring); None while
+    its run runs or when not known. Such a holder frees its units a release lag after
+    that, one longer than it has lingered so far (``_Durations.release_after``), not
+    after a whole run drawn from the history: it has no forecast any more.
     """
 
     namespace: str
@@ -284,6 +296,7 @@ class Holder:
     uid: str = ""
     ends_with_run: bool | None = None
     owner: tuple[str, str] | None = None
+    run_ended: float | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -567,13 +580,37 @@ def end_after(q: tuple[float, float, float], now: float, u: float) -> float | No
     return max(now, quantile_draw(q, 1.0 - left + left * u))
 
 
+# the most a pod is taken to linger after its run (``linger_rest``): past it the service
+# stops watching the pod as in its release lag (an outlier)
+MAX_LINGER_SECONDS = MAX_RELEASE_SECONDS
+
+
+def linger_rest(lingered: float, u: float) -> float:
+    """The seconds left, at probability ``u`` in [0, 1), of a release lag that has
+    lasted ``lingered`` seconds and is longer than every lag observed (or none was):
+    ``lingered * u / (1 - u)``, the survival ``P(rest > x) = lingered / (lingered + x)``,
+    at most what keeps the whole lag within ``MAX_LINGER_SECONDS``.
+
+    Why this one: nothing observed says how much longer such a pod holds its GPUs, only
+    that it has held them ``lingered`` seconds. Taking no time scale as likelier than
+    another (a scale-invariant prior; Gott's "delta t" argument, 1993), the rest is as
+    likely shorter as longer than what has passed: its median is ``lingered``, half of it
+    within a third to three times that. So a pod 30 s past every lag seen frees in about
+    30 s more, not a whole run later (the history's durations say how long runs last,
+    not how long a finished one's pod lingers), and not now either (it is still seen
+    holding). Pure."""
+    rest = lingered * u / (1.0 - u) if u < 1.0 else math.inf
+    return min(rest, max(0.0, MAX_LINGER_SECONDS - lingered))
+
+
 class _Durations:
     """Finished runs' durations, drawn from conditioned on a minimum age, and the release
-    lags observed after them (``release``)."""
+    lags observed after them (``release``, ``release_after``)."""
 
     def __init__(self, durations: Sequence[float], release_seconds: Sequence[float] = ()) -> None:
         self.sorted = sorted(d for d in durations if d > 0 and math.isfinite(d))
         self.release_seconds = tuple(release_seconds)
+        self._release_sorted = sorted(self.release_seconds)
 
     def release(self, rng: random.Random) -> float:
         """Seconds from a run's end to its pod's GPUs being free, drawn from those
@@ -581,12 +618,27 @@ class _Durations:
         lags = self.release_seconds
         return lags[int(rng.random() * len(lags))] if lags else 0.0
 
+    def release_after(self, rng: random.Random, lingered: float) -> float:
+        """A release lag longer than ``lingered`` (a pod still holding that long after
+        its run: ``Holder.run_ended``), drawn from those observed that are; when none is
+        (or none was observed), ``lingered`` plus ``linger_rest``. One draw either way."""
+        lingered = max(0.0, lingered)
+        longer = _longer_than(self._release_sorted, lingered, rng)
+        return longer if longer is not None else lingered + linger_rest(lingered, rng.random())
+
     def draw(self, rng: random.Random, older_than: float = 0.0) -> float:
         """A duration longer than ``older_than``; inf when none is (or no history)."""
-        lo = bisect.bisect_right(self.sorted, older_than)
-        if lo >= len(self.sorted):
-            return math.inf
-        return self.sorted[lo + int(rng.random() * (len(self.sorted) - lo))]
+        longer = _longer_than(self.sorted, older_than, rng)
+        return math.inf if longer is None else longer
+
+
+def _longer_than(ascending: Sequence[float], bound: float, rng: random.Random) -> float | None:
+    """One of ``ascending``'s values above ``bound``, each as likely (one draw); None
+    and no draw when none is above it."""
+    lo = bisect.bisect_right(ascending, bound)
+    if lo >= len(ascending):
+        return None
+    return ascending[lo + int(rng.random() * (len(ascending) - lo))]
 
 
 # --------------------------------------------------------------------- the replay
@@ -1235,6 +1287,12 @@ def _running_now(
         if k is None or h.units <= 0:
             continue
         pool = (h.resource, h.shared)
+        if h.run_ended is not None and h.ends_with_run is not False:
+            # its run is over, its pod still holds: it frees a lag after the run's end
+            # longer than it has lingered (``Holder.run_ended``), one draw
+            end = h.run_ended + hist.release_after(rng, now - h.run_ended)
+            _push_end(events, end, now, horizon, h, k, pool)
+            continue
         age = max(0.0, now - h.started) if h.started is not None else 0.0
         # it runs now: its end is drawn from the part of its forecast after now, at its
         # run's draw (one per owner and forecast)
@@ -1258,12 +1316,27 @@ def _running_now(
             end = max(end, now + hist.draw(rng, age) - age)
         if h.ends_with_run is not False:  # its pod goes a release lag after its run
             end += hist.release(rng)
-        if h.deletion_timestamp is not None:  # being deleted: gone by then at the latest
-            end = min(end, h.deletion_timestamp)
-        end = max(now, end)  # a pod past its deletion timestamp frees its units now
-        if end <= horizon:
-            heapq.heappush(events, (end, len(events), k, pool, h.units))
+        _push_end(events, end, now, horizon, h, k, pool)
     return free, events
+
+
+def _push_end(
+    events: list[Event],
+    end: float,
+    now: float,
+    horizon: float,
+    h: Holder,
+    k: int,
+    pool: tuple[str, bool],
+) -> None:
+    """Queue the freeing of ``h``'s units (on node ``k``, from ``pool``) at ``end``, or
+    by its deletion timestamp when that is earlier, never before ``now`` (a pod past its
+    deletion timestamp frees its units now); not at all past the horizon."""
+    if h.deletion_timestamp is not None:  # being deleted: gone by then at the latest
+        end = min(end, h.deletion_timestamp)
+    end = max(now, end)
+    if end <= horizon:
+        heapq.heappush(events, (end, len(events), k, pool, h.units))
 
 
 def _free_now(
@@ -1538,9 +1611,10 @@ def naive_start(
     end is the median of its forecast's part after now (``end_after`` at 0.5, as the
     replay draws it: its P50 while that is well ahead), never "now" for a job still
     running past its P50, and a job past its whole forecast counts as one without a
-    forecast. inf when no suitable node (of its type, taints tolerated, open) has a
-    holder with a forecast of its own end left or being deleted (gone by its deletion
-    timestamp).
+    forecast. A pod whose run has ended (``Holder.run_ended``, in its release lag) frees
+    its GPUs now: no lag is added to it, as none is to a job's forecast end. inf when no
+    suitable node (of its type, taints tolerated, open) has a holder with a forecast of
+    its own end left, a run ended or being deleted (gone by its deletion timestamp).
     """
     lists = _NodeLists(nodes, one_replica_per_pod)
     tolerations = _tolerations_of(pod, nodes, request_tolerations)
@@ -1552,7 +1626,9 @@ def naive_start(
     for h in holders:
         if h.node in names and h.resource == pod.resource:
             end = None
-            if h.ends is not None and h.ends_with_run is not False:
+            if h.run_ended is not None and h.ends_with_run is not False:
+                end = now  # its run has ended: no lag added, as to a job's forecast end
+            elif h.ends is not None and h.ends_with_run is not False:
                 end = end_after(h.ends, now, 0.5)  # its median end, given it runs now
             end = math.inf if end is None else end
             if h.deletion_timestamp is not None:

@@ -104,6 +104,14 @@ class ReleaseLags:
         return tuple(self._brackets)
 
     @property
+    def lingering(self) -> dict[PodKey, tuple[float, str]]:
+        """The pods watched now: completed runs' pods the last ``observe`` found still
+        holding GPUs (or could not say of: a partial read) → (their run's end, their
+        uid or ""). Why: the replay frees such a pod a lag after its run's end
+        (``queue_replay.Holder.run_ended``), not a whole run later."""
+        return {key: (end, uid) for key, (end, _, uid) in self._watched.items()}
+
+    @property
     def lags(self) -> tuple[float, ...]:
         """``replay``'s ``release_seconds``: one value per bracket kept, spread over
         the quantiles of ``turnbull``'s distribution (none: no bracket yet)."""

@@ -86,6 +86,28 @@ def test_the_snapshot_tells_notebooks_that_keep_their_gpus() -> None:
     assert {h.ends_with_run for h in exact} == {True}
 
 
+def test_the_snapshot_tells_a_training_pod_in_its_release_lag_its_runs_end() -> None:
+    """A training pod whose run has completed and which still holds its GPU (the
+    simulator's pods linger 5 s) is in its release lag: its holder says when its run
+    ended (``Holder.run_ended``, the run's last report), as the service's watch does; a
+    pod whose run runs says nothing of it."""
+    config = qs.ClusterConfig(warm_start_seconds=0.0, seed=1)
+    played = qs.ClusterSim(config, stream="live", start=0.0)
+    played.advance(1800.0)
+    done = next(
+        p for p in played.pods if p.completed and p.end is not None and p.end > p.epoch_ends[-1]
+    )
+    t = (done.epoch_ends[-1] + done.end) / 2
+    sim = qs.ClusterSim(config, stream="live", start=0.0)
+    sim.advance(t)
+    history = qs.simulate_history(config, end_timestamp=0.0, seconds=2400.0, jobs=12)
+    model = qs.EtaModel(random_state=0).fit(list(qs.finished_runs(history.pods)))
+    _, holders, _ = qs.snapshot(sim, model, t)
+    ended = {h.pod: h.run_ended for h in holders if h.run_ended is not None}
+    assert ended == {done.name: done.epoch_ends[-1]}
+    assert all(h.ends is not None for h in holders if h.run_ended is None and h.ends_with_run)
+
+
 def test_the_targets_line_says_pass_or_miss_for_each_target() -> None:
     met = {"n": 9, "median_error_ratio": 0.2, "coverage": 0.8, "naive_median_error_ratio": 0.9}
     assert qs.verdict(met) == (

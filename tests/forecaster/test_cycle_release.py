@@ -93,3 +93,54 @@ def test_a_lingering_pod_delays_the_next_start_by_the_lag_observed(
     assert decode(store.get_meta(RELEASE_LAGS_KEY)) == ((30.0, 90.0),)
     client = CannedClient(merge(run_b(), queue_answers(lingering=False)))
     assert make_cycle(client, store, clock=lambda: NOW + 180).release_lags == (60.0,)
+
+
+def lingering_cycle(store: HistoryStore, brackets: str):
+    """Node n1 (1 GPU) held by ``pod-a``; ``waits`` wants it. Run a completes at NOW+30
+    and the cycle at NOW+60 reads its pod still holding (in its release lag), the lags
+    the history file keeps being ``brackets``: that cycle's answer."""
+    store.set_meta(RELEASE_LAGS_KEY, brackets)
+    t = [NOW]
+
+    def answers(a: dict) -> dict:
+        return merge(
+            a,
+            {
+                "ksm_nodes": [NODE],
+                "ksm_pods": [
+                    running_pod("pod-a", "ua"),
+                    s(1, namespace="ml", pod="waits", uid="uw", phase="Pending", **GPU),
+                ],
+                "ksm_pod_times": [s(NOW - 50, uid="uw", time="created")],
+            },
+        )
+
+    client = CannedClient(answers(job("a", 10, [(9, NOW - 10)], NOW - 900, pod="pod-a")))
+    cycle = make_cycle(client, store, clock=lambda: t[0])
+    cycle.run()
+    t[0] = NOW + 60
+    client.answers = answers(job("a", 10, [(9, NOW - 10), (10, NOW + 30)], NOW - 900, pod="pod-a"))
+    fs = cycle.run()
+    assert fs.n_finished == 1
+    return fs
+
+
+def test_a_pod_in_its_release_lag_frees_its_gpus_a_lag_after_its_run_not_a_run_later(
+    store: HistoryStore,
+) -> None:
+    """Run a completed at NOW+30 and its pod still holds the GPU at NOW+60: the lags
+    kept (one bracket, (40, 50] s: 45 s) say it frees at NOW+75, the lag after the run's
+    end longer than the 30 s it has lingered. Not drawn as a whole run from the
+    history (its only run, 930 s, or none: beyond the horizon)."""
+    fs = lingering_cycle(store, "[[40, 50]]")
+    assert waits_p50(fs) == pytest.approx(NOW + 30 + 45)
+
+
+def test_a_pod_lingering_past_every_lag_observed_frees_within_about_its_linger_again(
+    store: HistoryStore,
+) -> None:
+    """Every lag kept (5 s) is shorter than the 30 s pod-a has lingered: the rest of its
+    lag is drawn as ``queue_replay.linger_rest`` says (median: as long again as it has
+    lingered), not as a whole run."""
+    fs = lingering_cycle(store, "[[0, 10]]")
+    assert NOW + 60 + 15 < waits_p50(fs) < NOW + 60 + 60

@@ -11,6 +11,7 @@ from gpu_eta.forecaster.pending import (
     describe,
     holder_ends,
     predict,
+    with_run_ends,
 )
 from gpu_eta.forecaster.publish import pending_families
 from gpu_eta.forecaster.queue_replay import (
@@ -209,3 +210,25 @@ def test_a_pod_borrows_only_from_siblings_that_started_with_it():
     p1, p2 = predict(queue, ends, [3600.0] * 5, NOW, settings).pods
     assert NOW + 200 <= p1.prediction.starts[1] <= NOW + 400
     assert p2.prediction.starts[1] == NOW + 3540
+
+
+def test_a_pod_in_its_release_lag_is_told_its_runs_end_unless_recreated_under_its_name() -> None:
+    """``run_ends`` (``ReleaseLags.lingering``) marks the holders whose run completed:
+    by name, and not a pod whose uid says it was recreated under the name since."""
+    holders = (
+        Holder("ml", "a", "n1", G, 1, None, NOW - 300, uid="ua"),
+        Holder("ml", "b", "n1", G, 1, None, NOW - 300, uid="ub2"),
+        Holder("ml", "c", "n1", G, 1, None, NOW - 300),
+    )
+    ends = {("ml", "a"): (NOW - 5, "ua"), ("ml", "b"): (NOW - 5, "ub"), ("ml", "c"): (NOW - 9, "")}
+    assert [h.run_ended for h in with_run_ends(holders, ends)] == [NOW - 5, None, NOW - 9]
+    queue = ClusterQueue(
+        (Node("n1", {G: 3}, "A100"),), holders, (PendingPod("ml", "p", G, 1, NOW),)
+    )
+    settings = PendingSettings(n_samples=20)
+    lagged = predict(queue, {}, [3000.0], NOW, settings, release_seconds=[20.0], run_ends=ends)
+    whole = predict(queue, {}, [3000.0], NOW, settings, release_seconds=[20.0])
+    (p,) = lagged.pods
+    (q,) = whole.pods
+    assert p.prediction.starts == (NOW + 11, NOW + 11, NOW + 11)  # c: 9 s + 20 s lag
+    assert q.prediction.starts[1] == NOW + 2700 + 20  # a run of 3,000 s, 300 s of it run

@@ -1099,3 +1099,48 @@ def test_release_lags_are_drawn_from_those_observed():
     )
     p10, _, p90 = starts(r, "p")
     assert (p10, p90) == (102.0, 140.0)
+
+
+def in_its_lag(lingered: float) -> Holder:
+    """``a`` on n1: its run completed ``lingered`` seconds ago, its pod still holds the
+    GPU (no forecast: its run is over); it started 300 s ago."""
+    return Holder("ml", "a", "n1", G, 1, None, NOW - 300, run_ended=NOW - lingered)
+
+
+def behind(holder: Holder, **kw) -> tuple[float, float, float]:
+    """The start of a 1-GPU pod waiting for ``holder``'s GPU on n1 (runs of 3,000 s)."""
+    return starts(replay([node("n1", 1)], [holder], [pending("p")], NOW, [3000.0], **kw), "p")
+
+
+def test_a_pod_in_its_release_lag_frees_a_lag_longer_than_it_has_lingered():
+    """Its run ended 10 s ago: it frees at its run's end plus a lag drawn from those
+    observed longer than 10 s (20 or 40 s: at NOW+10 or NOW+30), not after a whole run
+    drawn from the history (3,000 s runs: 2,700 s from now) plus a lag."""
+    p10, p50, p90 = behind(in_its_lag(10.0), release_seconds=[2.0, 5.0, 20.0, 40.0], n_samples=200)
+    assert (p10, p90) == (10.0, 30.0)
+    assert p50 in (10.0, 30.0)
+
+
+def test_a_pod_lingering_past_every_lag_observed_frees_about_as_long_again():
+    """Its run ended 60 s ago and every lag observed is shorter (5 s), or none was: the
+    rest of its lag is ``linger_rest``'s (as long again as it has lingered at the
+    median), never a whole run; a pod being deleted goes by its deletion timestamp."""
+    for lags in ([5.0], []):
+        p10, p50, p90 = behind(in_its_lag(60.0), release_seconds=lags, n_samples=400)
+        assert 0 < p10 < p50 < p90 < 3600
+        assert p50 == pytest.approx(60.0, rel=0.25)
+    deleted = dataclasses.replace(in_its_lag(60.0), deletion_timestamp=NOW + 5)
+    assert behind(deleted, n_samples=50)[2] <= 5.0
+
+
+def test_a_notebook_servers_run_end_frees_nothing():
+    """A pod that outlives its run (a notebook server) is not in a release lag when its
+    run ends: its end is drawn as a holder's without a forecast, whatever ``run_ended``."""
+    server = dataclasses.replace(in_its_lag(10.0), ends_with_run=False)
+    assert behind(server, n_samples=5) == (2700.0, 2700.0, 2700.0)
+
+
+def test_the_naive_answer_takes_a_pod_in_its_release_lag_as_free_when_its_run_ended():
+    """As for a job at its forecast end, the naive answer adds no lag: a pod whose run
+    has ended frees its GPU now."""
+    assert naive_start([node("n1", 1)], [in_its_lag(10.0)], pending("p"), NOW) == NOW
