@@ -509,6 +509,7 @@ class Cycle:
             n_held=len(self._held),
             clock_offset_seconds=offset,
             prometheus_clock_offset_seconds=self._measured_offset(),
+            release=self._release.summary() if self.settings.pending.enabled else None,
         )
 
     def _stalled_now(self, run: Run, view: CycleView, now: float, util_failed: bool) -> bool:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpu_eta.forecaster.pending import PendingSet
+from gpu_eta.forecaster.release_lags import ReleaseSummary
 from gpu_eta.forecaster.runs import Run
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -87,3 +88,6 @@ class ForecastSet:
     # Prometheus' clock minus the forecaster's as the cycle's last answer's Date said;
     # None when no answer carried one
     prometheus_clock_offset_seconds: float | None = None
+    # the release lags learned and the pods in theirs (release_lags); None: the queue's
+    # prediction is off
+    release: ReleaseSummary | None = None

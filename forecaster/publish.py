@@ -31,6 +31,7 @@ from gpu_eta.forecaster.forecast import QUANTILES, ForecastSet
 from gpu_eta.forecaster.history_space import HistorySpace
 from gpu_eta.forecaster.methods import PLANLESS_METHODS
 from gpu_eta.forecaster.pending import PendingSet, describe, error_counts, left_out
+from gpu_eta.forecaster.release_lags import ReleaseSummary
 from gpu_eta.forecaster.series import QueryStats
 
 log = logging.getLogger(__name__)
@@ -293,14 +294,19 @@ def render(
     state: ServiceState, now: float, self_only: bool = False, for_push: bool = False
 ) -> list[Metric]:
     """All families for one scrape; ``self_only`` keeps the self-monitoring ones;
-    ``for_push``: the quantile families untyped (``untyped_quantiles``)."""
+    ``for_push``: the quantile families untyped (``untyped_quantiles``), and without the
+    release observations' counter: a ``once`` run is a new process whose one cycle
+    learns no lag (it takes two reads of a pod), so its counts start from 0 each run,
+    which pushed would read as a counter reset every run."""
     fs, stale, duration, last_ok, errors, queries = state.snapshot()
     families: list[Metric] = []
     if not self_only:
         head, remaining, tail = forecast_families(fs, now)
         families += [*head, remaining, *tail]
     families += self_families(stale, duration, last_ok, errors, queries, state.history_space())
-    return untyped_quantiles(families) if for_push else families
+    if not for_push:
+        return families
+    return untyped_quantiles([f for f in families if f.name != RELEASE_OBSERVATIONS])
 
 
 def untyped_quantiles(families: list[Metric]) -> list[Metric]:
@@ -420,6 +426,7 @@ def forecast_families(
             clock.add_metric([], float(fs.prometheus_clock_offset_seconds))
     tail: list[Metric] = [info, stalled, gpu_free, mape, coverage]
     tail += pending_families(fs.pending if fs is not None else None)
+    tail += release_families(fs.release if fs is not None else None)
     if fs is not None:
         tail.append(history)
         tail.append(persisted)
@@ -568,6 +575,56 @@ def pending_families(pending: PendingSet | None) -> list[Metric]:
                 if math.isfinite(ts):
                     request.add_metric([r.product, r.resource, str(r.units)], _q(q), ts)
     return [start, info, request]
+
+
+RELEASE_OBSERVATIONS = "gpu_eta_forecaster_release_observations"
+
+
+def release_families(release: ReleaseSummary | None) -> list[Metric]:
+    """The release lags the queue replay adds to a run's end (docs/pending.md, step 3):
+    what was learned, the pods in their lag now, and what completed runs gave; none
+    while the queue's prediction is off (``release`` None)."""
+    if release is None:
+        return []
+    families: list[Metric] = []
+    if release.quantiles is not None:
+        lag = QuantileFamily(
+            "gpu_eta_forecaster_release_lag_seconds",
+            "Seconds from a completed run's last report to its pod's GPUs being free, at P10/P50/P90 of the lags learned from the forecaster's own reads, which the queue replay adds to a run's end.",
+            [],
+        )
+        for q, value in zip(QUANTILES, release.quantiles, strict=True):
+            lag.add_metric([], _q(q), value)
+        families.append(lag)
+    for name, text, value in (
+        (
+            "gpu_eta_forecaster_release_lag_brackets",
+            "Brackets of observed release lags kept (the most recent 200, restored from the history file at start), from which the lags are estimated.",
+            release.n_brackets,
+        ),
+        (
+            "gpu_eta_forecaster_release_pods_lingering",
+            "Completed runs' pods still holding their GPUs at the last cycle (in their release lag): the queue replay frees each a lag after its run's end.",
+            release.n_lingering,
+        ),
+    ):
+        gauge = GaugeMetricFamily(name, text)
+        gauge.add_metric([], float(value))
+        families.append(gauge)
+    observed = CounterMetricFamily(
+        RELEASE_OBSERVATIONS,
+        "Completed runs' pods by what their release gave since the forecaster started: bracketed (a lag learned), outlier (still holding an hour after its run), unbracketed (freed between reads over 10 minutes apart), unseen (no read around its run's end showed it holding GPUs).",
+        labels=["result"],
+    )
+    for result, n in (
+        ("bracketed", release.n_bracketed),
+        ("outlier", release.n_outliers),
+        ("unbracketed", release.n_unbracketed),
+        ("unseen", release.n_unseen),
+    ):
+        observed.add_metric([result], float(n))
+    families.append(observed)
+    return families
 
 
 _EOF = b"# EOF\n"

@@ -56,6 +56,28 @@ TURNBULL_ITERATIONS = 500  # EM steps; 200 brackets take ~10 ms, once per new br
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseSummary:
+    """What ``ReleaseLags`` knows after a cycle, as the forecaster publishes it
+    (docs/metrics.md, ``gpu_eta_forecaster_release_*``).
+
+    Why published: the lags change every queue prediction (a pod's start moves by
+    them), and nothing else shows what was learned or why a completed run gave no lag.
+    ``quantiles``: P10/P50/P90 of the lags the replay draws from (None: no bracket
+    kept); ``n_brackets``: brackets kept; ``n_lingering``: completed runs' pods still
+    holding GPUs now (``ReleaseLags.lingering``); the counts since the process started:
+    brackets learned, and completed runs that gave none (``ReleaseLags``'s
+    ``n_outliers``, ``n_unbracketed``, ``n_unseen``)."""
+
+    quantiles: tuple[float, float, float] | None = None
+    n_brackets: int = 0
+    n_lingering: int = 0
+    n_bracketed: int = 0
+    n_outliers: int = 0
+    n_unbracketed: int = 0
+    n_unseen: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Ended:
     """A completed run's pod and the run's end (its last report, unix seconds)."""
 
@@ -71,7 +93,8 @@ class ReleaseLags:
     ``max_lags``); ``lags``: what the replay draws from; ``n_outliers``: pods dropped
     as holding over ``max_seconds`` after their run; ``n_unbracketed``: releases seen
     too coarsely (``max_bracket_seconds``) to give a bracket; ``n_unseen``: completed
-    runs whose pod no read around their end showed holding GPUs.
+    runs whose pod no read around their end showed holding GPUs; ``n_bracketed``:
+    brackets learned (the counts since this object was made, not those restored).
     """
 
     def __init__(
@@ -97,6 +120,7 @@ class ReleaseLags:
         self.n_outliers = 0
         self.n_unbracketed = 0
         self.n_unseen = 0
+        self.n_bracketed = 0
 
     @property
     def brackets(self) -> tuple[tuple[float, float], ...]:
@@ -110,6 +134,23 @@ class ReleaseLags:
         uid or ""). Why: the replay frees such a pod a lag after its run's end
         (``queue_replay.Holder.run_ended``), not a whole run later."""
         return {key: (end, uid) for key, (end, _, uid) in self._watched.items()}
+
+    def summary(self) -> ReleaseSummary:
+        """What is known now, to publish (``ReleaseSummary``)."""
+        lags = self.lags
+        quantiles = None
+        if lags:
+            p10, p50, p90 = np.quantile(np.array(lags), (0.1, 0.5, 0.9))
+            quantiles = (float(p10), float(p50), float(p90))
+        return ReleaseSummary(
+            quantiles,
+            len(self._brackets),
+            len(self._watched),
+            self.n_bracketed,
+            self.n_outliers,
+            self.n_unbracketed,
+            self.n_unseen,
+        )
 
     @property
     def lags(self) -> tuple[float, ...]:
@@ -191,6 +232,7 @@ class ReleaseLags:
             return
         self._brackets.append(bracket)
         self._lags = None
+        self.n_bracketed += 1
         new.append(bracket)
 
 

@@ -1020,6 +1020,23 @@ def forecaster_quality() -> dict:
             ),
         ).min(0),
         ts(
+            "Queue: release lag learned",
+            "Seconds from a completed run's last report to its pod's GPUs being free (its last "
+            "writes, its container's exit, the kubelet's report, kube-scheduler's cache), at "
+            "P10/P50/P90 of the lags the forecaster learned from its own reads of the queue's "
+            "GPU pods: the queue replay adds one to each run's end, and frees a pod still in "
+            "its lag one longer than it has lingered (docs/pending.md, step 3). Empty until a "
+            "lag is learned or with the queue's prediction off. What completed runs gave "
+            "(outliers, releases read too coarsely, pods never seen holding): "
+            "gpu_eta_forecaster_release_observations_total; pods in their lag now: "
+            "gpu_eta_forecaster_release_pods_lingering." + scraped_twice,
+            "s",
+            q(
+                per_forecaster("gpu_eta_forecaster_release_lag_seconds", "quantile"),
+                "{{instance}} quantile {{quantile}}",
+            ),
+        ).min(0),
+        ts(
             "Estimator in use",
             "Running jobs by the estimator that produced their forecast: rate (own progress), "
             "prior (cold start from history), blend; for runs with no planned total, completed "

@@ -510,6 +510,7 @@ def _forecaster_text() -> str:
     from gpu_eta.forecaster.pending import PendingSet, PodStart
     from gpu_eta.forecaster.publish import ServiceState, make_registry
     from gpu_eta.forecaster.queue_replay import Request, StartPrediction
+    from gpu_eta.forecaster.release_lags import ReleaseSummary
     from gpu_eta.forecaster.runs import Run
 
     now = 1_700_000_000.0
@@ -524,6 +525,7 @@ def _forecaster_text() -> str:
         n_finished=3,
         job_errors={"predict_failed": 1},
         prometheus_clock_offset_seconds=-0.4,
+        release=ReleaseSummary((2.0, 5.0, 30.0), 12, 1, 3, 1, 1, 2),
         pending=PendingSet(
             pods=tuple(
                 PodStart(

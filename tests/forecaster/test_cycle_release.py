@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.release_lags import RELEASE_LAGS_KEY, decode
@@ -144,3 +145,48 @@ def test_a_pod_lingering_past_every_lag_observed_frees_within_about_its_linger_a
     lingered), not as a whole run."""
     fs = lingering_cycle(store, "[[0, 10]]")
     assert NOW + 60 + 15 < waits_p50(fs) < NOW + 60 + 60
+
+
+def test_the_lags_learned_and_the_pods_in_their_lag_are_published(
+    store: HistoryStore, tmp_path: Path
+) -> None:
+    """What the cycle learned shows on its /metrics, clean by the real promtool: the lag
+    learned (60 s: the one bracket's value at every quantile), the brackets kept, the
+    pods in their lag now (pod-a at NOW+60, none once gone), and the completed runs by
+    what they gave (a bracket)."""
+    from prometheus_client import generate_latest
+
+    from gpu_eta.forecaster.publish import ServiceState, make_registry
+    from tests.forecaster.test_publish import promtool_check
+
+    def published(fs) -> dict[tuple[str, tuple], float]:
+        state = ServiceState()
+        state.success(fs, 0.5, fs.timestamp)
+        text = generate_latest(make_registry(state, clock=lambda: fs.timestamp)).decode()
+        assert promtool_check(text) == (0, "")
+        return {
+            (x.name, tuple(sorted(x.labels.items()))): x.value
+            for family in text_string_to_metric_families(text)
+            for x in family.samples
+            if x.name.startswith("gpu_eta_forecaster_release_")
+        }
+
+    lingering = lingering_cycle(store, "[]")
+    assert published(lingering)[("gpu_eta_forecaster_release_pods_lingering", ())] == 1
+    other = HistoryStore.open(tmp_path / "b.sqlite")
+    try:
+        _, learned = three_cycles(other, NOW + 30, lingering=True)
+    finally:
+        other.close()
+    assert published(learned) == {
+        **{
+            ("gpu_eta_forecaster_release_lag_seconds", (("quantile", q),)): 60.0
+            for q in ("0.1", "0.5", "0.9")
+        },
+        ("gpu_eta_forecaster_release_lag_brackets", ()): 1,
+        ("gpu_eta_forecaster_release_pods_lingering", ()): 0,
+        ("gpu_eta_forecaster_release_observations_total", (("result", "bracketed"),)): 1,
+        ("gpu_eta_forecaster_release_observations_total", (("result", "outlier"),)): 0,
+        ("gpu_eta_forecaster_release_observations_total", (("result", "unbracketed"),)): 0,
+        ("gpu_eta_forecaster_release_observations_total", (("result", "unseen"),)): 0,
+    }

@@ -20,6 +20,7 @@ from gpu_eta.forecaster.methods import PLANLESS_METHODS
 from gpu_eta.forecaster.pending import PendingSet, PodStart, describe, left_out
 from gpu_eta.forecaster.publish import Exposition, ServiceState, make_registry
 from gpu_eta.forecaster.queue_replay import PREDICTED, Request, StartPrediction
+from gpu_eta.forecaster.release_lags import ReleaseSummary
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.launch.prometheus import find_binary
 
@@ -172,6 +173,34 @@ def test_every_name_is_in_the_contract_and_promtool_is_happy() -> None:
     # has nothing to say about them or anything else.
     assert (proc.returncode, proc.stdout + proc.stderr) == (0, "")
     assert "# TYPE gpu_eta_job_predicted_completion_timestamp_seconds summary" in text
+
+
+def test_release_lags_are_published_and_once_pushes_no_counter_of_them() -> None:
+    """The lags learned (P10/P50/P90), the brackets kept, the pods in their lag and
+    the completed runs by result; what ``once`` pushes leaves out the counter (one cycle
+    of a new process learns no lag: pushed, each run would read as a reset), nothing
+    else. No summary (the queue off): no family."""
+    state = ServiceState()
+    release = ReleaseSummary((2.0, 5.0, 30.0), 12, 1, 3, 1, 0, 2)
+    state.success(replace(forecast_set(), release=release), 0.5, NOW)
+    got = scrape(state)
+    assert got[("gpu_eta_forecaster_release_lag_seconds", (("quantile", "0.5"),))] == 5.0
+    assert got[("gpu_eta_forecaster_release_lag_brackets", ())] == 12
+    assert got[("gpu_eta_forecaster_release_pods_lingering", ())] == 1
+    counted = ("gpu_eta_forecaster_release_observations_total", (("result", "unseen"),))
+    assert got[counted] == 2
+    pushed = generate_latest(make_registry(state, for_push=True)).decode()
+    assert "gpu_eta_forecaster_release_observations" not in pushed
+    assert 'gpu_eta_forecaster_release_lag_seconds{quantile="0.9"} 30.0' in pushed
+    empty = ServiceState()
+    empty.success(replace(forecast_set(), release=ReleaseSummary()), 0.5, NOW)
+    text = generate_latest(make_registry(empty)).decode()
+    assert "gpu_eta_forecaster_release_lag_seconds" not in text  # none learned yet
+    assert "gpu_eta_forecaster_release_lag_brackets 0.0" in text
+    assert promtool_check(text) == (0, "")
+    off = ServiceState()
+    off.success(forecast_set(), 0.5, NOW)
+    assert "release" not in generate_latest(make_registry(off)).decode()
 
 
 def test_the_help_of_forecast_info_names_every_method_published() -> None:

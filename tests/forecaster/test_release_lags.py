@@ -3,6 +3,7 @@ GPUs being free, learned from the cycles' reads (pure: cycles built in the test)
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gpu_eta.forecaster.release_lags import MAX_LAGS, Ended, ReleaseLags, decode, encode
@@ -142,3 +143,24 @@ def test_two_runs_of_one_pod_ending_in_one_cycle_free_it_after_the_later() -> No
         ended = [Ended(*POD, t) for t in order]
         lags.observe(ended, {POD: True}, set(), T + 120)
         assert lags.observe([], {}, set(), T + 180) == ((10.0, 70.0),), order
+
+
+def test_the_summary_says_what_was_learned_and_which_pods_linger_now() -> None:
+    """What the forecaster publishes: the pod in its lag while it is (with its run's end
+    and uid, for the replay), then the lag learned at P10/P50/P90, the bracket kept,
+    and the completed runs by what they gave."""
+    lags = ReleaseLags([(0.0, 10.0)] * 9)
+    lags.observe([], {POD: True}, {POD}, T)
+    lags.observe([Ended(*POD, T + 30)], {POD: True}, set(), T + 60, {POD: "u1"})
+    assert lags.lingering == {POD: (T + 30, "u1")}
+    assert lags.summary().n_lingering == 1
+    lags.observe([Ended("ml", "cpu", T + 70)], {}, set(), T + 120)
+    got = lags.summary()
+    assert lags.lingering == {}
+    assert (got.n_brackets, got.n_lingering, got.n_bracketed, got.n_unseen) == (10, 0, 1, 1)
+    assert (got.n_outliers, got.n_unbracketed) == (0, 0)
+    assert got.quantiles == pytest.approx(
+        tuple(float(x) for x in np.quantile(lags.lags, (0.1, 0.5, 0.9)))
+    )
+    assert got.quantiles[0] < 10 < got.quantiles[2]
+    assert ReleaseLags().summary().quantiles is None

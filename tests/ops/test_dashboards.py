@@ -937,6 +937,7 @@ _FORECASTER_SERIES = [
     ("gpu_eta_forecaster_history_free_bytes", "", "1024"),
     ("gpu_eta_forecaster_history_volume_available_bytes", "", "65536"),
     ("gpu_eta_forecaster_history_volume_capacity_bytes", "", "131072"),
+    ("gpu_eta_forecaster_release_lag_seconds", ',quantile="0.5"', "4.5"),
 ]
 _RUN_SERIES = [
     ("gpu_eta_job_forecast_info", ',method="rate"', "1", "r1"),
@@ -1036,6 +1037,7 @@ def test_forecaster_quality_draws_one_line_per_forecaster(tmp_path: Path, case: 
         ("History volume", "B"): each(1024),
         ("History volume", "C"): each(65536),
         ("History volume", "D"): each(131072),
+        ("Queue: release lag learned", "A"): each(4.5, 'quantile="0.5"'),
         ("Estimator in use", "A"): each(1, 'method="rate"') + each(1, 'method="prior"'),
     }
     _promtool_eval_board(tmp_path, "forecaster-quality.json", _forecasters_scraped(case), expected)
