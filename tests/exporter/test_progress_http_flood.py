@@ -182,15 +182,22 @@ def test_a_connection_storing_nothing_for_many_answers_is_closed(kind):
         lst.stop()
 
 
+def _connection_of(lst: ProgressListener, port: int) -> progress_http._Connection | None:
+    """The listener's connection from the client's ``port``, once it has accepted it."""
+    for c in list(lst._server.connections):
+        if c.transport is not None and c.transport.get_extra_info("peername")[1] == port:
+            return c
+    return None
+
+
 def _with_answers_unsent(lst: ProgressListener, s: socket.socket) -> progress_http._Connection:
     """Pipeline requests on ``s`` (which reads nothing) until the listener holds some
     answers it cannot send yet, fewer than the ``MAX_UNSENT_BYTES`` that pause reading."""
     port = s.getsockname()[1]
-    conn = next(
-        c
-        for c in list(lst._server.connections)
-        if c.transport is not None and c.transport.get_extra_info("peername")[1] == port
-    )
+    deadline = time.monotonic() + 20  # accepted by the listener's loop (a loaded machine)
+    while not (conn := _connection_of(lst, port)):
+        assert time.monotonic() < deadline, "the listener never accepted the connection"
+        time.sleep(0.01)
     # the kernel's buffers hold what fits (autotuned up to MBs on loopback): small ones,
     # so the answers past them are soon held by the listener itself
     conn.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)

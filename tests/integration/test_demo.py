@@ -431,9 +431,10 @@ def test_time_sliced_runs_are_forecast_to_their_real_ends(tmp_path: Path) -> Non
     coverage = sum(held) / len(held)
     # The moments are a few runs seen every 2 s, so coverage moves in large steps from
     # one demo to the next: healthy code measured 0.59-0.60 in some runs (failing a 0.6
-    # bound) and more in others; the unshared pace this test guards against shows as a
-    # median of 0.33-0.5 and coverage near 0 (a broken warm-up: 0.78 and 0.42).
-    assert 0.8 <= median <= 1.25 and coverage >= 0.5, (median, coverage, len(ratios), forecast)
+    # bound), 0.49 (median 0.82) on a machine loaded to 3.5 times its cores, and more in
+    # others; the unshared pace this test guards against shows as a median of 0.33-0.5
+    # and coverage near 0 (a broken warm-up: 0.78 and 0.42).
+    assert 0.8 <= median <= 1.25 and coverage >= 0.45, (median, coverage, len(ratios), forecast)
 
 
 def _children(pid: int) -> set[int]:
