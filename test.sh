@@ -12,4 +12,5 @@ set -euo pipefail
 cd "$(dirname "$0")"
 scripts/bootstrap.sh
 "${PYTHON:-python3}" -m ruff check .
-"${PYTHON:-python3}" -m pytest -n "${GPU_ETA_TEST_WORKERS:-4}" --dist loadfile "$@"
+# --no-loadscope-reorder: the files are handed out slowest first (tests/conftest.py)
+"${PYTHON:-python3}" -m pytest -n "${GPU_ETA_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"

@@ -5,7 +5,7 @@ Also a guard: the code under test is imported as ``gpu_eta.*`` through an instal
 silently test the other one. It stops with how to fix it instead.
 
 And what the suite needs of every test in a process that runs many (pytest-xdist runs
-the files in three, in no fixed order): no Hypothesis time limit per example (a busy
+the files in four, in no fixed order): no Hypothesis time limit per example (a busy
 worker stalls for more than its default 200 ms), and the root logger as each test
 found it (the exporter's and forecaster's ``main`` configure it for their process).
 """
@@ -60,6 +60,37 @@ def _root_logger_restored() -> Iterator[None]:
     for handler in handlers:
         if handler not in root.handlers:
             root.addHandler(handler)
+
+
+# The test files that take longest (``--durations``, 2026-12-07), slowest first. A file's
+# tests run in one worker (``--dist loadfile``), and xdist hands the files out in
+# collection order (``--no-loadscope-reorder`` in test.sh; by default it orders them by
+# their count of tests): one of these started last ran on alone for minutes after the
+# others were done. Order only: a file missing here, or one that got faster, costs
+# time, never a result.
+SLOW_FILES = (
+    "tests/report/test_callbacks.py",
+    "tests/forecaster/test_evaluate.py",
+    "tests/top/test_render.py",
+    "tests/ops/test_manifests.py",
+    "tests/integration/test_demo.py",
+    "tests/ops/test_chart.py",
+    "tests/integration/test_forecaster_prometheus.py",
+    "tests/forecaster/test_main.py",
+    "tests/forecaster/test_history_steps.py",
+    "tests/top/test_top.py",
+    "tests/forecaster/test_cycle_clock.py",
+    "tests/demo/test_main.py",
+    "tests/forecaster/test_cycle_restart_steps_prometheus.py",
+    "tests/forecaster/test_cycle_restart_prometheus.py",
+    "tests/report/test_client.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow files' tests first (``SLOW_FILES``), every file's in its own order."""
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 def pytest_configure(config: pytest.Config) -> None:
