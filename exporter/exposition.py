@@ -211,6 +211,12 @@ _TRAINING_FIELDS = (
         "start_step",
     ),
     (
+        "gpu_eta_training_start_epoch",
+        "Epochs completed when the run started (resumed from a checkpoint, or counted by its"
+        " first report); absent from epoch 0",
+        "start_epoch",
+    ),
+    (
         "gpu_eta_training_epoch_end_timestamp_seconds",
         "When the latest completed epoch ended",
         "epoch_end_timestamp",

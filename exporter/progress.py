@@ -882,6 +882,8 @@ def advance(
     if step is not None and steps is not None and step > steps:
         raise InvalidReport(f"step {step:g} > steps {steps:g} of run {base.run_id}")
     metrics, removed_metrics = merged_metrics(base.metrics, base.removed_metrics, report)
+    # the epoch the run started at (the ``start_epoch`` field says why), set below
+    begun_epoch = base.start_epoch
     if reported is not None and prev_epoch is not None and reported > prev_epoch:
         if (
             epoch_end is None  # the run's first end
@@ -897,8 +899,11 @@ def advance(
         # where the run starts (a resume from a checkpoint), ended at its start, which
         # the forecaster reads as the run's origin; any other report's, by its time
         epoch_end = base.run_start_timestamp if report.event == "start" else stamp
+        if epoch_end == base.run_start_timestamp:
+            # ended at the run's start: no epoch of the run's own time (``start_epoch``)
+            begun_epoch = reported
     begun = start_step(report, base.run_start_timestamp, stamp) if new_run else base.start_step
-    begun = start_step_within(begun, step, steps)
+    begun = start_within(begun, step, steps)
     return Progress(
         namespace=namespace,
         pod=pod,
@@ -920,6 +925,7 @@ def advance(
         held_epoch=held_epoch,
         held_epoch_timestamp=held_at,
         start_step=begun,
+        start_epoch=start_within(begun_epoch, epoch, epochs),
         epochs_from_zero=base.epochs_from_zero,
     )
 
@@ -943,18 +949,20 @@ def start_step(report: Report, run_start: float, stamp: float) -> float | None:
     return step if report.event == "start" or run_start >= stamp else None
 
 
-def start_step_within(begun: float | None, step: float | None, steps: float | None) -> float | None:
-    """``begun`` (a run's start step) while the run's step and planned steps are not
-    below it, else None. Pure.
+def start_within(begun: float | None, count: float | None, planned: float | None) -> float | None:
+    """``begun`` (a run's start step or start epoch) while the run's step and planned
+    steps (its epoch and planned epochs) are not below it, else None. Pure.
 
     Why drop it rather than refuse the report: a run's step may go back under its
     start step and stay in the run (a named run's counter reset for a new phase); the
     start step then says nothing of where the run's work began, and refused, the run's
     ``end`` was lost, and a row saved so (ended by its pod's exit at the step it
-    reached) was discarded as damaged at the next start, the run lost with it."""
+    reached) was discarded as damaged at the next start, the run lost with it. A
+    stored start epoch above the row's epoch (hand-edited, damaged) is dropped alike:
+    the row's progress is kept."""
     if begun is None:
         return None
-    if (step is not None and step < begun) or (steps is not None and steps < begun):
+    if (count is not None and count < begun) or (planned is not None and planned < begun):
         return None
     return begun
 
@@ -1013,7 +1021,7 @@ def ended_by_exit(progress: Progress, now: float) -> Progress | None:
     epochs, steps = _reached_totals(epoch, progress.step)
     return replace(
         progress,
-        start_step=start_step_within(progress.start_step, progress.step, steps),
+        start_step=start_within(progress.start_step, progress.step, steps),
         epoch=epoch,
         epoch_end_timestamp=epoch_end,
         held_epoch=None,
@@ -1070,6 +1078,21 @@ def _check_start_step(progress: Progress) -> None:
         raise InvalidReport(f"start_step {begun:g} > steps {progress.steps:g}")
 
 
+def _check_start_epoch(progress: Progress) -> None:
+    """``InvalidReport`` unless ``progress``'s start epoch is one ``advance`` could have
+    kept: none, or an epoch not above the run's epoch nor its planned epochs."""
+    begun = progress.start_epoch
+    if begun is None:
+        return
+    _number("start_epoch", begun)
+    if progress.epoch is None:
+        raise InvalidReport("start_epoch without an epoch")
+    if begun > progress.epoch:
+        raise InvalidReport(f"start_epoch {begun:g} > epoch {progress.epoch:g}")
+    if progress.epochs is not None and begun > progress.epochs:
+        raise InvalidReport(f"start_epoch {begun:g} > epochs {progress.epochs:g}")
+
+
 _POD_NAME = DNS_SUBDOMAIN
 _SOURCES = ("http", "log")
 
@@ -1107,6 +1130,7 @@ def check_progress(progress: Progress) -> Progress:
     _check_held(progress)
     _check_held_end(progress)
     _check_start_step(progress)
+    _check_start_epoch(progress)
     if progress.epochs_from_zero is not None:
         _number("epochs_from_zero", progress.epochs_from_zero)
         if not progress.epochs_from_zero >= 1 or progress.epochs_from_zero != int(

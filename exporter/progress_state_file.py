@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import BinaryIO
 
 from gpu_eta.common.versioned_json import load_versioned
-from gpu_eta.exporter.progress import ReportError, check_progress, start_step_within
+from gpu_eta.exporter.progress import ReportError, check_progress, start_within
 from gpu_eta.exporter.readings import Progress
 
 log = logging.getLogger(__name__)
@@ -293,6 +293,7 @@ _SPARSE_FIELDS = (
     "held_epoch",
     "held_epoch_timestamp",
     "start_step",
+    "start_epoch",
     "epochs_from_zero",
     "held_end_epoch",
     "held_end_timestamp",
@@ -346,9 +347,11 @@ def progress_from_row(row: object) -> Progress:
             removed_metrics=frozenset(removed),
         )
         # a start step above the row's step or steps (saved by an exporter that kept
-        # it so) is dropped, not the row: ``start_step_within`` says why
-        begun = start_step_within(progress.start_step, progress.step, progress.steps)
-        return check_progress(replace(progress, start_step=begun))
+        # it so), a start epoch above its epoch or epochs, is dropped, not the row:
+        # ``start_within`` says why
+        begun = start_within(progress.start_step, progress.step, progress.steps)
+        begun_epoch = start_within(progress.start_epoch, progress.epoch, progress.epochs)
+        return check_progress(replace(progress, start_step=begun, start_epoch=begun_epoch))
     except OverflowError:
         raise ValueError("a number is too large") from None
     except ReportError as err:

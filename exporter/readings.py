@@ -242,6 +242,11 @@ class Progress:
     # None from step 0): steps carry no time on the wire, so the forecaster reads a
     # run's origin from it (``progress.start_step``), published as it is
     start_step: float | None = None
+    # the epoch the run started at: its first report's epoch when that epoch ended at
+    # the run's start (a resume from a checkpoint, curl's first report; None from epoch
+    # 0), published as it is, so that a mean epoch counts the epochs done since
+    # (``progress.advance``)
+    start_epoch: float | None = None
     # a log row: the N of the ``Epoch 0/N`` bar its container counts epochs from 0 by
     # (``logformats.LogState.from_zero``), kept so that a restarted exporter reads on
     # in that count when the line cannot be read again (rotated away)

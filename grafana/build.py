@@ -760,11 +760,14 @@ def training_job() -> dict:
         remaining,
         ts(
             "Epoch duration",
-            "Mean seconds per epoch so far, and over the last 15 minutes (gaps when no epoch ended).",
+            "Mean seconds per epoch since the run started (epochs a resumed run started at not "
+            "counted: gaps until its first epoch since), and over the last 15 minutes (gaps when "
+            "no epoch ended).",
             "s",
             q(
                 f"(gpu_eta_training_epoch_end_timestamp_seconds{{{JOB}}} - gpu_eta_training_run_start_timestamp_seconds{{{JOB}}})"
-                f" / (gpu_eta_training_epoch{{{JOB}}} > 0)",
+                f" / (gpu_eta_training_epoch{{{JOB}}}"
+                f" - (gpu_eta_training_start_epoch{{{JOB}}} or gpu_eta_training_epoch{{{JOB}}} * 0) > 0)",
                 "mean so far {{run_id}}",
                 "A",
             ),

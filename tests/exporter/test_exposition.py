@@ -342,6 +342,19 @@ def test_a_resumed_runs_start_step_is_published_and_a_fresh_runs_is_not() -> Non
     assert "# TYPE gpu_eta_training_start_step gauge" in text
 
 
+def test_a_resumed_runs_start_epoch_is_published_and_a_fresh_runs_is_not() -> None:
+    """``gpu_eta_training_start_epoch``: the epochs a run started with (resumed from a
+    checkpoint at epoch 50), which the stall rule and the dashboard's mean epoch leave
+    out; a run started from 0 has no such series."""
+    resumed = Progress("ns", "p", "c", "r", 1.0, 2.0, "http", epoch=51, start_epoch=50)
+    fresh = Progress("ns", "p", "c", "f", 1.0, 2.0, "http", epoch=1)
+    text = _exposition(_snap(progress=(resumed, fresh)))
+    assert _samples(text, "gpu_eta_training_start_epoch") == {
+        '{container="c",namespace="ns",node="n1",pod="p",run_id="r"}': 50.0
+    }
+    assert "# TYPE gpu_eta_training_start_epoch gauge" in text
+
+
 def test_snapshot_age_is_computed_at_scrape_time() -> None:
     age = _samples(
         _exposition(_snap(timestamp=100.0), now=107.5), "gpu_eta_exporter_snapshot_age_seconds"

@@ -974,6 +974,54 @@ def test_a_run_resumed_in_steps_keeps_the_step_it_started_at() -> None:
     assert again.start_step is None  # a new run under the id: its own start
 
 
+def test_a_run_started_with_epochs_done_keeps_the_epoch_it_started_at() -> None:
+    """A run whose first report already counts epochs ended at its start (a resume
+    from a checkpoint: ``start`` with ``initial_epoch``; a first report that starts the
+    run at its own time: curl) keeps that epoch as ``start_epoch``
+    (``gpu_eta_training_start_epoch``): the rule's and the dashboard's mean epoch count
+    the epochs done since it, not from 0 (read from 0, a run resumed at epoch 50 of
+    50-minute epochs showed 58.8 s per epoch and was alerted stalled 45 min into its
+    first epoch). A run started from 0, or whose first report is no start (its epochs
+    done in its time, ended then), has none."""
+    start = NOW - 0.4
+    resumed = _adv(
+        None, Report(run_id="r", run_start=start, event="start", epoch=50, epochs=100), NOW
+    )
+    assert (resumed.epoch, resumed.epoch_end_timestamp, resumed.start_epoch) == (50, start, 50)
+    later = _adv(resumed, Report(run_id="r", run_start=start, epoch=51), NOW + 3000)
+    assert (later.epoch, later.start_epoch) == (51, 50)
+    ended = _adv(later, Report(run_id="r", run_start=start, event="end", epoch=100), NOW + 9000)
+    assert ended.start_epoch == 50
+    assert check_progress(ended) is ended
+    curl = _adv(None, Report(run_id="c", epoch=3, epochs=10), NOW)  # no run_start
+    assert curl.start_epoch == 3
+    fresh = _adv(None, Report(run_id="f", run_start=start, event="start", epoch=0), NOW)
+    assert fresh.start_epoch is None
+    lost = _adv(None, Report(run_id="l", run_start=start, epoch=41, epochs=50), NOW)
+    assert (lost.epoch_end_timestamp, lost.start_epoch) == (NOW, None)
+    stepped = _adv(None, Report(run_id="s", run_start=start, event="start", step=10), NOW)
+    first_epoch = _adv(stepped, Report(run_id="s", run_start=start, epoch=1, step=90), NOW + 60)
+    assert first_epoch.start_epoch is None  # its first epoch ended in its time
+    again = _adv(
+        ended, Report(run_id="r", run_start=NOW + 9100, event="start", epoch=0), NOW + 9100
+    )
+    assert again.start_epoch is None  # a new run under the id: its own start
+
+
+def test_a_stored_start_epoch_is_checked_as_an_epoch() -> None:
+    """A state-file row's ``start_epoch`` is held to the bounds of an epoch: a number, not
+    negative, not above the epoch the run reached nor its planned epochs."""
+    row = Progress("ns", "p", "c", "r", NOW, NOW, "http", epoch=51, epochs=100, start_epoch=50)
+    assert check_progress(row) is row
+    for bad, reason in (
+        (-1.0, "must not be negative"),
+        (60.0, "start_epoch 60 > epoch 51"),
+        (float("nan"), "must be finite"),
+    ):
+        with pytest.raises(InvalidReport, match=reason):
+            check_progress(replace(row, start_epoch=bad))
+
+
 def test_a_step_below_the_start_step_drops_the_start_step() -> None:
     """A named plan-less run started at step 8,000 whose counter then went back to 100
     (a new phase under the same run) had its ``end`` at step 200 refused ("start_step

@@ -669,6 +669,29 @@ def test_a_resumed_runs_start_step_survives_a_restart(tmp_path, stop):
     assert (again.step, again.start_step) == (8100, 8000)
 
 
+@pytest.mark.parametrize("stop", ["saved", "killed"])
+def test_a_resumed_runs_start_epoch_survives_a_restart(tmp_path, stop):
+    """The epoch a run resumed at (``start_epoch``) is what the stall rule's mean epoch
+    leaves out: a restart, from the state file or the journal alone, keeps it; a stored
+    one above the row's epoch (damaged, hand-edited) is dropped, not the row."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    start = Report(run_id="r", run_start=NOW - 1, event="start", epoch=50, epochs=100)
+    store.merge("ns", "sender", "main", "http", start, NOW)
+    store.merge("ns", "sender", "main", "http", Report(run_id="r", epoch=51), NOW + 10)
+    stop_store(store, path, stop)
+    (again,) = ProgressStore(path).snapshot()
+    assert (again.epoch, again.start_epoch) == (51, 50)
+    again_store = ProgressStore(path)
+    again_store.close()
+    state = json.loads(path.read_text())
+    (row,) = state["progress"]
+    row.update(start_epoch=70.0)
+    path.write_text(json.dumps(state))
+    (loaded,) = ProgressStore(path).snapshot()
+    assert (loaded.run_id, loaded.epoch, loaded.start_epoch) == ("r", 51, None)
+
+
 def test_a_stored_start_step_beyond_the_step_is_dropped_not_the_row(tmp_path):
     """A row whose start step is above its step or steps (a plan-less run at step 100
     after starting at 8,000, ended by its pod's exit at steps 100, as an older exporter

@@ -1202,3 +1202,35 @@ def test_ages_keep_growing_after_their_series_end(tmp_path: Path) -> None:
     test_file.write_text(yaml.safe_dump(test, sort_keys=False))
     proc = promtool("test", "rules", str(test_file), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_epoch_duration_counts_the_epochs_since_the_runs_start(tmp_path: Path) -> None:
+    """The "Epoch duration" mean so far (A): the time since the run's start over the epochs
+    done since it. A run resumed at epoch 50, or whose first report already counted 3
+    (docs/progress.md's curl), starts with those epochs ended at its start
+    (gpu_eta_training_start_epoch): 50-minute epochs read 3000 s, as a fresh run's do,
+    and a run still in its first epoch since the start shows no mean (0 s, or 58.8 s
+    for the resumed run's 51st epoch, read its epochs from 0)."""
+    (expr,) = [
+        t["expr"]
+        for p, t in _targets(_load(GRAFANA / "training-job.json"))
+        if p.get("title") == "Epoch duration" and t["refId"] == "A"
+    ]
+    expr = expr.replace('namespace="$namespace"', 'namespace="ml"')
+    expr = expr.replace('pod="$pod"', 'pod=~".+"')
+    series = []
+    # pod: (epoch, start epoch or None, last epoch end); every run started at 0
+    runs = {"fresh": (1, None, 3000), "resumed": (51, 50, 3000), "curl": (4, 3, 3000)}
+    runs["begun"] = (50, 50, 0)  # resumed at 50, in its first epoch since
+    for pod, (epoch, begun, end) in runs.items():
+        labels = f'namespace="ml",pod="{pod}",container="c",run_id="r"'
+        series.append((f"gpu_eta_training_epoch{{{labels}}}", str(epoch)))
+        series.append((f"gpu_eta_training_run_start_timestamp_seconds{{{labels}}}", "0"))
+        series.append((f"gpu_eta_training_epoch_end_timestamp_seconds{{{labels}}}", str(end)))
+        if begun is not None:
+            series.append((f"gpu_eta_training_start_epoch{{{labels}}}", str(begun)))
+    expected = [
+        {"labels": f'{{namespace="ml",pod="{pod}",container="c",run_id="r"}}', "value": 3000}
+        for pod in ("fresh", "resumed", "curl")
+    ]
+    _promtool_eval(tmp_path, series, [(expr, expected)])
