@@ -1133,3 +1133,20 @@ def test_the_charts_own_values_given_back_render_as_the_defaults(openshift_on: b
     assert not k8s.validate_all(given)
     for kind, name in (("ConfigMap", "gpu-eta-settings"), ("Deployment", "gpu-eta-forecaster")):
         assert find(given, kind, name) == find(plain, kind, name), (kind, name)
+
+
+@pytest.mark.parametrize("folder", ["Team ML: GPUs", "2026", "#gpu", "yes", "gpu-eta"])
+def test_a_dashboard_folder_is_annotated_as_the_string_given(folder: str) -> None:
+    """``dashboards.folder`` is any folder name Grafana takes: rendered unquoted, a colon
+    broke the install (a YAML mapping inside the annotation), ``2026`` became a
+    number and ``#gpu`` null (a comment), neither a valid annotation value. Every
+    dashboard ConfigMap carries the name as it was given."""
+    objects = k8s.helm_template({"dashboards": {"folder": folder}})
+    boards = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["labels"].get("grafana_dashboard") == "1"
+    ]
+    assert len(boards) == len(list((CHART / "dashboards").glob("*.json")))
+    for board in boards:
+        assert board["metadata"]["annotations"] == {"grafana_folder": folder}
