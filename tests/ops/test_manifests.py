@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -1561,3 +1562,27 @@ def test_forecaster_memory_request_covers_its_measured_baseline() -> None:
     deploy = (ROOT / "docs" / "deploy.md").read_text()
     row = re.search(r"\| `forecaster\.resources` \| requests (\S+) / (\S+), limits", deploy)
     assert row and row.groups() == (memory["requests"]["cpu"], memory["requests"]["memory"])
+
+
+def test_the_documented_gpu_resource_sed_changes_every_regex(tmp_path: Path) -> None:
+    """docs/deploy.md's sed for a site's own GPU resource name (kustomize), run on copies
+    of the two files it edits: every GPU resource regex gains the name, also where a
+    line holds it twice (the Cluster overview's "waited" query: its app containers' and
+    its init containers' requests; without ``g`` only the first changed, so a pod whose
+    site GPU an init container asks for was no waiting pod)."""
+    doc = (ROOT / "docs" / "deploy.md").read_text()
+    (command,) = re.findall(r"`(sed -i [^`]*)`", doc)
+    argv = shlex.split(command.replace("\n", " "))
+    regex = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
+    before = {}
+    for name in argv[3:]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        text = (ROOT / name).read_text()
+        before[name] = text.count(regex)
+        assert before[name], name
+        (tmp_path / name).write_text(text)
+    assert any(line.count(regex) > 1 for line in (ROOT / argv[-1]).read_text().splitlines())
+    subprocess.run(argv, cwd=tmp_path, check=True)
+    for name, count in before.items():
+        text = (tmp_path / name).read_text()
+        assert text.count(regex + "|nvidia_com_a100_shared") == count, name
