@@ -222,9 +222,9 @@ def test_scrape_intervals_follow_the_collection_and_cycle_intervals() -> None:
     assert _scrape_intervals(overridden) == {"gpu-eta-exporter": "1m", "gpu-eta-forecaster": "5m"}
     # at most 2m from a slower cycle: past Prometheus' 5-minute lookback the forecasts
     # were absent half of each cycle; an interval that is set is taken as given
-    slow = {"exporter": {"collectionInterval": "3m"}, "forecaster": {"cycleInterval": 600}}
+    slow = {"exporter": {"collectionInterval": "3m"}, "forecaster": {"cycleInterval": 300}}
     assert _scrape_intervals(slow) == {"gpu-eta-exporter": "2m", "gpu-eta-forecaster": "2m"}
-    assert _scrape_intervals({"exporter": {"collectionInterval": "1h"}})["gpu-eta-exporter"] == "2m"
+    assert _scrape_intervals({"exporter": {"collectionInterval": "4m"}})["gpu-eta-exporter"] == "2m"
     assert _scrape_intervals({"forecaster": {"cycleInterval": 121}})["gpu-eta-forecaster"] == "2m"
     with pytest.raises(
         k8s.RenderError, match=r"cycleInterval: \"90\.5\".*set serviceMonitor\.forecasterInterval"
@@ -1013,7 +1013,8 @@ def test_gpu_resources_given_as_a_string_is_taken_as_that_name(value: str) -> No
 # (part, value, flag, value as given, the text Helm renders it as): durations the
 # exporter's parser takes or refuses (exporter/config.py parse_duration: one number and
 # one of ms/s/m/h, the interval at least 50ms), and `serve`'s --cycle.interval (a float,
-# finite, > 0, at most ten years).
+# finite, > 0, at most ten years). Those the programs take but the alert thresholds
+# cannot follow are in BEYOND_THRESHOLDS.
 INTERVALS = [
     *[
         ("exporter", "collectionInterval", "--collection.interval", v, str(v))
@@ -1043,6 +1044,16 @@ INTERVALS = [
 ]
 
 
+# taken by the program, refused by the chart: a snapshot or forecast that old is
+# stale to the alerts (test_intervals_the_alert_thresholds_cannot_follow_fail_the_install)
+BEYOND_THRESHOLDS = {
+    ("collectionInterval", "1h"),
+    ("cycleInterval", 315360000),
+    ("cycleInterval", "1e3"),
+    ("cycleInterval", "1_000"),
+}
+
+
 def _program_takes(part: str, flag: str, text: str) -> bool:
     """Does the program (the exporter, or the forecaster's ``serve``) take FLAG=TEXT in
     place of the chart's default, as its container would pass it?"""
@@ -1069,12 +1080,17 @@ def test_the_chart_takes_the_intervals_its_programs_take_and_no_other(
     value, instead of an install whose pods crash-loop; one they take renders as that
     argument. The chart's check and the programs' parsers agree on each value."""
     takes = _program_takes(part, flag, text)
+    beyond = (key, value) in BEYOND_THRESHOLDS
     try:
         objects = k8s.helm_template({part: {key: value}})
     except k8s.RenderError as err:
-        assert not takes, f"the chart refuses {value!r}, which {part} takes: {err}"
         assert f"{part}.{key}" in str(err)
+        if beyond:
+            assert takes and "GpuEta" in str(err), err
+            return
+        assert not takes, f"the chart refuses {value!r}, which {part} takes: {err}"
         return
+    assert not beyond, f"the chart renders {flag}={text}, which the alerts cannot follow"
     assert takes, f"the chart renders {flag}={text}, which {part} refuses"
     (invocation,) = [
         i for i in container_args.invocations(objects) if i.program == f"gpu-eta-{part}"
@@ -1150,3 +1166,59 @@ def test_a_dashboard_folder_is_annotated_as_the_string_given(folder: str) -> Non
     assert len(boards) == len(list((CHART / "dashboards").glob("*.json")))
     for board in boards:
         assert board["metadata"]["annotations"] == {"grafana_folder": folder}
+
+
+@pytest.mark.parametrize(
+    ("values", "refused"),
+    [
+        ({"forecaster": {"mode": "cronjob", "schedule": "*/5 * * * *"}}, None),
+        ({"forecaster": {"mode": "cronjob", "schedule": "*/4 * * * *"}}, None),
+        ({"forecaster": {"mode": "cronjob", "schedule": "0-59/5 * * * *"}}, None),
+        (
+            {
+                "forecaster": {
+                    "mode": "cronjob",
+                    "schedule": "2,7,12,17,22,27,32,37,42,47,52,57 * * * *",
+                }
+            },
+            None,
+        ),
+        ({"forecaster": {"mode": "cronjob", "schedule": "* * * * *"}}, None),
+        ({"forecaster": {"mode": "cronjob", "schedule": "0 * * * *"}}, "60 minutes apart"),
+        ({"forecaster": {"mode": "cronjob", "schedule": "*/10 * * * *"}}, "10 minutes apart"),
+        ({"forecaster": {"mode": "cronjob", "schedule": "*/7 * * * *"}}, "7 minutes apart"),
+        ({"forecaster": {"mode": "cronjob", "schedule": "0-30/5 * * * *"}}, "30 minutes apart"),
+        ({"forecaster": {"mode": "cronjob", "schedule": "*/5 9-17 * * *"}}, "hour"),
+        ({"forecaster": {"mode": "cronjob", "schedule": "*/5 * * * 1-5"}}, "day of the week"),
+        ({"forecaster": {"mode": "cronjob", "schedule": "@hourly"}}, "@hourly"),
+        ({"forecaster": {"mode": "cronjob", "schedule": "*/5 * * *"}}, "five fields"),
+        ({"forecaster": {"cycleInterval": 300}}, None),
+        ({"forecaster": {"cycleInterval": 301}}, "forecaster.cycleInterval"),
+        ({"forecaster": {"cycleInterval": 3600}}, "forecaster.cycleInterval"),
+        ({"exporter": {"collectionInterval": "290s", "collectionTimeout": "10s"}}, None),
+        ({"exporter": {"collectionInterval": "291s"}}, "exporter.collectionInterval"),
+        ({"exporter": {"collectionInterval": "1h"}}, "exporter.collectionInterval"),
+        (
+            {"exporter": {"collectionInterval": "1m", "collectionTimeout": "5m"}},
+            "collectionTimeout",
+        ),
+    ],
+    ids=lambda v: repr(v)[:60],
+)
+def test_intervals_the_alert_thresholds_cannot_follow_fail_the_install(
+    values: dict, refused: str | None
+) -> None:
+    """The alerts' thresholds are fixed (docs/alerts.md): a forecast older than 900 s is
+    stale (GpuEtaForecasterStale, GpuEtaPodPendingNoStart's pending_prediction_past_seconds)
+    and an exporter snapshot older than 300 s is a wedged loop. An hourly CronJob whose
+    every run succeeded fired GpuEtaForecasterStale. The chart refuses a forecaster that
+    runs more than 5 minutes apart (a cycle, up to a run's 240 s and a scrape stay under
+    900 s, with room for one failed run) and an exporter whose collection interval and
+    timeout exceed 300 s together, naming the value and the alert."""
+    if refused is None:
+        k8s.helm_template(values)
+        return
+    with pytest.raises(k8s.RenderError) as err:
+        k8s.helm_template(values)
+    assert refused in str(err.value)
+    assert "GpuEta" in str(err.value)

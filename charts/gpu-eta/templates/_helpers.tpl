@@ -182,6 +182,7 @@ gpu-eta.gpuResourceRegex (.path: the file under the chart, .root: the top contex
 ms, s, m, h (none: seconds), above 0, the interval at least 50ms; checked here, as the
 GPU resources below, so that a value it refuses fails the install instead of
 crash-looping every exporter ("1m30s", "1d": Prometheus durations it does not read) */ -}}
+{{- $durations := dict -}}
 {{- range $key, $min := dict "collectionInterval" 0.05 "collectionTimeout" 0.0 -}}
 {{- $text := toString (index $.Values.exporter $key) -}}
 {{- $seconds := 0.0 -}}
@@ -192,7 +193,19 @@ crash-looping every exporter ("1m30s", "1d": Prometheus durations it does not re
 {{- if or (not (gt $seconds 0.0)) (lt $seconds $min) -}}
 {{- fail (printf "exporter.%s: %q is no duration the exporter takes: a number and one unit of ms, s, m or h, like 15s or 500ms, %s" $key $text (ternary "at least 50ms" "above 0" (gt $min 0.0))) -}}
 {{- end -}}
+{{- $_ := set $durations $key $seconds -}}
 {{- end -}}
+{{- /* the alert thresholds are fixed numbers (docs/alerts.md, "Thresholds"), not
+derived from these values: the rules are one file for every install (kustomize,
+ConfigMap, PrometheusRule) and its promtool tests hold those numbers. So an interval
+they cannot follow fails the install. A healthy loop's snapshot is at most an interval
+and a round's timeout old: above snapshot_stale_seconds (300) together it would read
+as wedged. */ -}}
+{{- $age := addf $durations.collectionInterval $durations.collectionTimeout -}}
+{{- if gt $age 300.0 -}}
+{{- fail (printf "exporter.collectionInterval %q and exporter.collectionTimeout %q add up to %gs, above 300s: a healthy exporter would serve snapshots older than GpuEtaExporterSnapshotStale's snapshot_stale_seconds (300s, docs/alerts.md); keep the two at most 300s together" (toString .Values.exporter.collectionInterval) (toString .Values.exporter.collectionTimeout) $age) -}}
+{{- end -}}
+{{- include "gpu-eta.validateSchedule" . -}}
 {{- /* serve's --cycle.interval: a float as Python reads one (forecaster/main.py,
 type=float), finite, above 0 and at most ten years (forecaster/config.py
 MAX_WINDOW_SECONDS); a CronJob's `once` takes none */ -}}
@@ -204,6 +217,9 @@ MAX_WINDOW_SECONDS); a CronJob's `once` takes none */ -}}
 {{- if regexMatch $number $text }}{{ $seconds = $text | replace "_" "" | float64 }}{{ end -}}
 {{- if or (not (gt $seconds 0.0)) (gt $seconds 315360000.0) -}}
 {{- fail (printf "forecaster.cycleInterval: %q is no --cycle.interval serve takes: a number of seconds above 0 and at most ten years, like 60 (no unit)" $text) -}}
+{{- end -}}
+{{- if gt $seconds 300.0 -}}
+{{- fail (printf "forecaster.cycleInterval: %q seconds is above 300: forecasts that far apart, with a cycle's run and a scrape, grow older than the 900s after which GpuEtaForecasterStale fires and GpuEtaPodPendingNoStart reads a prediction as none (docs/alerts.md); at most 300" $text) -}}
 {{- end -}}
 {{- end -}}
 {{- /* the rules of common/gpu_resources.py parse_gpu_resources (at most 32 distinct
@@ -219,6 +235,72 @@ install instead of crash-looping the exporter and the forecaster */ -}}
 {{- $subdomain := "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" -}}
 {{- if or (ne (len $parts) 2) (gt (len (first $parts)) 253) (not (regexMatch $subdomain (first $parts))) (not (regexMatch "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" (last $parts))) (contains "kubernetes.io/" .) (hasPrefix "requests." .) -}}
 {{- fail (printf "gpuResources: %q is not a Kubernetes extended resource name (DOMAIN/NAME outside kubernetes.io, e.g. nvidia.com/a100-shared)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+cronjob mode: forecaster.schedule runs `once` at most 5 minutes apart, whatever the
+hour or day. The thresholds are fixed (gpu-eta.validate says why): a forecast older
+than 900s is stale to GpuEtaForecasterStale (forecaster_stale_seconds) and none to
+GpuEtaPodPendingNoStart (pending_prediction_past_seconds). Runs 5 minutes apart, each
+stopped after 240s, plus a 2-minute scrape stay under it with room for one failed run;
+an hourly schedule whose every run succeeded fired GpuEtaForecasterStale. Read: five
+fields; the minute field's "*", "N", "A-B", each with an optional "/STEP", comma
+separated (the largest gap between the minutes it names, around the hour, is the
+period); every other field "*" (or "?"): any other hour, day or month field leaves
+hours or days without a run. A macro (@hourly, @daily, ...) runs an hour apart or more.
+*/}}
+{{- define "gpu-eta.validateSchedule" -}}
+{{- if eq .Values.forecaster.mode "cronjob" -}}
+{{- $schedule := toString .Values.forecaster.schedule | trim -}}
+{{- $why := "runs must be at most 5 minutes apart: a forecast older than 900s fires GpuEtaForecasterStale and GpuEtaPodPendingNoStart (docs/alerts.md)" -}}
+{{- if hasPrefix "@" $schedule -}}
+{{- fail (printf "forecaster.schedule: %q runs the forecaster an hour apart or more; %s" $schedule $why) -}}
+{{- end -}}
+{{- $fields := splitList " " (regexReplaceAll "\\s+" $schedule " ") -}}
+{{- if ne (len $fields) 5 -}}
+{{- fail (printf "forecaster.schedule: %q is no cron schedule of five fields (minute hour day-of-month month day-of-week) this chart can check; %s" $schedule $why) -}}
+{{- end -}}
+{{- range $i, $name := list "hour" "day of the month" "month" "day of the week" -}}
+{{- $field := index $fields (add1 $i) -}}
+{{- if not (has $field (list "*" "?")) -}}
+{{- fail (printf "forecaster.schedule: %q restricts the %s (%q), leaving hours or days without a run; use *: %s" $schedule $name $field $why) -}}
+{{- end -}}
+{{- end -}}
+{{- $minutes := dict -}}
+{{- range $part := splitList "," (first $fields) -}}
+{{- if not (regexMatch "^([*]|[0-9]+(-[0-9]+)?)(/[0-9]+)?$" $part) -}}
+{{- fail (printf "forecaster.schedule: %q: the minute field's %q is none of *, N, A-B (each with an optional /STEP) this chart can check; %s" $schedule $part $why) -}}
+{{- end -}}
+{{- $span := regexReplaceAll "/.*$" $part "" -}}
+{{- $step := 1 -}}
+{{- if contains "/" $part }}{{ $step = regexReplaceAll "^.*/" $part "" | atoi }}{{ end -}}
+{{- $lo := 0 -}}
+{{- $hi := 59 -}}
+{{- if ne $span "*" -}}
+{{- $lo = regexReplaceAll "-.*$" $span "" | atoi -}}
+{{- $hi = ternary (regexReplaceAll "^.*-" $span "" | atoi) (ternary 59 $lo (contains "/" $part)) (contains "-" $span) -}}
+{{- end -}}
+{{- if or (lt $step 1) (gt $hi 59) (gt $lo $hi) -}}
+{{- fail (printf "forecaster.schedule: %q: the minute field's %q names no minutes of 0-59; %s" $schedule $part $why) -}}
+{{- end -}}
+{{- range $m := until 60 -}}
+{{- if and (ge $m $lo) (le $m $hi) (eq 0 (mod (sub $m $lo) $step)) }}{{ $_ := set $minutes (toString $m) true }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- $first := -1 -}}
+{{- $last := -1 -}}
+{{- $gap := 0 -}}
+{{- range $m := until 60 -}}
+{{- if hasKey $minutes (toString $m) -}}
+{{- if ge $last 0 }}{{ $gap = max $gap (sub $m $last) }}{{ else }}{{ $first = $m }}{{ end -}}
+{{- $last = $m -}}
+{{- end -}}
+{{- end -}}
+{{- $gap = max $gap (sub (add $first 60) $last) -}}
+{{- if gt $gap 5 -}}
+{{- fail (printf "forecaster.schedule: %q runs the forecaster up to %d minutes apart; %s" $schedule $gap $why) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
