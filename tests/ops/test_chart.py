@@ -732,6 +732,7 @@ def test_openshift_binds_the_forecaster_to_cluster_monitoring_view_per_release()
 
 SERVICE_CA = ("openshift-service-ca.crt", "service-ca.crt")
 QUERIER = openshift.THANOS_QUERIER
+VM = "http://victoria-metrics.vm.svc:8428"
 
 
 @pytest.mark.parametrize(
@@ -741,8 +742,19 @@ QUERIER = openshift.THANOS_QUERIER
         (
             {"prometheusUrl": "https://thanos.example:9091"},
             "https://thanos.example:9091",
+            False,
+            None,
+        ),
+        ({"prometheusUrl": VM}, VM, False, None),
+        ({"prometheusUrl": QUERIER}, QUERIER, True, SERVICE_CA),
+        (
+            {
+                "prometheusUrl": "https://thanos.example:9091",
+                "prometheusAuth": {"serviceAccountToken": True},
+            },
+            "https://thanos.example:9091",
             True,
-            SERVICE_CA,
+            None,
         ),
         (
             {"prometheusAuth": {"serviceAccountToken": False, "caConfigMap": ""}},
@@ -758,14 +770,26 @@ QUERIER = openshift.THANOS_QUERIER
             ("openshift-service-ca.crt", "bundle.pem"),
         ),
     ],
-    ids=["defaults", "own-url", "no-token-no-ca", "own-ca", "own-ca-key"],
+    ids=[
+        "defaults",
+        "own-url",
+        "own-http-url",
+        "querier-set",
+        "own-url-token",
+        "no-token-no-ca",
+        "own-ca",
+        "own-ca-key",
+    ],
 )
 def test_openshift_defaults_the_forecaster_to_thanos_querier_and_a_set_value_wins(
     forecaster: dict, url: str, token: bool, ca: tuple[str, str] | None
 ) -> None:
     """With ``openshift.enabled`` the forecaster's unset Prometheus values follow
     OpenShift (thanos-querier, the ServiceAccount's token, the service CA); each value
-    set explicitly, ``false`` and ``""`` included, wins over its OpenShift default."""
+    set explicitly, ``false`` and ``""`` included, wins over its OpenShift default. The
+    token and the service CA default on for thanos-querier alone: a URL of another
+    host got the token bound to cluster-monitoring-view (any metric of the cluster),
+    over plain http to VictoriaMetrics too."""
     objects = k8s.helm_template({"openshift": {"enabled": True}, "forecaster": forecaster})
     assert not k8s.validate_all(objects)
     assert find(objects, "ConfigMap", "gpu-eta-settings")["data"]["PROMETHEUS_URL"] == url
@@ -779,6 +803,25 @@ def test_openshift_defaults_the_forecaster_to_thanos_querier_and_a_set_value_win
     assert [(c["name"], c["items"][0]["key"]) for c in cas] == ([ca] if ca else [])
     assert (openshift.AUTH_ARGS[1] in container["args"]) == bool(ca)
     container_args.check(objects)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"openshift": {"enabled": True}, "forecaster": {"prometheusUrl": VM, "prometheusAuth": {"serviceAccountToken": True}}},
+        {"forecaster": {"prometheusAuth": {"serviceAccountToken": True}}},
+        {"forecaster": {"prometheusUrl": "HTTP://thanos.example:9091", "prometheusAuth": {"serviceAccountToken": True}}},
+    ],
+    ids=["openshift-own-http", "default-http", "upper-case-scheme"],
+)  # fmt: skip
+def test_a_token_over_plain_http_fails_the_install(values: dict) -> None:
+    """A ServiceAccount token sent over http:// can be read on the way (and this one
+    reads every metric of an OpenShift cluster): the render fails naming the URL and
+    how to fix it, whichever way the token was asked for."""
+    with pytest.raises(
+        k8s.RenderError, match=r'forecaster\.prometheusUrl: "[^"]+" is no https:// URL.*token'
+    ):
+        k8s.helm_template(values)
 
 
 OPENSHIFT_AUTH = {
@@ -840,7 +883,9 @@ def test_prometheus_auth_is_off_by_default_and_each_part_optional() -> None:
     an audience; a CA alone; an expiry the API server refuses fails the render."""
 
     def forecaster(auth: dict) -> tuple[dict, list[str]]:
-        objects = k8s.helm_template({"forecaster": {"prometheusAuth": auth}})
+        # https: a token with an http:// URL fails the install (test_a_token_over_plain_http)
+        url = "https://prometheus.example:9090"
+        objects = k8s.helm_template({"forecaster": {"prometheusAuth": auth, "prometheusUrl": url}})
         spec = pod_spec(find(objects, "Deployment", "gpu-eta-forecaster"))
         return spec, spec["containers"][0]["args"]
 

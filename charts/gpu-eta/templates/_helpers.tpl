@@ -364,7 +364,11 @@ follows the platform: with openshift.enabled the cluster's thanos-querier, which
 answers only a bearer token (the forecaster's ServiceAccount's, bound to
 cluster-monitoring-view in openshift.yaml) over TLS signed by the service CA that
 OpenShift publishes in every namespace (ConfigMap openshift-service-ca.crt, key
-service-ca.crt); elsewhere kube-prometheus-stack's Prometheus, no token, no CA. A
+service-ca.crt); elsewhere kube-prometheus-stack's Prometheus, no token, no CA. The
+token and the service CA default on for that thanos-querier URL alone: the token is
+bound to cluster-monitoring-view (every metric of the cluster), and sent to another
+URL it went to whatever host that names. A token with a URL not https:// fails the
+render: it would cross the network in the clear. A
 value set, false and "" included, wins; null (a copy of values.yaml given back with
 -f, or --set key=null) is unset. hasKey, not a plain lookup: Helm drops a null
 default's key, and strict lint fails a template reading a missing one.
@@ -375,9 +379,13 @@ default's key, and strict lint fails a template reading a missing one.
 {{- $openshift := .Values.openshift.enabled | default false -}}
 {{- $url := ternary "https://thanos-querier.openshift-monitoring.svc:9091" "http://prometheus-operated.monitoring.svc:9090" $openshift -}}
 {{- if and (hasKey $f "prometheusUrl") (not (kindIs "invalid" (index $f "prometheusUrl"))) }}{{ $url = index $f "prometheusUrl" }}{{ end -}}
-{{- $token := $openshift -}}
+{{- $querier := and $openshift (eq (toString $url) "https://thanos-querier.openshift-monitoring.svc:9091") -}}
+{{- $token := $querier -}}
 {{- if and (hasKey $auth "serviceAccountToken") (not (kindIs "invalid" (index $auth "serviceAccountToken"))) }}{{ $token = index $auth "serviceAccountToken" }}{{ end -}}
-{{- $ca := ternary "openshift-service-ca.crt" "" $openshift -}}
+{{- if and $token (not (hasPrefix "https://" (lower (toString $url)))) -}}
+{{- fail (printf "forecaster.prometheusUrl: %q is no https:// URL, and the forecaster would send it its ServiceAccount token (forecaster.prometheusAuth.serviceAccountToken) in the clear; use https, or set forecaster.prometheusAuth.serviceAccountToken=false" (toString $url)) -}}
+{{- end -}}
+{{- $ca := ternary "openshift-service-ca.crt" "" $querier -}}
 {{- if and (hasKey $auth "caConfigMap") (not (kindIs "invalid" (index $auth "caConfigMap"))) }}{{ $ca = index $auth "caConfigMap" }}{{ end -}}
 {{- $key := ternary "service-ca.crt" "ca.crt" (eq (toString $ca) "openshift-service-ca.crt") -}}
 {{- if and (hasKey $auth "caConfigMapKey") (not (kindIs "invalid" (index $auth "caConfigMapKey"))) }}{{ $key = index $auth "caConfigMapKey" }}{{ end -}}
