@@ -329,30 +329,24 @@ def test_training_values_capped_at_16() -> None:
     assert 'source="log"' in next(iter(_samples(text, "gpu_eta_training_info")))
 
 
-def test_a_resumed_runs_start_step_is_published_and_a_fresh_runs_is_not() -> None:
+@pytest.mark.parametrize(("unit", "reached", "begun"), [("step", 8100, 8000), ("epoch", 51, 50)])
+def test_a_resumed_runs_start_is_published_and_a_fresh_runs_is_not(
+    unit: str, reached: float, begun: float
+) -> None:
     """``gpu_eta_training_start_step``: the step a run started at (resumed from a
-    checkpoint at 8,000), the forecaster's origin for a run followed in steps; a run
-    started from 0 has no such series (no series added for it)."""
-    resumed = Progress("ns", "p", "c", "r", 1.0, 2.0, "http", step=8100, start_step=8000)
-    fresh = Progress("ns", "p", "c", "f", 1.0, 2.0, "http", step=100)
+    checkpoint at 8,000), the forecaster's origin for a run followed in steps;
+    ``gpu_eta_training_start_epoch``: the epochs a run started with (resumed at epoch
+    50), which the stall rule and the dashboard's mean epoch leave out. A run started
+    from 0 has no such series (no series added for it)."""
+    resumed = Progress(
+        "ns", "p", "c", "r", 1.0, 2.0, "http", **{unit: reached, f"start_{unit}": begun}
+    )
+    fresh = Progress("ns", "p", "c", "f", 1.0, 2.0, "http", **{unit: 1.0})
     text = _exposition(_snap(progress=(resumed, fresh)))
-    assert _samples(text, "gpu_eta_training_start_step") == {
-        '{container="c",namespace="ns",node="n1",pod="p",run_id="r"}': 8000.0
+    assert _samples(text, f"gpu_eta_training_start_{unit}") == {
+        '{container="c",namespace="ns",node="n1",pod="p",run_id="r"}': begun
     }
-    assert "# TYPE gpu_eta_training_start_step gauge" in text
-
-
-def test_a_resumed_runs_start_epoch_is_published_and_a_fresh_runs_is_not() -> None:
-    """``gpu_eta_training_start_epoch``: the epochs a run started with (resumed from a
-    checkpoint at epoch 50), which the stall rule and the dashboard's mean epoch leave
-    out; a run started from 0 has no such series."""
-    resumed = Progress("ns", "p", "c", "r", 1.0, 2.0, "http", epoch=51, start_epoch=50)
-    fresh = Progress("ns", "p", "c", "f", 1.0, 2.0, "http", epoch=1)
-    text = _exposition(_snap(progress=(resumed, fresh)))
-    assert _samples(text, "gpu_eta_training_start_epoch") == {
-        '{container="c",namespace="ns",node="n1",pod="p",run_id="r"}': 50.0
-    }
-    assert "# TYPE gpu_eta_training_start_epoch gauge" in text
+    assert f"# TYPE gpu_eta_training_start_{unit} gauge" in text
 
 
 def test_snapshot_age_is_computed_at_scrape_time() -> None:

@@ -656,40 +656,40 @@ def test_an_epoch_held_back_survives_a_restart_and_is_published_at_the_end(tmp_p
 
 
 @pytest.mark.parametrize("stop", ["saved", "killed"])
-def test_a_resumed_runs_start_step_survives_a_restart(tmp_path, stop):
+@pytest.mark.parametrize(
+    ("unit", "first", "then", "plan"), [("step", 8000, 8100, 10000), ("epoch", 50, 51, 100)]
+)
+def test_a_resumed_runs_start_survives_a_restart(tmp_path, stop, unit, first, then, plan):
     """The step a run resumed at (``start_step``) is where the forecaster counts its
-    work from: a restart, from the state file or the journal alone, keeps it."""
+    work from, the epoch (``start_epoch``) what the stall rule's mean epoch leaves out:
+    a restart, from the state file or the journal alone, keeps them."""
     path = tmp_path / "progress.json"
     store = ProgressStore(path, save_interval_seconds=3600)
-    start = Report(run_id="r", run_start=NOW - 1, event="start", step=8000, steps=10000)
+    start = Report(run_id="r", run_start=NOW - 1, event="start", **{unit: first, f"{unit}s": plan})
     store.merge("ns", "sender", "main", "http", start, NOW)
-    store.merge("ns", "sender", "main", "http", Report(run_id="r", step=8100), NOW + 10)
+    store.merge("ns", "sender", "main", "http", Report(run_id="r", **{unit: then}), NOW + 10)
     stop_store(store, path, stop)
     (again,) = ProgressStore(path).snapshot()
-    assert (again.step, again.start_step) == (8100, 8000)
+    assert (getattr(again, unit), getattr(again, f"start_{unit}")) == (then, first)
 
 
-@pytest.mark.parametrize("stop", ["saved", "killed"])
-def test_a_resumed_runs_start_epoch_survives_a_restart(tmp_path, stop):
-    """The epoch a run resumed at (``start_epoch``) is what the stall rule's mean epoch
-    leaves out: a restart, from the state file or the journal alone, keeps it; a stored
-    one above the row's epoch (damaged, hand-edited) is dropped, not the row."""
+def test_a_stored_start_epoch_beyond_the_epoch_is_dropped_not_the_row(tmp_path):
+    """A row whose start epoch is above its epoch (damaged, hand-edited) loads without
+    it, its progress kept, as a start step beyond the step is dropped (below)."""
     path = tmp_path / "progress.json"
     store = ProgressStore(path, save_interval_seconds=3600)
     start = Report(run_id="r", run_start=NOW - 1, event="start", epoch=50, epochs=100)
     store.merge("ns", "sender", "main", "http", start, NOW)
     store.merge("ns", "sender", "main", "http", Report(run_id="r", epoch=51), NOW + 10)
-    stop_store(store, path, stop)
-    (again,) = ProgressStore(path).snapshot()
-    assert (again.epoch, again.start_epoch) == (51, 50)
-    again_store = ProgressStore(path)
-    again_store.close()
+    store.close()
     state = json.loads(path.read_text())
     (row,) = state["progress"]
+    assert row["start_epoch"] == 50
     row.update(start_epoch=70.0)
     path.write_text(json.dumps(state))
     (loaded,) = ProgressStore(path).snapshot()
     assert (loaded.run_id, loaded.epoch, loaded.start_epoch) == ("r", 51, None)
+    assert not list(tmp_path.glob("*.corrupt-*"))
 
 
 def test_a_stored_start_step_beyond_the_step_is_dropped_not_the_row(tmp_path):
