@@ -24,6 +24,8 @@ beyond the plan held is reported at the plan. A run starting at a later epoch
 ``params["steps"]``, or, unknown, × the batches of its first epoch once that ended. A
 generator that runs out before the last epoch ends the training early; the run's plan
 stays.
+An epoch that ``model.stop_training`` ends before its last batch (``stopped_inside``:
+``TerminateOnNaN``) is not counted done, and states no plan.
 
 A loop of fits, one epoch each (``for e in range(15): model.fit(..., epochs=e + 1,
 initial_epoch=e, callbacks=[cb])``, the script's own work between), is one run rather
@@ -115,6 +117,17 @@ def _forget_deferred_in_forked_child() -> None:
 
 if hasattr(os, "register_at_fork"):  # not on Windows
     os.register_at_fork(after_in_child=_forget_deferred_in_forked_child)
+
+
+def stopped_inside(stop_training: object, batches: int, planned: int | None) -> bool:
+    """Whether an epoch ended because ``model.stop_training`` was set inside it (a
+    callback's ``on_train_batch_end``: ``TerminateOnNaN``), before its last batch: Keras
+    leaves the batch loop and still calls ``on_epoch_end``. Such an epoch is not done,
+    and its batches say nothing of an epoch's length. ``planned``: the batches an epoch
+    (Keras' ``params["steps"]``, else those the plan assumed; None: unknown, and the
+    epoch taken as whole). Set at an epoch's end (``EarlyStopping``) after all its
+    batches, it is whole; a dataset running out early sets no ``stop_training``. Pure."""
+    return stop_training is True and bool(planned) and batches < (planned or 0)
 
 
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
@@ -232,19 +245,25 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         step = None
         with self._lock:  # Keras has waited for its batch hooks by now
             batches = self._epoch_batches
+        cut = stopped_inside(
+            getattr(getattr(self, "model", None), "stop_training", False),
+            batches,
+            self._steps_per_epoch or self._assumed,
+        )
         if batches:
             if self._counted is None:  # the first epoch that counted: those done before
                 self._counted = epoch * batches
             self._counted += batches
             step = self._counted
             epochs = (self.params or {}).get("epochs")
-            if epochs and batches != self._assumed:
+            if epochs and batches != self._assumed and not cut:
                 # the plan (unknown steps: none yet) assumed other batches an epoch:
                 # the epochs left as Keras' steps an epoch, or as this one (module doc)
                 self._assumed = self._steps_per_epoch or batches
                 reporter.plan(steps=step + max(0, int(epochs) - epoch - 1) * self._assumed)
-        reporter.epoch_end(epoch + 1, step=step, metrics=logs)
-        self._reached = epoch + 1
+        done = epoch if cut else epoch + 1
+        reporter.epoch_end(done, step=step, metrics=logs)
+        self._reached = done
 
     @never_raises
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:

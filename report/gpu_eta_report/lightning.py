@@ -331,6 +331,9 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
     @never_raises
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._first_batch = self._last_batch = None
+        # this epoch's batches: dataloaders reloaded (``reload_dataloaders_every_n_epochs``)
+        # may have others than the first, and an epoch is judged cut against its own
+        self._batches = _finite_int(getattr(trainer, "num_training_batches", None))
         self._epoch_start_step = int(getattr(trainer, "global_step", 0))
 
     @never_raises
@@ -401,7 +404,9 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
 
     @never_raises
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        self._finish()
+        # the metrics as training ends: what the module logged in its own
+        # ``on_train_epoch_end`` (called after the callbacks') reaches no epoch's report
+        self._finish(metrics=getattr(trainer, "callback_metrics", None))
 
     @never_raises
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:

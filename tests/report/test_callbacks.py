@@ -455,6 +455,37 @@ m.fit(x, y, epochs=2, batch_size=32, verbose=0,
 
 
 @needs("keras")
+def test_keras_epoch_stopped_inside_is_not_done_nor_replans(journaling_listener):
+    """``model.stop_training`` set inside an epoch (``TerminateOnNaN`` on a NaN loss):
+    Keras 3 leaves the batch loop and still calls ``on_epoch_end``. That epoch of 3
+    batches out of 10 was reported done, and its length lowered the steps plan from 50
+    to 43. It ends not done (epoch 0) and the plan stays; an epoch that
+    ``EarlyStopping`` stops at its end is whole, and counted done."""
+    run(
+        journaling_listener,
+        keras_script(samples=320)
+        + """
+class StopAtBatch(keras.callbacks.Callback):  # as TerminateOnNaN does on a NaN loss
+    def on_train_batch_end(self, batch, logs=None):
+        self.model.stop_training = batch == 2
+class StopAtEpochEnd(keras.callbacks.Callback):  # as EarlyStopping does
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.stop_training = epoch == 1
+for run_id, stop in (("inside", StopAtBatch()), ("at-end", StopAtEpochEnd())):
+    m.fit(x, y, epochs=5, batch_size=32, verbose=0, callbacks=[
+        stop, GpuEtaCallback(batch_size=32, min_interval_seconds=0, run_id=run_id)])
+""",
+    )
+    assert plans_by_run(journaling_listener) == {"inside": [(5, 50)], "at-end": [(5, 50)]}
+    rows = last_rows(journaling_listener)
+    assert reached_by_run(journaling_listener) == {
+        "inside": (0, 5, 3, 50),
+        "at-end": (2, 5, 20, 50),
+    }
+    assert all(row["ended_timestamp"] is not None for row in rows.values())
+
+
+@needs("keras")
 def test_keras_fit_once_an_epoch_in_a_loop_is_one_run(journaling_listener):
     """``for e in range(12): m.fit(..., epochs=e + 1, initial_epoch=e, callbacks=[cb])``
     (train an epoch, then the script's own work): every fit was a run of its own, and
@@ -834,6 +865,27 @@ L.Trainer(max_epochs=2, callbacks=[GpuEtaCallback()], **QUIET).fit(
     assert "train_loss" in p.metrics and not {"step", "epoch"} & set(p.metrics)
 
 
+@needs("lightning")
+def test_lightning_run_ends_with_the_metrics_the_module_logged_last(listener):
+    """Lightning calls callbacks' ``on_train_epoch_end`` before the module's, so what
+    ``LightningModule.on_train_epoch_end`` logs reaches an epoch's report one epoch late,
+    and its last value only the end can carry: the end carried none (stored 2.0 after
+    three epochs)."""
+    run(
+        listener,
+        lightning_script()
+        + """
+class Marked(M):
+    def on_train_epoch_end(self):
+        self.log("epoch_marker", float(self.current_epoch + 1))
+L.Trainer(max_epochs=3, callbacks=[GpuEtaCallback()], **QUIET).fit(Marked(), data)
+""",
+    )
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.ended_timestamp is not None) == (3, 3, True)
+    assert p.metrics["epoch_marker"] == 3.0
+
+
 @needs("keras")
 def test_keras_metric_named_epoch_trains_and_reports(listener):
     run(
@@ -1142,6 +1194,35 @@ L.Trainer(max_epochs=3, **QUIET, callbacks=[GpuEtaCallback(run_id="resumed")]).f
     )
     reached = reached_by_run(journaling_listener)
     assert reached == {"accumulate": (3, 3, 6, 6), "resumed": (3, 3, 20, 20)}
+
+
+@needs("lightning")
+def test_lightning_counts_the_epochs_of_a_reloaded_dataloader_with_fewer_batches(
+    journaling_listener,
+):
+    """``reload_dataloaders_every_n_epochs=1`` with a dataloader of 5 batches in the
+    first epoch, then 3: each later epoch ends on its last batch, yet was judged cut
+    against the 5 batches read at the start. It was not counted and the plan not
+    stated again: the run ended at epoch 2 of 3, step 11 of 15. Each epoch is judged
+    by its own batches, and the plan is stated again once an epoch steps otherwise."""
+    run(
+        journaling_listener,
+        lightning_script(samples=80)
+        + """
+class Shrinking(M):
+    def train_dataloader(self):
+        n = 80 if self.current_epoch == 0 else 48  # 5 batches of 16, then 3
+        return DataLoader(TensorDataset(x[:n], y[:n]), batch_size=16)
+L.Trainer(max_epochs=3, reload_dataloaders_every_n_epochs=1, **QUIET,
+          callbacks=[GpuEtaCallback()]).fit(Shrinking())
+""",
+    )
+    rows = journaled(journaling_listener.store)
+    assert {(1, 5), (2, 8), (3, 11)} <= {(row["epoch"], row["step"]) for row in rows}
+    assert plans_by_run(journaling_listener).popitem()[1] == [(3, 15), (3, 11)]
+    last = rows[-1]
+    assert (last["epoch"], last["epochs"], last["step"], last["steps"]) == (3, 3, 11, 11)
+    assert_plans_consistent(journaling_listener)
 
 
 def plans_by_run(listener: ProgressListener) -> dict[str, list[tuple]]:
