@@ -882,6 +882,7 @@ class ProgressReporter:
         # ``sender_idle_seconds`` of the gaps between the latest reports queued (all
         # under ``_cond``: a report queued as it ends starts the next one)
         self._thread: threading.Thread | None = None
+        self._kept = False  # the sender is kept past its idle time (``_keep_sender``)
         self._last_queued = math.nan  # monotonic
         self._gaps: collections.deque[float] = collections.deque(maxlen=REPORT_GAPS_KEPT)
         self._conn: http.client.HTTPConnection | None = None
@@ -1284,10 +1285,34 @@ class ProgressReporter:
                 self._stats["dropped"] += 1
             self._queue.append(data)
             self._cond.notify_all()
-            if self._thread is None:  # gone idle (``_next_report``), or none yet
-                thread = threading.Thread(target=self._run, name="gpu-eta-report", daemon=True)
-                thread.start()  # set once started: one that failed to is tried again
-                self._thread = thread
+            self._start_sender()
+
+    def _start_sender(self) -> None:
+        """Start a sender thread unless one runs: none yet, or it went idle
+        (``_next_report``). The caller holds ``_cond``."""
+        if self._thread is None and self._target is not None and not self._closing:
+            thread = threading.Thread(target=self._run, name="gpu-eta-report", daemon=True)
+            thread.start()  # set once started: one that failed to is tried again
+            self._thread = thread
+
+    def _keep_sender(self, keep: bool = True) -> None:
+        """Keep the sender thread running while ``keep``, however long no report comes
+        (starting one if none runs), then let it idle out again (``False``).
+
+        Why: CPython 3.12.0 and 3.12.1 refuse to start a thread in an exit hook ("can't
+        create new thread at interpreter shutdown"), so a report queued only at exit
+        (the Keras callback's held end, ``keras._end_deferred_at_exit``) is lost if its
+        sender went idle, and ``close`` waits the exit's whole second for it. The Keras
+        callback keeps the sender of the run whose end it holds back (at most
+        ``LOOP_END_GRACE_SECONDS``): at exit the end needs no new thread."""
+        try:
+            with self._cond:
+                self._kept = keep
+                if keep:
+                    self._start_sender()
+                self._cond.notify_all()
+        except Exception:
+            self._count_ignored()
 
     def _forked(self) -> None:
         """Disable this reporter in a forked child (``_forget_in_forked_child``): no
@@ -1377,6 +1402,10 @@ class ProgressReporter:
                 return None
             if self._queue or self._refused is not None:
                 self._cond.wait(timeout=wait)
+                idle_since = time.monotonic()
+                continue
+            if self._kept:  # no idle end (``_keep_sender``): until a report or close
+                self._cond.wait()
                 idle_since = time.monotonic()
                 continue
             idle = sender_idle_seconds(self._gaps) - (now - idle_since)

@@ -35,7 +35,9 @@ with that fit's plan (``GpuEtaCallback(epochs=15)`` states the loop's). Which fi
 later one continues is known only when that one starts, so the first fit's end is sent
 at once (most fits are the last), and the loop is that run and one more; from then on
 each fit's end is held back ``LOOP_END_GRACE_SECONDS`` for the next fit, and sent when
-that time passes, when another training starts, or at exit.
+that time passes, when another training starts, or at exit. Meanwhile the held run's sender
+thread is kept (``ProgressReporter._keep_sender``): at exit the end needs no new
+thread, which CPython 3.12.0-3.12.1 refuse to start in an exit hook.
 """
 
 from __future__ import annotations
@@ -207,6 +209,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         self._counted = 0 if epoch == 0 else epoch * per_epoch if per_epoch else None
         if held is not None:
             _DEFERRING.discard(self)
+            held._keep_sender(False)  # its end is no longer held: it may idle out again
             if continues:  # this fit's plan, unless the user stated the run's
                 self.reporter = held
                 if not {"epochs", "steps"} & self.options.keys():
@@ -276,6 +279,9 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
             return
         timer = threading.Timer(LOOP_END_GRACE_SECONDS, self._end_deferred)
         timer.daemon = True  # never holds the exit: the exit hook sends the end
+        # its sender kept while the end is held: at exit no thread need start (which
+        # CPython 3.12.0-3.12.1 refuse), and the end goes at once
+        self.reporter._keep_sender()
         with self._lock:
             self._held, self.reporter = self.reporter, None
             self._held_logs, self._end_timer = logs, timer

@@ -616,6 +616,97 @@ atexit.register(lambda: stamps.append(time.monotonic()))  # runs first
     assert 0.9 < took < 1.6 and past < 0.05, out
 
 
+# A loop of two fits driven through the Keras callback's hooks (no Keras needed: the
+# class imports with ``object`` as its base), its end held back at exit after its
+# sender went idle (``SENDER_IDLE_SECONDS`` shortened only to get there quickly).
+HELD_AT_EXIT = """
+import sys, time
+from gpu_eta_report import client
+client.SENDER_IDLE_SECONDS = 0.2
+from gpu_eta_report.keras import GpuEtaCallback
+cb = GpuEtaCallback(batch_size=32, run_id="loop")
+for e in range(2):  # the second fit continues the run: its end is held back
+    cb.set_params({"epochs": e + 1, "steps": 2})
+    cb.on_train_begin(); cb.on_epoch_begin(e)
+    cb.on_train_batch_end(0); cb.on_train_batch_end(1)
+    cb.on_epoch_end(e, {"loss": 1.0}); cb.on_train_end({"loss": 1.0})
+time.sleep(0.6)  # the script's own work after the loop
+"""
+
+
+def assert_held_end_sent_at_exit(listener: ProgressListener, out: str) -> None:
+    """The loop's run ended at its last epoch, and the exit hooks took well under the
+    second they may wait (the end sent, not waited for until the deadline)."""
+    ((epoch, epochs, ended),) = [
+        (p.epoch, p.epochs, p.ended_timestamp is not None)
+        for p in listener.store.snapshot()
+        if p.run_id == "loop"
+    ]
+    assert (epoch, epochs, ended) == (2, 2, True), out
+    assert float(out.split("EXIT HOOKS")[1].split()[0]) < 0.5, out
+
+
+TIMED_EXIT = """
+import atexit, time
+stamps = []
+atexit.register(lambda: print("EXIT HOOKS %.3f" % (time.monotonic() - stamps[0])))
+"""
+
+
+def test_a_held_end_is_sent_at_exit_though_no_thread_may_start_there(listener):
+    """CPython 3.12.0 and 3.12.1 refuse ``Thread.start()`` in an exit hook ("can't
+    create new thread at interpreter shutdown"). A held end whose reporter's sender had
+    gone idle needed a new sender at exit: the end was lost, and the exit waited its
+    whole second for it. Here every interpreter refuses as they do (an exit hook that
+    runs first makes ``Thread.start`` raise): the held reporter keeps its sender while
+    its end is held, so no thread needs starting at exit."""
+    out = run(
+        listener,
+        TIMED_EXIT
+        + HELD_AT_EXIT
+        + """
+import threading
+def refuse_threads():  # as CPython 3.12.0-3.12.1 do at exit
+    def start(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+    threading.Thread.start = start
+    stamps.append(time.monotonic())
+atexit.register(refuse_threads)  # registered last: runs first
+""",
+    )
+    assert_held_end_sent_at_exit(listener, out)
+
+
+PYTHON_3_12_1 = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions/3.12.1/bin/python"
+
+
+@pytest.mark.skipif(
+    not PYTHON_3_12_1.exists(), reason=f"CPython 3.12.1 not installed at {PYTHON_3_12_1}"
+)
+def test_a_held_end_is_sent_at_exit_under_python_3_12_1(listener):
+    """The same under CPython 3.12.1 itself (``requires-python >= 3.10`` covers it):
+    its own refusal to start a thread at exit, with only ``report/`` on its path."""
+    import gpu_eta_report
+
+    report_dir = Path(gpu_eta_report.__file__).resolve().parent.parent
+    code = (
+        f"import sys; sys.path.insert(0, {str(report_dir)!r})\n"
+        + TIMED_EXIT
+        + HELD_AT_EXIT
+        + "atexit.register(lambda: stamps.append(time.monotonic()))\n"
+    )
+    env = dict(
+        os.environ,
+        GPU_ETA_URL=f"http://127.0.0.1:{listener.port}/progress",
+        GPU_ETA_SOURCE_ADDRESS=POD.ip,
+    )
+    proc = subprocess.run(
+        [str(PYTHON_3_12_1), "-I", "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_held_end_sent_at_exit(listener, proc.stdout + proc.stderr)
+
+
 @needs("keras")
 def test_keras_fit_loop_keeps_the_plan_the_user_stated(journaling_listener):
     """``GpuEtaCallback(epochs=4)`` in a loop of one-epoch fits: the loop's plan, which

@@ -1135,6 +1135,30 @@ def test_a_reporter_left_open_costs_no_thread_once_idle(monkeypatch):
     assert left[0].stats["sent"] == 3 and len(server.bodies) == 7
 
 
+def test_a_kept_sender_outlives_its_idle_time_and_idles_out_once_released(monkeypatch):
+    """``_keep_sender`` (the Keras callback's, while it holds a run's end back): the
+    sender stays past its idle time, started again if it had gone, so a report queued at
+    exit needs no new thread (CPython 3.12.0-3.12.1 refuse one there); released, it
+    idles out as before."""
+    monkeypatch.setattr(client, "SENDER_IDLE_SECONDS", 0.2)
+    server = RecordingServer()
+    try:
+        r = start(epochs=10, url=f"http://127.0.0.1:{server.port}/progress")
+        wait_for(lambda: r._thread is None)  # gone idle
+        r._keep_sender()
+        kept = r._thread
+        time.sleep(0.6)  # three idle times
+        assert kept is not None and kept.is_alive() and r._thread is kept
+        r._keep_sender(False)
+        wait_for(lambda: r._thread is None and not kept.is_alive())
+        r._keep_sender()
+        r.end()  # queued on the kept sender, which close() stops
+    finally:
+        server.close()
+    assert [b["event"] for b in server.bodies] == ["start", "end"]
+    assert r._thread is None and r.stats["sent"] == 2
+
+
 def test_a_steady_slow_reporter_keeps_its_sender_and_connection(monkeypatch, listener):
     """A loop reporting less often than the least idle wait (an epoch every 6 s against
     5 s): the sender ended before each report and the next started a new thread and a
