@@ -1011,15 +1011,19 @@ T(model=M(), args=args(num_train_epochs=2), train_dataset=DS(),
     assert "loss" in p.metrics and "step" not in p.metrics
 
 
-def test_hooks_never_raise_on_objects_they_cannot_read(listener):
+def test_hooks_never_raise_on_objects_they_cannot_read(listener, caplog):
     """Every hook of the three callbacks, handed objects whose fields are unusable
-    (a framework version that renamed or retyped them): nothing reaches the caller."""
+    (a framework version that renamed or retyped them): nothing reaches the caller,
+    what could be read still reaches the exporter (Lightning's run, planned for 2
+    epochs, ended), and what could not is logged at DEBUG, once per hook, with its
+    cause (Lightning's ``global_step`` "x", Keras' ``epochs`` "two")."""
     from types import SimpleNamespace
 
     from gpu_eta_report.hf import GpuEtaCallback as HfCallback
     from gpu_eta_report.keras import GpuEtaCallback as KerasCallback
     from gpu_eta_report.lightning import GpuEtaCallback as LightningCallback
 
+    caplog.set_level("DEBUG", logger="gpu_eta.report")
     target = {"url": f"http://127.0.0.1:{listener.port}/progress", "source_address": POD.ip}
     odd = SimpleNamespace(
         local_rank=0,
@@ -1033,24 +1037,41 @@ def test_hooks_never_raise_on_objects_they_cannot_read(listener):
         callback_metrics={"step": 1.0},
         per_device_train_batch_size="b",
     )
-    lightning = LightningCallback(**target)
+    lightning = LightningCallback(run_id="lightning", **target)
     lightning.on_train_start(odd, None)
     lightning.on_train_batch_end(odd, None, None, None, 0)
     lightning.on_train_epoch_end(odd, None)
     lightning.on_train_end(odd, None)
-    hf = HfCallback(**target)
+    hf = HfCallback(run_id="hf", **target)
     hf.on_train_begin(odd, odd, None)
     hf.on_log(odd, odd, None, logs={"step": 1, "epoch": 0.5})
     hf.on_step_end(odd, odd, None)
     hf.on_epoch_end(odd, odd, None)
     hf.on_train_end(odd, odd, None)
-    keras = KerasCallback(**target)
+    keras = KerasCallback(run_id="keras", **target)
     keras.set_params({"epochs": "two", "steps": 4})
     keras.on_train_begin()
     keras.on_epoch_begin("e")
     keras.on_train_batch_end(0)
     keras.on_epoch_end(0, {"step": 3.0, "epoch": 1.0})
     keras.on_train_end()
+
+    stored = {p.run_id: p for p in listener.store.snapshot()}
+    assert "keras" not in stored  # its epochs unreadable, its run never started
+    assert "lightning" in stored, sorted(stored)
+    lightning_run = stored["lightning"]
+    assert (lightning_run.epochs, lightning_run.ended_timestamp is not None) == (2, True)
+    failed = {
+        record.getMessage(): str(record.exc_info[1])
+        for record in caplog.records
+        if record.levelname == "DEBUG" and record.exc_info
+    }
+    assert "invalid literal for int() with base 10: 'x'" in failed.get(
+        "gpu-eta: callback GpuEtaCallback.on_train_batch_end failed", ""
+    )
+    assert "invalid literal for int() with base 10: 'two'" in failed.get(
+        "gpu-eta: callback GpuEtaCallback.on_epoch_begin failed", ""
+    )
 
 
 # -- resumed runs start where their checkpoint left them ------------------------------
