@@ -57,7 +57,9 @@ as plain numbers; free-form numbers that are not finite or beyond
 a name already sent whose value turns unusable is sent as ``null`` (no current
 value); a run holds at most ``MAX_METRICS`` names, the first taken (in sorted order
 within a call), as the exporter freezes them; an invalid ``run_id`` or ``container`` is corrected with one warning at
-construction. A refusal the exporter still answers is logged once per distinct reason.
+construction. An ``epoch`` or ``step`` beyond its planned total is sent as the total
+(the exporter refuses more), with one warning a reporter: the run reads as finished.
+A refusal the exporter still answers is logged once per distinct reason.
 """
 
 from __future__ import annotations
@@ -856,6 +858,7 @@ class ProgressReporter:
         self._metrics: dict[str, float | None] = {}
         self._skipped_logged: set[str] = set()  # metric names already logged as left out
         self._ignored_logged: set[str] = set()  # progress fields already logged as unusable
+        self._clamp_logged = False  # a value beyond the plan already warned of (``_at_most``)
         self._refusals: set[str] = set()  # refusal reasons already logged (sender thread)
         self._last_step_enqueue = float("-inf")
         # reports as (body, thinnable): step reports may be dropped while backing off
@@ -1254,10 +1257,10 @@ class ProgressReporter:
         }
         if self.epochs:
             body["epochs"] = self.epochs
-            body["epoch"] = min(self._epoch, self.epochs)
+            body["epoch"] = self._at_most("epoch", self._epoch, self.epochs)
         if self.steps:
             body["steps"] = self.steps
-            body["step"] = min(self._step, self.steps)
+            body["step"] = self._at_most("step", self._step, self.steps)
         if self.batch_size:
             body["batch_size"] = self.batch_size
         if self.container:
@@ -1265,6 +1268,26 @@ class ProgressReporter:
         if self._metrics:
             body["metrics"] = dict(self._metrics)
         return json.dumps(body, separators=(",", ":")).encode()
+
+    def _at_most(self, name: str, value: int | float, planned: int | float) -> int | float:
+        """``value`` (the epoch or step reached) at most its ``planned`` total, as sent:
+        the exporter refuses a report beyond its plan. A loop training past the plan it
+        stated then reads as finished while it trains on, so the first value clamped is
+        warned of, once for the reporter (a framework's short plan stays short)."""
+        if value <= planned:
+            return value
+        if not self._clamp_logged:
+            self._clamp_logged = True
+            log.warning(
+                "gpu-eta: %s %s is beyond the plan (%s %ss), reported as %s: the run looks "
+                "finished while it trains on (state its plan with plan()); not logged again",
+                name,
+                _short_repr(value),
+                _short_repr(planned),
+                name,
+                _short_repr(planned),
+            )
+        return planned
 
     def _enqueue(self, event: str, thinnable: bool = False) -> None:
         """Queue a report of the current state; ``thinnable`` for ``step()``'s, which

@@ -782,6 +782,34 @@ def test_an_unusable_progress_value_is_left_out_not_the_report(listener, caplog)
         assert caplog.text.count(f"gpu-eta: {name}=") == 1
 
 
+def test_progress_beyond_the_plan_is_reported_at_the_plan_with_one_warning(listener, caplog):
+    """A loop training past the plan it stated (``epochs=2, steps_per_epoch=5``, four
+    epochs trained): the exporter refuses an epoch beyond the planned epochs, so the
+    client sends the plan's values (2 of 2, 10 of 10), which read as finished while the
+    loop trains on. That was silent; the first value beyond the plan is warned of once,
+    naming what was clamped and how to state the new plan."""
+    caplog.set_level("WARNING", logger="gpu_eta.report")
+    r = start(
+        epochs=2,
+        steps_per_epoch=5,
+        url=url(listener),
+        source_address=POD.ip,
+        min_interval_seconds=0,
+    )
+    for epoch in range(1, 5):
+        r.step(5 * epoch)
+        r.epoch_end(epoch)
+    r.end()
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (2, 2, 10, 10)
+    assert r.stats["rejected"] == 0
+    clamped = [m for m in caplog.messages if "beyond the plan" in m]
+    assert clamped == [
+        "gpu-eta: step 15 is beyond the plan (10 steps), reported as 10: the run looks "
+        "finished while it trains on (state its plan with plan()); not logged again"
+    ]
+
+
 @pytest.mark.parametrize("value", [float("nan"), "1s", -1, None, [1]])
 def test_a_bad_min_interval_is_the_default_with_a_warning(value, listener, caplog):
     """NaN once meant no step report at all (every comparison false), a string one
