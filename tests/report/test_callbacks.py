@@ -365,6 +365,23 @@ def test_planned_run(args, end):
     assert planned_run(*args) == end
 
 
+@needs("keras")
+@pytest.mark.parametrize(
+    ("stop_training", "batches", "planned", "cut"),
+    [
+        (True, 3, 10, True),  # set in a batch hook (TerminateOnNaN)
+        (True, 10, 10, False),  # set at the epoch's end (EarlyStopping): whole
+        (False, 3, 10, False),  # ran out of data: Keras goes on, no stop
+        (True, 3, None, False),  # an epoch's batches unknown: taken as whole
+        (1, 3, 10, False),  # not Keras' flag: not read as one
+    ],
+)
+def test_stopped_inside(stop_training, batches, planned, cut):
+    from gpu_eta_report.keras import stopped_inside
+
+    assert stopped_inside(stop_training, batches, planned) is cut
+
+
 @needs("lightning")
 def test_accumulation_segments_read_a_real_scheduler_and_refuse_what_is_no_schedule():
     from lightning.pytorch.callbacks import GradientAccumulationScheduler
