@@ -1273,7 +1273,7 @@ class ProgressReporter:
         """``value`` (the epoch or step reached) at most its ``planned`` total, as sent:
         the exporter refuses a report beyond its plan. A loop training past the plan it
         stated then reads as finished while it trains on, so the first value clamped is
-        warned of, once for the reporter (a framework's short plan stays short)."""
+        warned of, once for the reporter: the plan stays short until restated."""
         if value <= planned:
             return value
         if not self._clamp_logged:

@@ -35,8 +35,8 @@ with that fit's plan (``GpuEtaCallback(epochs=15)`` states the loop's). Which fi
 later one continues is known only when that one starts, so the first fit's end is sent
 at once (most fits are the last), and the loop is that run and one more; from then on
 each fit's end is held back ``LOOP_END_GRACE_SECONDS`` for the next fit, and sent when
-that time passes, when another training starts, or at exit. Meanwhile the held run's sender
-thread is kept (``ProgressReporter._keep_sender``): at exit the end needs no new
+that time passes, when another training starts, or at exit. Meanwhile the held run's
+sender thread is kept (``ProgressReporter._keep_sender``): at exit the end needs no new
 thread, which CPython 3.12.0-3.12.1 refuse to start in an exit hook.
 """
 
