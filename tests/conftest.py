@@ -69,7 +69,10 @@ def _root_logger_restored() -> Iterator[None]:
 # others were done. Order only: a file missing here, or one that got faster, costs
 # time, never a result.
 SLOW_FILES = (
-    "tests/report/test_callbacks.py",
+    "tests/report/test_callbacks_keras.py",
+    "tests/report/test_callbacks_lightning.py",
+    "tests/report/test_callbacks_keras_loops.py",
+    "tests/report/test_callbacks_hf.py",
     "tests/forecaster/test_evaluate.py",
     "tests/top/test_render.py",
     "tests/ops/test_manifests.py",
@@ -84,6 +87,7 @@ SLOW_FILES = (
     "tests/forecaster/test_cycle_restart_steps_prometheus.py",
     "tests/forecaster/test_cycle_restart_prometheus.py",
     "tests/report/test_client.py",
+    "tests/report/test_callbacks.py",
 )
 
 

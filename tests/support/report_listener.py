@@ -1,6 +1,6 @@
 """A real ProgressListener on loopback that knows exactly one pod, for the report tests.
 
-``test_client.py`` and ``test_callbacks.py`` both post progress as one pod (bound to its
+``test_client.py`` and ``test_callbacks*.py`` all post progress as one pod (bound to its
 loopback address) and read back what the listener stored.
 """
 
