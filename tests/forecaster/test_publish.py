@@ -200,7 +200,10 @@ def test_release_lags_are_published_and_once_pushes_no_counter_of_them() -> None
     assert promtool_check(text) == (0, "")
     off = ServiceState()
     off.success(forecast_set(), 0.5, NOW)
-    assert "release" not in generate_latest(make_registry(off)).decode()
+    families = text_string_to_metric_families(generate_latest(make_registry(off)).decode())
+    names = [f.name for f in families]
+    assert "gpu_eta_forecaster_build_info" in names
+    assert not [n for n in names if n.startswith("gpu_eta_forecaster_release_")]
 
 
 def test_the_help_of_forecast_info_names_every_method_published() -> None:
