@@ -40,13 +40,20 @@ from gpu_eta.forecaster.finished_present import FinishedPresent
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.history import HistoryConflict, HistoryStore, StoredRun
 from gpu_eta.forecaster.last_seen import Kept, LastSeen
-from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict_queue, run_durations
+from gpu_eta.forecaster.pending import (
+    PendingSet,
+    job_end_times,
+    predict_queue,
+    run_durations,
+    run_followers,
+)
 from gpu_eta.forecaster.pending_state import SavedStartTracker
 from gpu_eta.forecaster.planless import DurationsFit, Spread, fit_durations
 from gpu_eta.forecaster.planless import stub as planless_run
 from gpu_eta.forecaster.prom_clock import measured_offset, offset_to_apply
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.promparse import PromAPIError, PromQueryError, Skipped
+from gpu_eta.forecaster.queue_replay import Holder
 from gpu_eta.forecaster.refit import (
     Model,
     ModelError,
@@ -143,6 +150,9 @@ class Cycle:
         # file (release_lags)
         self._release = ReleaseLags(decode_release_lags(store.get_meta(RELEASE_LAGS_KEY)))
         self._release_failing = False  # the last write of them failed (logged once)
+        # the GPU pods of the queue's last read, as answered: a completed run's pod gone
+        # since tells its workers (pending.run_followers)
+        self._holders_before: tuple[Holder, ...] = ()
         self._kept_said: tuple[str, ...] = ()  # the kept open nodes the log last warned of
         self._kept_closed_said: tuple[str, ...] = ()  # ... the closed ones (debug)
         # runs' plans, starts, batch sizes, pod labels, GPU models: read in full now
@@ -761,12 +771,26 @@ class Cycle:
         ``queue`` is the read as answered, before ``LastSeen.fill``: a node's last-read
         holders added back are no sighting now (a KSM shard away for 3 minutes read as
         240 s of lag); ``complete`` False (nodes kept from an earlier read, or a partial
-        answer) leaves the pods missing from it watched rather than freed."""
+        answer) leaves the pods missing from it watched rather than freed. A completed
+        run's workers (``pending.run_followers``: same owner, started with its pod, no
+        run of their own) are watched with it, each until gone."""
         runs, busy = ended
         holding = {(h.namespace, h.pod): h.ends_with_run for h in queue.holders}
         uids = {(h.namespace, h.pod): h.uid for h in queue.holders if h.uid}
+        ends = {(r.namespace, r.pod): r.end_timestamp for r in runs}
+        followers = run_followers(queue.holders, self._holders_before, ends, busy)
+        self._holders_before = queue.holders
         dropped = self._release.n_outliers
-        if not self._release.observe(runs, holding, busy, now, uids, complete):
+        learned = self._release.observe(
+            runs,
+            holding,
+            busy,
+            now,
+            uids,
+            complete,
+            [Ended(ns, pod, end) for (ns, pod), end in followers.items()],
+        )
+        if not learned:
             if self._release.n_outliers > dropped:
                 log.debug("release lag above %.0fs dropped", self._release.max_seconds)
             return

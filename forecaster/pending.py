@@ -10,8 +10,9 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from gpu_eta.common.text import first_of
 from gpu_eta.forecaster.kube_state import MAX_SELECTOR_CHARS, MAX_SELECTOR_KEYS, ClusterQueue
@@ -38,6 +39,8 @@ from gpu_eta.forecaster.queue_replay import (
     replay,
 )
 from gpu_eta.forecaster.runs import Run
+
+_V = TypeVar("_V")  # what ``_from_siblings`` lends: a forecast, a run's end
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +162,7 @@ def predict(
     replayed nor ahead of a request; the first ``settings.max_pods`` of them (queue
     order) are published, the others counted skipped, as the pods past the bound are.
     """
-    holders = with_run_ends(holder_ends(queue.holders, job_ends), run_ends or {})
+    holders = with_run_ends(holder_ends(queue.holders, job_ends), run_ends or {}, job_ends)
     ordered = sorted(queue.pending, key=queue_key)
     waiting = [p for p in ordered if not p.gated]
     gated = [p for p in ordered if p.gated][: settings.max_pods]
@@ -270,55 +273,107 @@ def holder_ends(
     forecast. A pod whose start is not known (``Holder.started`` None) is not known to
     be a sibling: it neither borrows nor lends.
     """
-    by_owner: dict[tuple[str, str, str], list[tuple[float, tuple[float, float, float]]]] = {}
-    for h in holders:
-        ends = job_ends.get((h.namespace, h.pod))
-        if h.owner is not None and ends is not None and h.started is not None:
-            by_owner.setdefault((h.namespace, *h.owner), []).append((h.started, ends))
-    starts: dict[tuple[str, str, str], list[float]] = {}
-    for key, lenders in by_owner.items():
-        lenders.sort(key=lambda lender: lender[0])
-        starts[key] = [started for started, _ in lenders]
-    out = []
-    for h in holders:
-        ends = job_ends.get((h.namespace, h.pod))
-        if ends is None and h.owner is not None and h.started is not None:
-            key = (h.namespace, *h.owner)
-            ends = _latest_started_with(by_owner.get(key, []), starts.get(key, []), h.started)
-        out.append(replace(h, ends=ends))
-    return tuple(out)
+    borrowed = _from_siblings(holders, job_ends, _later)
+    return tuple(
+        replace(h, ends=job_ends.get((h.namespace, h.pod), lent))
+        for h, lent in zip(holders, borrowed, strict=True)
+    )
 
 
 def with_run_ends(
-    holders: Sequence[Holder], run_ends: Mapping[tuple[str, str], tuple[float, str]]
+    holders: Sequence[Holder],
+    run_ends: Mapping[tuple[str, str], tuple[float, str]],
+    job_ends: Collection[tuple[str, str]] = (),
 ) -> tuple[Holder, ...]:
     """``holders`` with ``Holder.run_ended`` set from ``run_ends`` ((namespace, pod) →
     (its completed run's end, its uid or "")), for a pod of that name whose uid is not
     known to differ: a pod recreated under the name is another pod, whose run has not
-    ended."""
-    out = []
+    ended. A holder without one takes the latest run end of the pods of its owner that
+    started with it, as ``holder_ends`` lends forecasts, unless a run of its own runs
+    (``job_ends``: the pods with a forecast of their own).
+
+    Why: ``run_ends`` (``ReleaseLags.lingering``) holds the pods whose run was read
+    completed, and only rank 0 reports a distributed job's run; its workers took its
+    forecast while it ran (``holder_ends``), and with that forecast gone once it
+    completed they were drawn a whole run from the history (never freeing, for a job
+    older than every recorded run), though they free with rank 0, a lag after its run.
+    """
+    own: dict[tuple[str, str], float] = {}
     for h in holders:
         ended = run_ends.get((h.namespace, h.pod))
         if ended is not None and not _other_pod(ended[1], h.uid):
-            h = replace(h, run_ended=ended[0])
-        out.append(h)
+            own[(h.namespace, h.pod)] = ended[0]
+    running = set(job_ends)
+    borrowed = _from_siblings(holders, own, max)
+    out = []
+    for h, lent in zip(holders, borrowed, strict=True):
+        key = (h.namespace, h.pod)
+        ended = own.get(key, None if key in running else lent)
+        out.append(h if ended is None else replace(h, run_ended=ended))
     return tuple(out)
 
 
-def _latest_started_with(
-    lenders: Sequence[tuple[float, tuple[float, float, float]]],
-    starts: Sequence[float],
-    started: float,
-) -> tuple[float, float, float] | None:
-    """The latest end forecast (``_later``) of ``lenders`` (start, forecast; sorted by
-    start, ``starts`` their starts) that started within ``SIBLING_START_WINDOW_SECONDS``
-    of ``started``; None when none did."""
-    lo = bisect.bisect_left(starts, started - SIBLING_START_WINDOW_SECONDS)
-    hi = bisect.bisect_right(starts, started + SIBLING_START_WINDOW_SECONDS)
-    latest = None
-    for _, ends in lenders[lo:hi]:
-        latest = ends if latest is None else _later(latest, ends)
-    return latest
+def run_followers(
+    holders: Sequence[Holder],
+    before: Sequence[Holder],
+    ended: Mapping[tuple[str, str], float],
+    running: Collection[tuple[str, str]],
+) -> dict[tuple[str, str], float]:
+    """The pods of ``holders`` (a read's) that end with a run completed now without
+    reporting it: (namespace, pod) → the run's end, the latest of the runs ``ended``
+    ((namespace, pod) → end) in the pods of its owner started with it, as
+    ``with_run_ends`` lends (its siblings looked up in ``holders``, or in ``before``,
+    the read before, for one gone since). Not a pod with a run of its own completed
+    now (``ended``) or running (``running``).
+
+    Why: ``ReleaseLags`` watches the pods whose runs were read completed, only rank 0
+    of a distributed job, until it is gone; ``with_run_ends`` lends its run's end to its
+    workers only while it is watched. Workers stuck after rank 0 exits (a collective
+    waiting for its timeout) were drawn a whole run from the history once it was gone:
+    watched themselves (``ReleaseLags.observe``'s ``followers``), they keep its end
+    until each is gone.
+    """
+    here = {(h.namespace, h.pod) for h in holders}
+    gone = [h for h in before if (h.namespace, h.pod) not in here and (h.namespace, h.pod) in ended]
+    lent = _from_siblings([*holders, *gone], ended, max)
+    return {
+        (h.namespace, h.pod): end
+        for h, end in zip(holders, lent[: len(holders)], strict=True)
+        if end is not None and (h.namespace, h.pod) not in running
+    }
+
+
+def _from_siblings(
+    holders: Sequence[Holder],
+    values: Mapping[tuple[str, str], _V],
+    later: Callable[[_V, _V], _V],
+) -> list[_V | None]:
+    """For each of ``holders`` without a value of its own in ``values`` ((namespace,
+    pod) → value), the ``later`` of the values of the holders of its owner
+    (``Holder.owner``, same namespace) that started within
+    ``SIBLING_START_WINDOW_SECONDS`` of it; None for a holder with its own, without an
+    owner or a known start, or with no such sibling. A holder whose start is unknown
+    lends nothing either: it is not known to be a sibling."""
+    by_owner: dict[tuple[str, str, str], list[tuple[float, _V]]] = {}
+    for h in holders:
+        value = values.get((h.namespace, h.pod))
+        if h.owner is not None and value is not None and h.started is not None:
+            by_owner.setdefault((h.namespace, *h.owner), []).append((h.started, value))
+    starts: dict[tuple[str, str, str], list[float]] = {}
+    for key, lenders in by_owner.items():
+        lenders.sort(key=lambda lender: lender[0])
+        starts[key] = [started for started, _ in lenders]
+    out: list[_V | None] = []
+    for h in holders:
+        lent = None
+        if (h.namespace, h.pod) not in values and h.owner is not None and h.started is not None:
+            key = (h.namespace, *h.owner)
+            lo = bisect.bisect_left(starts.get(key, []), h.started - SIBLING_START_WINDOW_SECONDS)
+            hi = bisect.bisect_right(starts.get(key, []), h.started + SIBLING_START_WINDOW_SECONDS)
+            for _, value in by_owner.get(key, [])[lo:hi]:
+                lent = value if lent is None else later(lent, value)
+        out.append(lent)
+    return out
 
 
 def _later(

@@ -114,8 +114,9 @@ class ReleaseLags:
         )
         self._lags: tuple[float, ...] | None = None  # turnbull's, until a bracket comes
         # pod → (its run's end, the latest time it was found holding since, or the end,
-        # its uid when known: a pod recreated under the name is another pod)
-        self._watched: dict[PodKey, tuple[float, float, str]] = {}
+        # its uid when known: a pod recreated under the name is another pod, whether its
+        # release is learned: not a follower's)
+        self._watched: dict[PodKey, tuple[float, float, str, bool]] = {}
         self._previous: tuple[float, Mapping[PodKey, bool | None]] | None = None
         self.n_outliers = 0
         self.n_unbracketed = 0
@@ -133,7 +134,7 @@ class ReleaseLags:
         holding GPUs (or could not say of: a partial read) → (their run's end, their
         uid or ""). Why: the replay frees such a pod a lag after its run's end
         (``queue_replay.Holder.run_ended``), not a whole run later."""
-        return {key: (end, uid) for key, (end, _, uid) in self._watched.items()}
+        return {key: (end, uid) for key, (end, _, uid, _) in self._watched.items()}
 
     def summary(self) -> ReleaseSummary:
         """What is known now, to publish (``ReleaseSummary``)."""
@@ -168,6 +169,7 @@ class ReleaseLags:
         now: float,
         uids: Mapping[PodKey, str] | None = None,
         complete: bool = True,
+        followers: Iterable[Ended] = (),
     ) -> tuple[float, ...]:
         """One cycle's reading: ``ended``, the runs completed since the last call;
         ``holding``, the pods holding GPUs now → whether each ends with its run
@@ -175,16 +177,25 @@ class ReleaseLags:
         ``uids``: the holding pods' uids (a watched pod found under another uid was
         deleted and its name reused: freed, not holding); ``complete``: whether the read
         covered every node (when not, a watched pod missing from it may be on a node not
-        read: it is neither holding nor freed this cycle, and waits for a complete read).
+        read: it is neither holding nor freed this cycle, and waits for a complete read);
+        ``followers``: pods holding now that end with one of ``ended`` without reporting
+        it (a distributed job's workers: ``pending.run_followers``), watched and
+        ``lingering`` as its pod is, until each is gone, but not learned from: one run,
+        one observation (a 64-pod job's release would push 63 other runs' brackets out
+        of the ``max_lags`` kept, and the counts are of completed runs).
         Returns the brackets learned by it (already kept)."""
         uids = uids or {}
         new: list[tuple[float, float]] = []
         previous = self._previous
-        for e in ended:
+        for e, learn in itertools.chain(
+            ((e, True) for e in ended), ((e, False) for e in followers)
+        ):
             key = (e.namespace, e.pod)
             if not (math.isfinite(e.end_timestamp) and e.end_timestamp <= now) or not e.pod:
                 continue
             before: Mapping[PodKey, bool | None] = {} if previous is None else previous[1]
+            if not learn and key not in holding:
+                continue  # a follower is one the read shows holding
             if key not in holding and key not in before:
                 # never seen holding GPUs around its end: a CPU run's pod, or one gone
                 # before the read before this one (unknown when), or a process's first
@@ -201,20 +212,22 @@ class ReleaseLags:
             if watched is not None and watched[0] >= e.end_timestamp:
                 continue  # the pod's later run ended first: it frees after that one
             if watched is not None or len(self._watched) < self.max_watched:
-                self._watched[key] = (e.end_timestamp, held_since, uids.get(key, ""))
-        for key, (end, held_since, uid) in list(self._watched.items()):
+                self._watched[key] = (e.end_timestamp, held_since, uids.get(key, ""), learn)
+        for key, (end, held_since, uid, learn) in list(self._watched.items()):
             same = not uid or uids.get(key, uid) == uid  # not another pod under the name
             if same and (key in running or holding.get(key, True) is False):
                 del self._watched[key]  # a new run in it, or it outlives its runs
             elif same and key in holding:
                 if now - end > self.max_seconds:
                     del self._watched[key]
-                    self.n_outliers += 1
+                    if learn:
+                        self.n_outliers += 1
                 else:
-                    self._watched[key] = (end, now, uid)
+                    self._watched[key] = (end, now, uid, learn)
             elif complete or not same:
                 del self._watched[key]
-                self._settle(end, held_since, now, new)
+                if learn:
+                    self._settle(end, held_since, now, new)
         self._previous = (now, dict(holding))
         return tuple(new)
 

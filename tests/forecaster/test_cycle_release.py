@@ -190,3 +190,67 @@ def test_the_lags_learned_and_the_pods_in_their_lag_are_published(
         ("gpu_eta_forecaster_release_observations_total", (("result", "unbracketed"),)): 0,
         ("gpu_eta_forecaster_release_observations_total", (("result", "unseen"),)): 0,
     }
+
+
+def ddp_answers(a: dict, *pods: str) -> dict:
+    """Node n1 (2 GPUs) held by the ``pods`` of PyTorchJob ``ddp`` (``pod-a``, its rank
+    0 and the only one reporting: run a; ``worker``), both started at NOW-900; ``waits``
+    wants both GPUs."""
+    uids = {"pod-a": "ua", "worker": "uk"}
+    owner = {"owner_kind": "PyTorchJob", "owner_name": "ddp", "owner_is_controller": "true"}
+    return merge(
+        a,
+        {
+            "ksm_nodes": [s(2, node="n1", label_nvidia_com_gpu_product="A100", **GPU)],
+            "ksm_pods": [
+                *(running_pod(p, uids[p]) for p in pods),
+                s(2, namespace="ml", pod="waits", uid="uw", phase="Pending", **GPU),
+            ],
+            "ksm_pod_times": [
+                s(NOW - 50, uid="uw", time="created"),
+                *(s(NOW - 900, uid=uids[p], time="started") for p in pods),
+            ],
+            "ksm_pod_meta": [s(1, uid=uids[p], meta="owner", **owner) for p in pods],
+        },
+    )
+
+
+def ddp_cycles(store: HistoryStore, *reads: tuple[float, tuple[str, ...]]):
+    """Run a running at NOW (both pods holding), completed at NOW+30 and read so by each
+    of ``reads`` (its time, the pods holding then), the lags kept being one bracket
+    (40, 50] s: each of those cycles' answers."""
+    store.set_meta(RELEASE_LAGS_KEY, "[[40, 50]]")
+    t = [NOW]
+    running = job("a", 10, [(9, NOW - 10)], NOW - 900, pod="pod-a")
+    done = job("a", 10, [(9, NOW - 10), (10, NOW + 30)], NOW - 900, pod="pod-a")
+    client = CannedClient(ddp_answers(running, "pod-a", "worker"))
+    cycle = make_cycle(client, store, clock=lambda: t[0])
+    cycle.run()
+    out = []
+    for at, pods in reads:
+        t[0] = at
+        client.answers = ddp_answers(done, *pods)
+        out.append(cycle.run())
+    return out
+
+
+def test_a_distributed_jobs_workers_free_with_its_rank_0_a_lag_after_its_run(
+    store: HistoryStore, tmp_path: Path
+) -> None:
+    """Only rank 0 (pod-a) reports run a; its worker, of the same owner and started
+    with it, frees its GPU with it, a lag after the run's end (NOW+30 + 45 s), not a
+    whole run from the history later (the worker, 960 s old, outlives the only recorded
+    run of 930 s: the pod waiting for both GPUs was beyond the horizon). Still so once
+    rank 0's pod is gone and the worker lingers (NOW+90: lingered 60 s, longer than
+    every lag kept, so about as long again), and when rank 0's pod was gone by the
+    first read of its run completed."""
+    first, second = ddp_cycles(store, (NOW + 60, ("pod-a", "worker")), (NOW + 90, ("worker",)))
+    assert waits_p50(first) == pytest.approx(NOW + 30 + 45)
+    assert NOW + 90 < waits_p50(second) < NOW + 90 + 600
+    assert second.release.n_lingering == 1  # the worker
+    other = HistoryStore.open(tmp_path / "gone.sqlite")
+    try:
+        (gone,) = ddp_cycles(other, (NOW + 60, ("worker",)))
+    finally:
+        other.close()
+    assert NOW + 60 < waits_p50(gone) < NOW + 60 + 600

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from gpu_eta.forecaster.kube_state import ClusterQueue
 from gpu_eta.forecaster.pending import (
@@ -11,6 +12,7 @@ from gpu_eta.forecaster.pending import (
     describe,
     holder_ends,
     predict,
+    run_followers,
     with_run_ends,
 )
 from gpu_eta.forecaster.publish import pending_families
@@ -232,3 +234,94 @@ def test_a_pod_in_its_release_lag_is_told_its_runs_end_unless_recreated_under_it
     (q,) = whole.pods
     assert p.prediction.starts == (NOW + 11, NOW + 11, NOW + 11)  # c: 9 s + 20 s lag
     assert q.prediction.starts[1] == NOW + 2700 + 20  # a run of 3,000 s, 300 s of it run
+
+
+def test_a_workers_run_ends_with_its_rank_0_s_in_its_release_lag() -> None:
+    """Only rank 0 reports progress, so only it is in ``run_ends`` once its run
+    completes; its worker (same owner, started with it) took its forecast while it ran
+    (``holder_ends``) and now takes its run's end: the 2-GPU pod waiting for both
+    starts a lag after that end (5 s ago + 20 s), not a whole run from the history
+    later (+2720 s), nor never for a job older than every recorded run. As in
+    ``holder_ends``: no other owner or namespace, no pod started more than
+    ``SIBLING_START_WINDOW_SECONDS`` apart, no pod whose start is unknown (neither
+    borrows nor lends), and not a pod with a forecast of its own (a run running in it)."""
+    own = ("PyTorchJob", "ddp")
+
+    def pod(name: str, started: float | None, ns: str = "ml", owner=own, uid: str = "") -> Holder:
+        return Holder(ns, name, "n1", G, 1, None, started, uid=uid, owner=owner)
+
+    window = SIBLING_START_WINDOW_SECONDS
+    holders = (
+        pod("ddp-master-0", NOW - 300, uid="u0"),
+        pod("ddp-worker-0", NOW - 300, uid="u1"),
+        pod("ddp-worker-1", NOW - 300 + window),  # at the window's edge
+        pod("ddp-worker-2", NOW - 300 + window + 1),  # past it: another run
+        pod("ddp-worker-3", None),  # start unknown: not known to be a sibling
+        pod("ddp-worker-4", NOW - 300, ns="other"),
+        pod("ddp-worker-5", NOW - 300, owner=("PyTorchJob", "other")),
+        pod("ddp-worker-6", NOW - 300),  # its own run runs (a forecast of its own)
+        pod("ddp-worker-7", NOW - 300, owner=None),
+    )
+    run_ends = {("ml", "ddp-master-0"): (NOW - 5, "u0")}
+    own_ends = {("ml", "ddp-worker-6"): (NOW + 100, NOW + 200, NOW + 300)}
+    got = {h.pod: h.run_ended for h in with_run_ends(holders, run_ends, own_ends)}
+    assert got == {
+        "ddp-master-0": NOW - 5,
+        "ddp-worker-0": NOW - 5,
+        "ddp-worker-1": NOW - 5,
+        "ddp-worker-2": None,
+        "ddp-worker-3": None,
+        "ddp-worker-4": None,
+        "ddp-worker-5": None,
+        "ddp-worker-6": None,
+        "ddp-worker-7": None,
+    }
+    # a rank 0 whose start is unknown, or recreated under its name, lends nothing
+    unknown = (replace(holders[0], started=None), holders[1])
+    assert [h.run_ended for h in with_run_ends(unknown, run_ends)] == [NOW - 5, None]
+    recreated = (replace(holders[0], uid="u0b"), holders[1])
+    assert [h.run_ended for h in with_run_ends(recreated, run_ends)] == [None, None]
+    # the reviewer's case: master-0 and worker-0 hold n1's 2 GPUs, a 2-GPU pod waits
+    settings = PendingSettings(n_samples=50)
+    for age in (300.0, 3500.0):  # 3,500 s: older than every recorded run
+        pair = tuple(replace(h, started=NOW - age) for h in holders[:2])
+        queue = ClusterQueue(
+            (Node("n1", {G: 2}, "A100"),), pair, (PendingPod("ml", "p", G, 2, NOW),)
+        )
+        lagged = predict(
+            queue, {}, [3000.0], NOW, settings, release_seconds=[20.0], run_ends=run_ends
+        )
+        (p,) = lagged.pods
+        assert p.prediction.status == PREDICTED
+        assert p.prediction.starts == (NOW + 15,) * 3  # 5 s ago + a 20 s lag
+
+
+def test_a_completed_runs_followers_are_its_owners_pods_started_with_it() -> None:
+    """``run_followers``: the pods of a read that end with a run completed now without
+    reporting it (rank 0's workers), its rank 0 found in the read or, gone since, in
+    the read before; not a pod whose own run completed now or runs, nor one started
+    apart, of another owner, or gone itself."""
+    own = ("PyTorchJob", "ddp")
+
+    def pod(name: str, started: float | None = NOW - 300, owner=own) -> Holder:
+        return Holder("ml", name, "n1", G, 1, None, started, owner=owner)
+
+    master, worker = pod("ddp-master-0"), pod("ddp-worker-0")
+    others = (
+        pod("ddp-worker-1"),  # its own run completed now too
+        pod("ddp-worker-2"),  # a run of its own runs
+        pod("ddp-worker-3", NOW - 300 + SIBLING_START_WINDOW_SECONDS + 1),
+        pod("ddp-worker-4", owner=("PyTorchJob", "other")),
+        pod("ddp-worker-5", None),
+    )
+    ended = {("ml", "ddp-master-0"): NOW - 5, ("ml", "ddp-worker-1"): NOW - 7}
+    running = {("ml", "ddp-worker-2")}
+    expected = {("ml", "ddp-worker-0"): NOW - 5}
+    assert run_followers((master, worker, *others), (), ended, running) == expected
+    # rank 0 gone since the read before, a worker gone too: the one left follows
+    gone = pod("ddp-worker-6")
+    before = (master, worker, gone, *others)
+    assert run_followers((worker, *others), before, ended, running) == expected
+    # rank 0 in neither read: nothing tells its owner or start
+    master_only = {("ml", "ddp-master-0"): NOW - 5}
+    assert run_followers((worker, *others), (), master_only, running) == {}

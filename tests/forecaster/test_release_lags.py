@@ -164,3 +164,37 @@ def test_the_summary_says_what_was_learned_and_which_pods_linger_now() -> None:
     )
     assert got.quantiles[0] < 10 < got.quantiles[2]
     assert ReleaseLags().summary().quantiles is None
+
+
+def test_a_runs_followers_linger_until_each_is_gone_and_teach_no_lag() -> None:
+    """Rank 0 (POD) reports run a, ended at T+30; its worker (a follower) still holds at
+    T+60 and T+120, after rank 0's pod was gone at T+120 (bracket (30, 90] learned from
+    rank 0 alone): the worker lingers with the run's end and its uid until gone, is
+    counted lingering, and gives no bracket, no outlier and no count of its own (one
+    run, one observation). A follower the read does not show holding is not watched,
+    and one still holding an hour after the run is dropped, uncounted."""
+    worker = ("ml", "train-worker-0")
+    lags = ReleaseLags()
+    lags.observe([], {POD: True, worker: True}, {POD}, T)
+    ended = [Ended(*POD, T + 30)]
+    both = {POD: True, worker: True}
+    uids = {POD: "u0", worker: "u1"}
+    lags.observe(ended, both, set(), T + 60, uids, followers=[Ended(*worker, T + 30)])
+    assert lags.lingering == {POD: (T + 30, "u0"), worker: (T + 30, "u1")}
+    assert lags.observe([], {worker: True}, set(), T + 120, uids) == ((30.0, 90.0),)
+    assert lags.lingering == {worker: (T + 30, "u1")}
+    assert lags.summary().n_lingering == 1
+    assert lags.observe([], {}, set(), T + 180) == ()  # the worker gone: no bracket
+    assert lags.lingering == {} and lags.brackets == ((30.0, 90.0),)
+    assert (lags.n_bracketed, lags.n_outliers, lags.n_unseen, lags.n_unbracketed) == (1, 0, 0, 0)
+    # not holding: not watched (nor counted unseen); an hour on: dropped, uncounted
+    for seen_before in (True, False):
+        late = ReleaseLags()
+        late.observe([], {POD: True, worker: True} if seen_before else {POD: True}, {POD}, T)
+        late.observe(ended, {POD: True}, set(), T + 60, followers=[Ended(*worker, T + 30)])
+        assert worker not in late.lingering and late.n_unseen == 0
+    stuck = ReleaseLags()
+    stuck.observe([], {worker: True}, set(), T)
+    stuck.observe([], {worker: True}, set(), T + 60, followers=[Ended(*worker, T + 30)])
+    stuck.observe([], {worker: True}, set(), T + 3700)
+    assert stuck.lingering == {} and stuck.n_outliers == 0
