@@ -164,8 +164,8 @@ def _pods(snap: Snapshot, pod_labels: Sequence[str]) -> Iterator[Metric]:
     start = _Family("gpu_eta_pod_start_timestamp_seconds", "Pod start time" + CACHED)
     deadline = _Family(
         "gpu_eta_pod_deadline_timestamp_seconds",
-        "Earliest of pod start + activeDeadlineSeconds, its Job start + the Job's, "
-        "and the gpu-eta.io/deadline annotation" + CACHED,
+        "Earliest of pod start + activeDeadlineSeconds, the gpu-eta.io/deadline "
+        "annotation and, while the pod runs, its Job start + the Job's" + CACHED,
     )
     # ValueError on two keys, one name
     label_names = pod_label_names(exported_pod_labels(pod_labels))

@@ -559,6 +559,20 @@ def test_help_says_cached() -> None:
     assert not re.search(r"^\S+\{.*\} \S+ \d+$", text, re.M), "no sample timestamps"
 
 
+def test_deadline_help_says_a_jobs_deadline_counts_only_while_the_pod_runs() -> None:
+    """A finished pod's Job is not read (collectors/kube.py), so its deadline is its
+    own: the HELP says so, as the metric's row in docs/metrics.md does."""
+    text = GOLDEN.read_text()
+    help_text = re.search(r"^# HELP gpu_eta_pod_deadline_timestamp_seconds (.*)$", text, re.M)
+    row = next(
+        line
+        for line in (ROOT / "docs" / "metrics.md").read_text().splitlines()
+        if line.startswith("| `gpu_eta_pod_deadline_timestamp_seconds`")
+    )
+    assert help_text and "while the pod runs" in row
+    assert re.search(r"while the pod runs,? its Job", help_text[1]), help_text[1]
+
+
 def test_pod_info_says_the_pods_phase() -> None:
     """The stall alert's fallback read "its pod still runs" off ``gpu_eta_pod_info``,
     which a Succeeded or Failed pod keeps (its API object stays until its Job goes): it
