@@ -29,7 +29,7 @@ returns is a 2xx one, and statuses are read from the exception.
 Job-level deadlines: a ``batch/v1`` Job's ``spec.activeDeadlineSeconds`` is not
 copied to its pods, and it is how most people bound a training job. For a pod that
 still runs whose controller is a Job, the watch thread GETs that Job (one GET per
-Job, cached for ``job_cache_seconds``; needs ``get`` on ``jobs.batch``) and the pod's
+Job, used for ``job_cache_seconds``; needs ``get`` on ``jobs.batch``) and the pod's
 deadline is the earliest of its own, its annotation's and the Job's
 ``status.startTime + spec.activeDeadlineSeconds``. A finished pod's Job is never
 read: no run of it is forecast, so its Job's deadline changes nothing anyone reads,
@@ -40,7 +40,8 @@ pods that still run again once their cache entry is older than
 refused one, a changed deadline): no relist is needed for it, and the watch stays
 open meanwhile (read between two watches, 100 Jobs would hold the watch closed
 ~4.7 s a pass, every pod event waiting that long). A refused or failed GET is logged
-once and leaves the pod's own deadline.
+once per cause, keeps the Job's deadline last read (the cache is served while the API
+is away, Jobs' deadlines included) and is asked again after ``JOB_RETRY_SECONDS``.
 """
 
 from __future__ import annotations
@@ -115,8 +116,14 @@ LIST_PAGE_PODS = 500
 # syncs (clean end, ``last_sync_timestamp``) at least this often, which
 # GpuEtaExporterKubeSyncStale's 600 s (rules/) counts on
 WATCH_TIMEOUT_SECONDS = 300
-# how long a Job's GET (its deadline, or its failure) is used before it is asked again
+# how long a Job's GET (its deadline) is used before it is asked again
 JOB_CACHE_SECONDS = 300
+# how long after a failed Job GET (refused, or no answer) it is asked again, at most
+# ``job_cache_seconds``; meanwhile its pods keep the deadline last read. Why not a whole
+# ``job_cache_seconds``: one 503 or 429 at a pod's first sight would leave it without
+# its Job's deadline for five minutes; and a minute, not less, so that an API server
+# throttling or away is not asked once a second for every Job
+JOB_RETRY_SECONDS = 60.0
 # the least time between two passes of the Job re-reads: a Job whose GET got no answer
 # stays due while the Jobs API is paused (``_job_pause_until``), and must not make the
 # thread spin
@@ -391,6 +398,12 @@ def _earliest(*deadlines: float | None) -> float | None:
     return min(known) if known else None
 
 
+def _stopped(stop: threading.Event | None) -> bool:
+    """Whether the thread holding ``stop`` was stopped: it then changes nothing the
+    next ``start()``'s threads keep (None: a caller outside those threads)."""
+    return stop is not None and stop.is_set()
+
+
 def _continue_token(metadata: Mapping[str, Any]) -> str | None:
     """A list page's continue token; None on the last page (no ``continue``, or the
     empty one the API's omitempty never sends). ``CollectorError`` for one present but
@@ -449,6 +462,28 @@ def _address_owners(
             elif rank == held[0]:
                 best[ip] = (rank, None)  # alike: ambiguous, unless a better one comes
     return {ip: pod for ip, (_, pod) in best.items() if pod is not None}
+
+
+# why a Job GET gave nothing to use -> what its warning tells the admin
+JOB_FAILURE_HINTS = MappingProxyType(
+    {
+        "forbidden": "the exporter may not read Jobs: grant it get on jobs.batch, or set "
+        "the gpu-eta.io/deadline annotation on the pod template",
+        "refused": "the API server refused the read",
+        "unanswered": "no answer from the API server",
+        "invalid": "the answer is not a Job object",
+    }
+)
+
+
+class _JobRead(NamedTuple):
+    """One Job GET: the Job's deadline, or why there is none to use."""
+
+    deadline: float | None
+    error: str = ""  # "HTTP 503 Service Unavailable", "ConnectTimeoutError: ..."
+    # "" when the answer is one to use (a Job, a 404, another Job of the name), else a
+    # key of JOB_FAILURE_HINTS: the deadline last read is kept
+    failure: str = ""
 
 
 class KubeStatus:
@@ -510,6 +545,14 @@ class KubePodSource:
                 f"kube: watch_timeout_seconds must be at least 1 and finite, "
                 f"not {watch_timeout_seconds!r}"
             )
+        if not 0 < job_cache_seconds < math.inf:  # NaN fails too
+            # inf would never read a Job again (one read before its controller wrote
+            # startTime would never give the pod a deadline) and overflows the re-read
+            # thread's wait; NaN or 0 would read every Job on every pass
+            raise CollectorError(
+                f"kube: job_cache_seconds must be a finite number above 0, "
+                f"not {job_cache_seconds!r}"
+            )
         self.node_name = node_name
         self.kubeconfig = kubeconfig
         self.api_url = api_url
@@ -520,6 +563,9 @@ class KubePodSource:
         self.backoff_max_seconds = backoff_max_seconds
         self.max_pods = max_pods
         self._lock = threading.Lock()
+        # set by stop(); each start() makes a new one for the threads it starts, so a
+        # thread a stop() could not wait for ends on its own instead of running on
+        # beside the next start()'s (a cleared shared Event would set it going again)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._api: Any = None
@@ -543,7 +589,7 @@ class KubePodSource:
         # both threads (the watch's, the re-reads'); held for the bookkeeping only,
         # never across a GET: guards the three below
         self._jobs_lock = threading.Lock()
-        # Job -> (deadline or None, monotonic time of the GET)
+        # Job -> (deadline or None, monotonic time it is to be asked again)
         self._jobs: dict[JobKey, tuple[float | None, float]] = {}
         self._job_error = ""
         self._job_pause_until = 0.0  # after a network failure: no Job GETs until then
@@ -563,12 +609,14 @@ class KubePodSource:
         if self._thread is not None:
             return self
         self._api = self._make_api()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="kube-pod-watch", daemon=True)
+        stop = self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(stop,), name="kube-pod-watch", daemon=True
+        )
         self._thread.start()
         if self.job_deadlines and self._batch is not None:
             self._refresher = threading.Thread(
-                target=self._refresh_jobs, name="kube-job-refresh", daemon=True
+                target=self._refresh_jobs, args=(stop,), name="kube-job-refresh", daemon=True
             )
             self._refresher.start()
         return self
@@ -618,9 +666,13 @@ class KubePodSource:
             )
 
     def stop(self, timeout_seconds: float = 10.0) -> None:
-        """Stop the threads (closes an open watch) and wait for them."""
+        """Stop the threads (closes an open watch) and wait for them, at most
+        ``timeout_seconds``: a thread still in a request then ends on its own once it
+        returns, and changes nothing after this (a later ``start()`` included)."""
         self._stop.set()
         self._abort_response()
+        with self._lock:
+            self._connected = False
         thread, self._thread = self._thread, None
         refresher, self._refresher = self._refresher, None
         deadline = time.monotonic() + timeout_seconds
@@ -673,8 +725,10 @@ class KubePodSource:
         while len(self._outside) > MAX_FINISHED_OUTSIDE:
             del self._outside[next(iter(self._outside))]
 
-    def _replace_listed(self, parsed: list[_Listed]) -> None:
-        """The cache becomes the listed pods (``_listed`` records of a whole list)."""
+    def _replace_listed(self, parsed: list[_Listed], stop: threading.Event | None = None) -> None:
+        """The cache becomes the listed pods (``_listed`` records of a whole list);
+        unless ``stop`` (the listing thread's) is set: a list answered after a
+        ``stop()`` must not overwrite the cache a next ``start()`` keeps."""
         # Over the cap, the pods that still run are kept before finished ones: Job
         # pods without a TTL stay in the API for good and must not crowd them out.
         live = [entry for entry in parsed if not pod_finished(entry[0])]
@@ -706,6 +760,8 @@ class KubePodSource:
         with self._jobs_lock:
             self._jobs = {key: value for key, value in self._jobs.items() if key in jobs}
         with self._lock:
+            if _stopped(stop):
+                return
             self._objects, self._ips, self._outside = objects, ips, outside
             self._job_pods = job_pods
             self._refused_running = len(live) > self.max_pods
@@ -713,7 +769,7 @@ class KubePodSource:
             self._last_sync = time.time()
             self._rebuild()
 
-    def _apply(self, kind: str, obj: Any) -> None:
+    def _apply(self, kind: str, obj: Any, stop: threading.Event | None = None) -> None:
         try:
             meta = pod_meta_from_object(obj)
         except PodObjectError as err:
@@ -724,6 +780,8 @@ class KubePodSource:
             job = job_owner(obj)
             meta = self._with_job_deadline(meta, job, set())
         with self._lock:
+            if _stopped(stop):
+                return
             if kind == "DELETED":
                 self._objects.pop(meta.uid, None)
                 self._ips.pop(meta.uid, None)
@@ -755,41 +813,47 @@ class KubePodSource:
             return meta
         return replace(meta, deadline_timestamp=deadline)
 
-    def _refresh_jobs(self) -> None:
+    def _refresh_jobs(self, stop: threading.Event) -> None:
         """Read the Jobs of the running pods again as their GETs age (second thread).
 
         Why a thread of its own: the pod watch stays open while the Jobs are read (one
         round trip each), so pod events are seen meanwhile. Read between two watches,
         100 Jobs would hold the watch closed ~4.7 s a pass against the tests' API fake,
-        every pod event of that time seen only after it. Ends only on ``stop()``.
+        every pod event of that time seen only after it. Ends when ``stop`` (this
+        start's) is set.
         """
-        while not self._stop.wait(self._next_refresh_seconds()):
+        wait = JOB_REFRESH_MIN_SECONDS
+        while not stop.wait(wait):
             try:
-                self._refresh_job_deadlines()
+                self._refresh_job_deadlines(stop)
+                wait = self._next_refresh_seconds()
                 message = ""
             except Exception as err:  # the boundary of this thread: keep it running
+                wait = min(JOB_RETRY_SECONDS, self.job_cache_seconds)
                 message = f"{type(err).__name__}: {err}"[:300]
             if message and message != self._refresh_error:
                 log.warning("kube: reading Jobs again failed (%s); retrying", message)
             self._refresh_error = message
 
     def _next_refresh_seconds(self) -> float:
-        """Seconds until the first running pod's Job GET is older than
-        ``job_cache_seconds`` (a Job not read yet is due now), at least
-        ``JOB_REFRESH_MIN_SECONDS`` and at most ``job_cache_seconds``: a pod's Job
-        read after this is asked, is then due within that wait."""
+        """Seconds until the first running pod's Job is due to be asked again (a Job not
+        read yet is due now), at least ``JOB_REFRESH_MIN_SECONDS`` and not before a
+        pause ends, at most ``JOB_RETRY_SECONDS`` (or ``job_cache_seconds``): a Job
+        first read by the watch thread after this is asked (a failed GET is due again
+        after ``JOB_RETRY_SECONDS``) is then read again within that wait."""
         with self._lock:
             keys = {job for job, _ in self._job_pods.values()}
         now = time.monotonic()
         with self._jobs_lock:
-            read = [self._jobs.get(key, (None, -math.inf))[1] for key in keys]
+            due = [self._jobs.get(key, (None, -math.inf))[1] for key in keys]
             paused = self._job_pause_until - now
-        due = min(read, default=now) + self.job_cache_seconds - now
-        return max(JOB_REFRESH_MIN_SECONDS, min(due, self.job_cache_seconds), paused)
+        soonest = min(due, default=math.inf) - now
+        most = min(JOB_RETRY_SECONDS, self.job_cache_seconds)
+        return max(JOB_REFRESH_MIN_SECONDS, min(soonest, most), paused)
 
-    def _refresh_job_deadlines(self) -> None:
-        """Read again the Jobs of the cached pods that still run whose GET is older than
-        ``job_cache_seconds``, and fold their deadlines in anew (``_refresh_jobs``).
+    def _refresh_job_deadlines(self, stop: threading.Event | None = None) -> None:
+        """Read again the Jobs of the cached pods that still run that are due, and fold
+        their deadlines in anew (``_refresh_jobs``).
 
         Why: a pod's Job is otherwise read only when the pod is listed or changes, and
         a running pod may not change for hours; its Job read once before the Job
@@ -808,9 +872,11 @@ class KubePodSource:
         folded = {
             uid: (entry, _earliest(entry[1], self._job_deadline(entry[0])))
             for uid, entry in pending.items()
-            if not self._stop.is_set()
+            if not _stopped(stop)
         }
         with self._lock:
+            if _stopped(stop):
+                return
             changed = False
             for uid, (entry, deadline) in folded.items():
                 meta = self._objects.get(uid)
@@ -823,38 +889,49 @@ class KubePodSource:
                 self._rebuild()
 
     def _job_deadline(self, key: JobKey) -> float | None:
-        """The Job's deadline, from the cache or one GET (cached for
-        ``job_cache_seconds``, failures too: a Job is asked at most once in that time)."""
+        """The Job's deadline, from the cache or one GET (used for
+        ``job_cache_seconds``). A GET that fails keeps the deadline last read: the Job
+        is the same while the API server is away or refuses (its deadline is as
+        likely right as before, none is surely wrong); it is asked again after
+        ``JOB_RETRY_SECONDS`` (at most ``job_cache_seconds``)."""
         now = time.monotonic()
         with self._jobs_lock:
             cached = self._jobs.get(key)
-            if cached is not None and now - cached[1] < self.job_cache_seconds:
+            if cached is not None and now < cached[1]:
                 return cached[0]
             if now < self._job_pause_until:
                 # the last GET did not get an answer: a relist of many Job pods must not
                 # wait one timeout per Job; asked again after the pause
                 return None if cached is None else cached[0]
-        deadline, error = self._get_job(key)
+        read = self._get_job(key)
+        retry_seconds = min(JOB_RETRY_SECONDS, self.job_cache_seconds)
         with self._jobs_lock:
-            if error and not error.startswith("HTTP "):
-                self._job_pause_until = time.monotonic() + min(60.0, self.job_cache_seconds)
+            previous = self._jobs.get(key)
+            if read.failure == "unanswered":
+                self._job_pause_until = time.monotonic() + retry_seconds
             if len(self._jobs) >= 2 * self.max_pods:  # bounded between lists and refreshes
                 self._jobs.clear()
-            self._jobs[key] = (deadline, now)
-            changed, self._job_error = error != self._job_error, error
-        if error and changed:  # once per change of cause
+            if read.failure:
+                deadline = None if previous is None else previous[0]
+                self._jobs[key] = (deadline, now + retry_seconds)
+            else:
+                deadline = read.deadline
+                self._jobs[key] = (deadline, now + self.job_cache_seconds)
+            changed, self._job_error = read.error != self._job_error, read.error
+        if read.failure and changed:  # once per change of cause
             log.warning(
-                "kube: cannot read Job %s/%s (%s); its activeDeadlineSeconds is not known: "
-                "grant the exporter get on jobs.batch, or set the gpu-eta.io/deadline "
-                "annotation on the pod template",
+                "kube: cannot read Job %s/%s (%s): %s; its pods keep the Job's deadline "
+                "last read, if any, and it is asked again in %.0f s",
                 key[0],
                 key[1],
-                error,
+                read.error,
+                JOB_FAILURE_HINTS[read.failure],
+                retry_seconds,
             )
         return deadline
 
-    def _get_job(self, key: JobKey) -> tuple[float | None, str]:
-        """GET one Job: (deadline or None, "" or a short error)."""
+    def _get_job(self, key: JobKey) -> _JobRead:
+        """GET one Job: its deadline, or why there is none to use (``_JobRead``)."""
         from kubernetes.client.exceptions import ApiException
 
         namespace, name, uid = key
@@ -867,27 +944,28 @@ class KubePodSource:
             )
         except ApiException as err:
             if err.status == 404:
-                return None, ""  # gone (finished and deleted): nothing to resolve
-            return None, f"HTTP {err.status} {err.reason}"
+                return _JobRead(None)  # gone (finished and deleted): nothing to resolve
+            failure = "forbidden" if err.status == 403 else "refused"
+            return _JobRead(None, f"HTTP {err.status} {err.reason}", failure)
         except Exception as err:
-            return None, f"{type(err).__name__}: {err}"[:300]
+            return _JobRead(None, f"{type(err).__name__}: {err}"[:300], "unanswered")
         try:
             body = response.read(MAX_JOB_BYTES + 1)
         except Exception as err:
-            return None, f"{type(err).__name__}: {err}"[:300]
+            return _JobRead(None, f"{type(err).__name__}: {err}"[:300], "unanswered")
         finally:
             with contextlib.suppress(Exception):
                 response.release_conn()
         if len(body) > MAX_JOB_BYTES:
-            return None, f"Job object larger than {MAX_JOB_BYTES} bytes"
+            return _JobRead(None, f"Job object larger than {MAX_JOB_BYTES} bytes", "invalid")
         try:
             job = json.loads(body)
         except ValueError:
-            return None, "answer is not JSON"
+            return _JobRead(None, "answer is not JSON", "invalid")
         meta = job.get("metadata") if isinstance(job, dict) else None
         if not isinstance(meta, dict) or meta.get("uid") != uid:
-            return None, ""  # another Job of the same name: not this pod's
-        return job_deadline_from_object(job), ""
+            return _JobRead(None)  # another Job of the same name: not this pod's
+        return _JobRead(job_deadline_from_object(job))
 
     def _make_room(self, meta: PodMeta) -> bool:
         """Whether a new pod may enter the full-or-not cache (lock held).
@@ -939,25 +1017,28 @@ class KubePodSource:
 
     # -- loop -----------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
         """List, then watch and watch again from the last resourceVersion; list again
-        only when there is none to watch from: at start, after a 410, after an error."""
+        only when there is none to watch from: at start, after a 410, after an error.
+        Ends when ``stop`` (this start's) is set."""
         backoff = self.backoff_initial_seconds
         resource_version: str | None = None
         watch_started = 0.0
         quick_gone = 0  # 410s in a row, each within a second of its watch's start
-        while not self._stop.is_set():
+        while not stop.is_set():
             try:
                 if resource_version is None:
-                    resource_version = self._list()
+                    resource_version = self._list(stop)
+                    if stop.is_set():
+                        break
                     self._set_error("")
                 watch_started = time.monotonic()
-                resource_version = self._watch(resource_version, self.watch_timeout_seconds)
+                resource_version = self._watch(resource_version, self.watch_timeout_seconds, stop)
                 backoff = self.backoff_initial_seconds
                 quick_gone = 0
                 if time.monotonic() - watch_started < 1.0:
                     # a server that ends watches at once must not make us spin
-                    self._stop.wait(self.backoff_initial_seconds)
+                    stop.wait(self.backoff_initial_seconds)
             except _Gone:
                 resource_version = None
                 quick_gone = quick_gone + 1 if time.monotonic() - watch_started < 1.0 else 0
@@ -968,11 +1049,11 @@ class KubePodSource:
                 # expires every watch must not make us list and watch in a tight loop
                 # (client-go's reflector backs off there too)
                 log.debug("kube: watch expired again at once (410); relisting in %.0fs", backoff)
-                self._stop.wait(backoff)
+                stop.wait(backoff)
                 backoff = min(backoff * 2, self.backoff_max_seconds)
             except Exception as err:
                 resource_version = None
-                if self._stop.is_set():
+                if stop.is_set():
                     break
                 message = f"{type(err).__name__}: {err}"[:500]
                 if self._set_error(message):
@@ -981,11 +1062,12 @@ class KubePodSource:
                         self.node_name,
                         message,
                     )
-                self._stop.wait(backoff)
+                stop.wait(backoff)
                 backoff = min(backoff * 2, self.backoff_max_seconds)
             finally:
                 with self._lock:
-                    self._connected = False
+                    if not stop.is_set():  # else stop() did, and a next start may be on
+                        self._connected = False
 
     def _set_error(self, message: str) -> bool:
         """Record the error; True when it changed (log once per state change)."""
@@ -999,7 +1081,7 @@ class KubePodSource:
     def _timeouts(self, read_seconds: float) -> tuple[float, float]:
         return (self.request_timeout_seconds, read_seconds)
 
-    def _list(self) -> str:
+    def _list(self, stop: threading.Event | None = None) -> str:
         """List this node's pods, ``LIST_PAGE_PODS`` a page, into the cache; the list's
         resourceVersion (to watch from). Each page is parsed into ``_Listed`` records
         and dropped before the next is asked for, so a relist holds one page of pod
@@ -1012,7 +1094,7 @@ class KubePodSource:
                 log.debug("kube: pod list continue token expired (410); listing again")
             with contextlib.suppress(_Gone):
                 listed, version = self._list_pages()
-                self._replace_listed(listed)
+                self._replace_listed(listed, stop)
                 return version
         raise CollectorError(
             f"kube: pod list continue token expired {LIST_RESTARTS + 1} times in a row "
@@ -1088,7 +1170,7 @@ class KubePodSource:
             len(body),
         )
 
-    def _watch(self, resource_version: str, duration_seconds: float) -> str:
+    def _watch(self, resource_version: str, duration_seconds: float, stop: threading.Event) -> str:
         from kubernetes.client.exceptions import ApiException
 
         timeout = int(max(1, duration_seconds))
@@ -1110,38 +1192,42 @@ class KubePodSource:
                 f"kube: watch pods failed: HTTP {err.status} {err.reason}"
             ) from None
         with self._lock:
-            self._response = response
-            self._connected = True
-        if self._stop.is_set():
-            self._abort_response()
+            # registered only while not stopped: stop() closes the response it finds
+            live = not stop.is_set()
+            if live:
+                self._response = response
+                self._connected = True
         try:
             buffer = bytearray()
-            for chunk in response.stream(64 * 1024, decode_content=True):
+            for chunk in response.stream(64 * 1024, decode_content=True) if live else ():
                 buffer.extend(chunk)
                 while (end := buffer.find(b"\n")) >= 0:
                     line = bytes(buffer[:end])
                     del buffer[: end + 1]
-                    resource_version = self._event(line, resource_version)
+                    resource_version = self._event(line, resource_version, stop)
                 if len(buffer) > MAX_EVENT_BYTES:
                     raise CollectorError(f"kube: watch event larger than {MAX_EVENT_BYTES} bytes")
-                if self._stop.is_set():
+                if stop.is_set():
                     break
             if buffer.strip():
-                resource_version = self._event(bytes(buffer), resource_version)
+                resource_version = self._event(bytes(buffer), resource_version, stop)
         finally:
             with self._lock:
-                self._response = None
+                if self._response is response:
+                    self._response = None
             # close, not only release: a half-read stream must not go back to the pool
             with contextlib.suppress(Exception):
                 response.close()
             with contextlib.suppress(Exception):
                 response.release_conn()
-        if not self._stop.is_set():
-            with self._lock:
+        with self._lock:
+            if not stop.is_set():
                 self._last_sync = time.time()
         return resource_version
 
-    def _event(self, line: bytes, resource_version: str) -> str:
+    def _event(
+        self, line: bytes, resource_version: str, stop: threading.Event | None = None
+    ) -> str:
         if not line.strip():
             return resource_version
         try:
@@ -1160,10 +1246,11 @@ class KubePodSource:
         metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         version = _str(metadata.get("resourceVersion"), 64)
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            self._apply(kind, obj)
+            self._apply(kind, obj, stop)
         elif kind == "BOOKMARK":
             with self._lock:
-                self._last_sync = time.time()
+                if not _stopped(stop):
+                    self._last_sync = time.time()
         else:
             log.debug("kube: ignoring watch event of type %r", kind)
         return version or resource_version

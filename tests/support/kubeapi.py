@@ -33,7 +33,9 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
   test here may count the pod objects alive);
 - ``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>``: a Job added with ``add_job``,
   else the real server's 404 ``Status``; with ``jobs_forbidden`` its 403 ``Status``
-  (what a service account without ``get`` on ``jobs.batch`` receives); each answered
+  (what a service account without ``get`` on ``jobs.batch`` receives); the next
+  GETs answered, one each, with the statuses queued in ``job_failures`` (403, 429, 500,
+  503: the ``Status`` the API server sends then); each answered
   after ``job_delay_seconds`` (a real API server's round trip, 0 by default).
 
 A connection stays open for the next request after an answer, a watch's clean end
@@ -58,6 +60,15 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from gpu_eta.launch.prometheus import free_port
+
+# what the API server answers a GET with when it fails it (k8s.io/apimachinery
+# ``NewTooManyRequests``, ``NewInternalError``, ``NewServiceUnavailable``): status -> reason,
+# message
+JOB_FAILURES: dict[int, tuple[str, str]] = {
+    429: ("TooManyRequests", "Too many requests, please try again later."),
+    500: ("InternalError", "Internal error occurred: etcdserver: request timed out"),
+    503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
+}
 
 
 def make_pod(
@@ -191,6 +202,8 @@ class FakeKubeAPI:
         self._jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.jobs_forbidden = False  # answer Job GETs 403, as without the RBAC rule
         self.job_delay_seconds = 0.0  # wait this long before answering a Job GET
+        # HTTP statuses to answer the next Job GETs with, one each (403, ``JOB_FAILURES``)
+        self.job_failures: list[int] = []
         # the server's --min-request-timeout: a watch without timeoutSeconds (or 0)
         # ends after a random time between it and twice it
         self.min_request_timeout_seconds = 1800.0
@@ -476,7 +489,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         namespace, name = segments[5], segments[7]
         time.sleep(self.api.job_delay_seconds)
-        if self.api.jobs_forbidden:
+        with self.api._cond:
+            failure = self.api.job_failures.pop(0) if self.api.job_failures else None
+        if failure is not None and failure != 403:
+            reason, message = JOB_FAILURES[failure]
+            self._status(failure, reason, message)
+            return
+        if failure == 403 or self.api.jobs_forbidden:
             self._status(
                 403,
                 "Forbidden",

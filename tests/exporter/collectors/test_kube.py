@@ -322,25 +322,38 @@ def test_a_reused_ip_is_the_pod_not_being_deleted_then_the_latest_started(
 
 
 def test_cache_survives_the_api_server_going_away_and_resumes(
-    api: FakeKubeAPI, source_factory
+    api: FakeKubeAPI, source_factory, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """While the API is away the cache is served whole, a running pod's Job deadline
+    included: the Job re-reads go on through the outage and fail, and a failed one
+    keeps the deadline last read (through the relist after it too). Its warning says
+    the API server did not answer, not that a permission is missing."""
+    api.add_job(make_job("train", "default"))
     api.add_pod(make_pod("train-a", uid=uid(1)))
-    src = source_factory(api.url)
+    src = source_factory(api.url, job_cache_seconds=0.5)
     wait_for(lambda: src.status().connected and names(src) == ["train-a"])
+    assert src.poll()[0].deadline_timestamp == JOB_START + 3600
 
-    api.stop()
-    wait_for(lambda: not src.status().connected and src.status().last_error != "")
-    before = src.status().last_sync_timestamp
-    time.sleep(0.3)
-    assert names(src) == ["train-a"]  # served from the cache
-    assert src.status().listed and src.status().last_sync_timestamp == before
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.exporter.collectors.kube"):
+        api.stop()
+        wait_for(lambda: not src.status().connected and src.status().last_error != "")
+        before = src.status().last_sync_timestamp
+        # a re-read of the Job failed (0.5 s after the last, at most 1 s a pass)
+        wait_for(lambda: any("cannot read Job" in r.getMessage() for r in caplog.records), 10)
+        time.sleep(0.3)
+        assert names(src) == ["train-a"]  # served from the cache
+        assert src.poll()[0].deadline_timestamp == JOB_START + 3600
+        assert src.status().listed and src.status().last_sync_timestamp == before
 
-    api.add_pod(make_pod("train-b", uid=uid(2)))  # happens while we cannot see
-    api.start()
-    wait_for(lambda: names(src) == ["train-a", "train-b"])
-    wait_for(lambda: src.status().connected and src.status().last_error == "")
+        api.add_pod(make_pod("train-b", uid=uid(2)))  # happens while we cannot see
+        api.start()
+        wait_for(lambda: names(src) == ["train-a", "train-b"])
+        wait_for(lambda: src.status().connected and src.status().last_error == "")
     assert src.status().last_sync_timestamp > before
     assert api.count(watch=False) == 2  # the start's list and one after the error
+    assert [p.deadline_timestamp for p in src.poll()] == [JOB_START + 3600] * 2
+    warning = next(r.getMessage() for r in caplog.records if "cannot read Job" in r.getMessage())
+    assert "no answer" in warning and "jobs.batch" not in warning
 
 
 def _watch_versions(api: FakeKubeAPI) -> list[str]:
@@ -557,6 +570,41 @@ def test_every_watch_asks_for_the_documented_timeout(api: FakeKubeAPI, source_fa
 def test_a_watch_timeout_the_server_cannot_take_is_a_clear_error(seconds: float) -> None:
     with pytest.raises(CollectorError, match="watch_timeout_seconds"):
         KubePodSource(NODE, api_url="http://127.0.0.1:9", watch_timeout_seconds=seconds)
+
+
+@pytest.mark.parametrize("seconds", [0, -1, math.inf, math.nan])
+def test_a_job_cache_time_that_is_not_a_finite_positive_number_is_a_clear_error(
+    seconds: float,
+) -> None:
+    """inf killed the re-read thread (``Event.wait`` overflows), NaN re-read every Job
+    every second; 0 or less would re-read them on every pass."""
+    with pytest.raises(CollectorError, match="job_cache_seconds"):
+        KubePodSource(NODE, api_url="http://127.0.0.1:9", job_cache_seconds=seconds)
+
+
+def test_threads_a_stop_could_not_wait_for_end_after_the_next_start(
+    api: FakeKubeAPI, source_factory
+) -> None:
+    """``stop()`` that times out waiting (a Job GET in flight: 2 s here, 0.2 s allowed)
+    leaves its threads to end on their own: a ``start()`` after it must not set them
+    running again beside the new ones, nor may they touch the new ones' watch."""
+    api.add_job(make_job("train", "ml"))
+    api.add_pod(make_pod("train-a", "ml", uid=uid(1)))
+    src = source_factory(api.url, job_cache_seconds=0.5)
+    wait_for(lambda: src.status().connected)
+    api.job_delay_seconds = 2.0
+    stopped = []
+    for _ in range(2):
+        gets = api.job_gets()
+        wait_for(lambda gets=gets: api.job_gets() > gets, timeout_seconds=10)  # a GET in flight
+        stopped += [src._thread, src._refresher]
+        src.stop(timeout_seconds=0.2)
+        src.start()
+    api.job_delay_seconds = 0.0
+    wait_for(lambda: not any(t.is_alive() for t in stopped), timeout_seconds=15)
+    wait_for(lambda: src.status().connected and src._thread.is_alive())
+    src.stop(timeout_seconds=15)
+    assert not any(t.is_alive() for t in stopped) and not src.status().connected
 
 
 def test_bookmarks_refresh_the_sync_time(api: FakeKubeAPI, source_factory) -> None:
@@ -1302,6 +1350,50 @@ def test_forbidden_or_missing_jobs_leave_the_pod_deadline_and_log_once(
     warnings = [r.getMessage() for r in caplog.records if "cannot read Job" in r.getMessage()]
     assert len(warnings) == 1 and "HTTP 403" in warnings[0] and "gpu-eta.io/deadline" in warnings[0]
     assert src.status().last_error == ""  # the pod watch itself never failed
+
+
+@pytest.mark.parametrize("status", [403, 429, 500, 503])
+def test_a_refused_job_read_keeps_the_deadline_last_read(
+    api: FakeKubeAPI, source_factory, caplog: pytest.LogCaptureFixture, status: int
+) -> None:
+    """One refused answer to a re-read of a running pod's Job (an RBAC rule removed, a
+    throttled or overloaded API server) leaves the pod the deadline last read, not
+    none for ``job_cache_seconds``; the warning names the status and asks for the
+    ``get`` on ``jobs.batch`` only when that is what is missing (403)."""
+    api.add_job(make_job("train", "ml"))
+    api.add_pod(make_pod("train-a", "ml", uid=uid(1)))
+    src = source_factory(api.url, job_cache_seconds=0.5)
+    wait_for(lambda: src.status().connected and len(src.poll()) == 1)
+    assert src.poll()[0].deadline_timestamp == JOB_START + 3600
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.exporter.collectors.kube"):
+        gets = api.job_gets()
+        api.job_failures.append(status)
+        wait_for(lambda: api.job_gets() > gets, timeout_seconds=10)  # the refused GET
+        seen = set()
+        for _ in range(30):  # 1.5 s: the refusal folded in, more than job_cache_seconds
+            seen.add(src.poll()[0].deadline_timestamp)
+            time.sleep(0.05)
+    assert seen == {JOB_START + 3600}
+    warning = next(r.getMessage() for r in caplog.records if "cannot read Job" in r.getMessage())
+    assert f"HTTP {status}" in warning
+    assert ("jobs.batch" in warning) == (status == 403)
+
+
+def test_a_failed_job_read_is_asked_again_soon_not_after_job_cache_seconds(
+    api: FakeKubeAPI, source_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Job GET that failed is asked again after ``JOB_RETRY_SECONDS`` (60 s; 0.5 s
+    here), not after a whole ``job_cache_seconds`` (here 60 s): one 503 at a pod's first
+    sight must not leave it without its Job's deadline for five minutes."""
+    monkeypatch.setattr(kube_module, "JOB_RETRY_SECONDS", 0.5)
+    api.add_job(make_job("train", "ml"))
+    api.add_pod(make_pod("train-a", "ml", uid=uid(1)))
+    api.job_failures.append(503)
+    src = source_factory(api.url, job_cache_seconds=60)
+    wait_for(lambda: src.status().connected and len(src.poll()) == 1)
+    assert src.poll()[0].deadline_timestamp is None  # its one GET was refused
+    wait_for(lambda: src.poll()[0].deadline_timestamp == JOB_START + 3600, timeout_seconds=10)
+    assert api.job_gets() == 2
 
 
 def test_a_deleted_job_is_nothing_to_resolve_not_a_permission_to_grant(
