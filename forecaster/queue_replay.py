@@ -135,7 +135,6 @@ from typing import ClassVar
 
 from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.common.versioned_json import load_versioned
-from gpu_eta.forecaster.release_lags import MAX_RELEASE_SECONDS
 
 QUANTILES = (0.1, 0.5, 0.9)
 GPU_RESOURCE = "nvidia_com_gpu"
@@ -581,8 +580,10 @@ def end_after(q: tuple[float, float, float], now: float, u: float) -> float | No
 
 
 # the most a pod is taken to linger after its run (``linger_rest``): past it the service
-# stops watching the pod as in its release lag (an outlier)
-MAX_LINGER_SECONDS = MAX_RELEASE_SECONDS
+# stops watching the pod as in its release lag (an outlier; ``release_lags`` takes it
+# from here, as this module, which ``top`` imports, needs nothing but the standard
+# library: no numpy without the forecaster extra)
+MAX_LINGER_SECONDS = 3600.0
 
 
 def linger_rest(lingered: float, u: float) -> float:

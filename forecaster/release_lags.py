@@ -44,10 +44,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpu_eta.forecaster.queue_replay import MAX_LINGER_SECONDS
+
 PodKey = tuple[str, str]  # (namespace, pod)
 
 RELEASE_LAGS_KEY = "release_lag_brackets"  # the history file's meta row
-MAX_RELEASE_SECONDS = 3600.0  # a pod held longer after its run did not end with it
+# a pod held longer after its run did not end with it
+MAX_RELEASE_SECONDS = MAX_LINGER_SECONDS
 MAX_BRACKET_SECONDS = 600.0  # ten one-minute cycles; wider says little of a lag
 MAX_LAGS = 200
 MAX_WATCHED = 10_000  # pods awaiting their release; beyond, new ones are not watched

@@ -109,7 +109,15 @@ def test_ctrl_c_at_any_moment_of_the_command_is_one_line(tmp_path: Path) -> None
         # the terminal's default, as a command typed at a prompt has
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    time.sleep(0.3)
+    # past the interpreter's own start-up: a SIGINT in its site import is CPython's
+    # "Fatal Python error: init_import_site", before any of our code (0.3 s was not
+    # enough on a loaded machine); a C module the command's first imports load and
+    # a bare interpreter does not says its imports have begun
+    deadline = time.monotonic() + 30
+    maps = Path(f"/proc/{proc.pid}/maps")
+    while not any(name in maps.read_text() for name in ("_json", "_heapq", "_datetime")):
+        assert time.monotonic() < deadline and proc.poll() is None, "never began its imports"
+        time.sleep(0.005)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     # 1, or death by SIGINT after the line (a shell's 130): when the interrupt lands in

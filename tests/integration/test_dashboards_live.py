@@ -605,6 +605,23 @@ def contract_openmetrics(end: int) -> str:
         )
         for state, count in (("running", 2), ("finished", 120)):
             put("gpu_eta_forecaster_jobs", {**forecaster, "state": state}, t, count)
+        # release lags learned from completed runs' pods (P10/P50/P90 of 40 brackets)
+        for quantile, lag in (("0.1", 4.0), ("0.5", 9.0), ("0.9", 31.0)):
+            put(
+                "gpu_eta_forecaster_release_lag_seconds",
+                {**forecaster, "quantile": quantile},
+                t,
+                lag,
+            )
+        put("gpu_eta_forecaster_release_lag_brackets", forecaster, t, 40)
+        put("gpu_eta_forecaster_release_pods_lingering", forecaster, t, 1)
+        for result, every in (("bracketed", 900), ("unseen", 3600)):
+            put(
+                "gpu_eta_forecaster_release_observations_total",
+                {**forecaster, "result": result},
+                t,
+                elapsed // every,
+            )
         for progress in ("0", "0.1", "0.25", "0.5", "0.75", "0.9", "0.95"):
             put(
                 "gpu_eta_model_median_absolute_percentage_error_ratio",

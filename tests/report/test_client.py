@@ -1752,6 +1752,10 @@ def test_a_step_reported_from_many_threads_never_goes_back():
             for i in range(1, 1001):
                 pool.submit(r.step, i)
         sys.setswitchinterval(switch)
+        # every step sent before the end: with a backlog that would outlast end()'s
+        # flush at the last send's pace, the end goes next and supersedes it (on a
+        # loaded machine: start, 1, end)
+        wait_for(lambda: r.stats["sent"] == 1001, 120)
         r.end(flush_timeout_seconds=30)
     finally:
         sys.setswitchinterval(switch)
