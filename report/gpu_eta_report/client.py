@@ -858,7 +858,11 @@ class ProgressReporter:
         self._metrics: dict[str, float | None] = {}
         self._skipped_logged: set[str] = set()  # metric names already logged as left out
         self._ignored_logged: set[str] = set()  # progress fields already logged as unusable
-        self._clamp_logged = False  # a value beyond the plan already warned of (``_at_most``)
+        # the log levels a value beyond the plan was already logged at (``_at_most``),
+        # and the values (``"epoch"``, ``"step"``) whose plan the caller restates itself
+        # (``_restates_plan``)
+        self._clamps_logged: set[int] = set()
+        self._restated: frozenset[str] = frozenset()
         self._refusals: set[str] = set()  # refusal reasons already logged (sender thread)
         self._last_step_enqueue = float("-inf")
         # reports as (body, thinnable): step reports may be dropped while backing off
@@ -1273,21 +1277,38 @@ class ProgressReporter:
         """``value`` (the epoch or step reached) at most its ``planned`` total, as sent:
         the exporter refuses a report beyond its plan. A loop training past the plan it
         stated then reads as finished while it trains on, so the first value clamped is
-        warned of, once for the reporter: the plan stays short until restated."""
+        warned of, once for the reporter: the plan stays short until restated. Where the
+        caller restates that plan itself (``_restates_plan``: a framework callback at an
+        epoch's end) its user has nothing to do: logged at DEBUG only, once."""
         if value <= planned:
             return value
-        if not self._clamp_logged:
-            self._clamp_logged = True
-            log.warning(
-                "gpu-eta: %s %s is beyond the plan (%s %ss), reported as %s: the run looks "
-                "finished while it trains on (state its plan with plan()); not logged again",
+        level = logging.DEBUG if name in self._restated else logging.WARNING
+        if level not in self._clamps_logged:
+            self._clamps_logged.add(level)
+            advice = (
+                "until the callback states the plan again"
+                if level == logging.DEBUG
+                else "the run looks finished while it trains on (state its plan with plan())"
+            )
+            log.log(
+                level,
+                "gpu-eta: %s %s is beyond the plan (%s %ss), reported as %s: %s; not logged again",
                 name,
                 _short_repr(value),
                 _short_repr(planned),
                 name,
                 _short_repr(planned),
+                advice,
             )
         return planned
+
+    def _restates_plan(self, *names: str) -> None:
+        """Tell the reporter that its caller restates the plan of these values
+        (``"epoch"``, ``"step"``) itself when they pass it: the Keras callback states
+        the steps again at the end of an epoch longer than the plan assumed, so the
+        clamp warning's advice (``plan()``) is nothing its user can follow, and is
+        logged at DEBUG (``_at_most``). A direct client user keeps the warning."""
+        self._restated = frozenset(names)
 
     def _enqueue(self, event: str, thinnable: bool = False) -> None:
         """Queue a report of the current state; ``thinnable`` for ``step()``'s, which

@@ -19,13 +19,17 @@ length changes per epoch; a sized one that runs out of data early, which Keras w
 of and goes on): an epoch that ends with other batches than the plan assumed states
 it again, the batches trained so far plus the epochs left × this epoch's (× Keras'
 ``params["steps"]`` where known: what it draws an epoch at most). Until then a step
-beyond the plan held is reported at the plan. A run starting at a later epoch
-(``initial_epoch``) reports its step from then: the steps before it are its epochs ×
-``params["steps"]``, or, unknown, × the batches of its first epoch once that ended. A
-generator that runs out before the last epoch ends the training early; the run's plan
-stays.
+beyond the plan held is reported at the plan, logged at DEBUG only (the callback
+restates that plan itself: ``ProgressReporter._restates_plan``). A run starting at a
+later epoch (``initial_epoch``) reports its step from then: the steps before it are
+its epochs × ``params["steps"]``, or, unknown, × the batches of its first epoch once
+that ended. A generator that runs out before the last epoch ends the training early;
+the run's plan stays.
 An epoch that ``model.stop_training`` ends before its last batch (``stopped_inside``:
-``TerminateOnNaN``) is not counted done, and states no plan.
+``TerminateOnNaN``) is not counted done, and states no plan; where Keras does not know
+the steps an epoch, only a stop this callback sees at a batch end (set by a callback
+listed before it) is taken for one: an epoch stopped at its end (``EarlyStopping``) is
+whole, however many batches it had.
 
 A loop of fits, one epoch each (``for e in range(15): model.fit(..., epochs=e + 1,
 initial_epoch=e, callbacks=[cb])``, the script's own work between), is one run rather
@@ -121,15 +125,27 @@ if hasattr(os, "register_at_fork"):  # not on Windows
     os.register_at_fork(after_in_child=_forget_deferred_in_forked_child)
 
 
-def stopped_inside(stop_training: object, batches: int, planned: int | None) -> bool:
+def stopped_inside(
+    stop_training: object, batches: int, steps: int | None, set_in_batch: bool
+) -> bool:
     """Whether an epoch ended because ``model.stop_training`` was set inside it (a
     callback's ``on_train_batch_end``: ``TerminateOnNaN``), before its last batch: Keras
     leaves the batch loop and still calls ``on_epoch_end``. Such an epoch is not done,
-    and its batches say nothing of an epoch's length. ``planned``: the batches an epoch
-    (Keras' ``params["steps"]``, else those the plan assumed; None: unknown, and the
-    epoch taken as whole). Set at an epoch's end (``EarlyStopping``) after all its
-    batches, it is whole; a dataset running out early sets no ``stop_training``. Pure."""
-    return stop_training is True and bool(planned) and batches < (planned or 0)
+    and its batches say nothing of an epoch's length. Set at an epoch's end
+    (``EarlyStopping``) after all its batches, the epoch is whole; a dataset running out
+    early sets no ``stop_training``.
+
+    Judged by what Keras knows: ``steps`` is its ``params["steps"]`` (None: unknown),
+    and an epoch of fewer batches with the flag set was cut. Where Keras does not know
+    them, an epoch's batches vary as its data does (a stream shorter this epoch than
+    the last, then stopped at its end, is whole), so only the flag seen set at one of
+    this callback's batch ends (``set_in_batch``: by a callback listed before it) tells
+    a cut. Pure."""
+    if stop_training is not True:
+        return False
+    if steps:
+        return batches < steps
+    return set_in_batch
 
 
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
@@ -151,6 +167,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         # (None before any plan)
         self._lock = threading.Lock()
         self._epoch_batches = 0
+        self._stop_seen = False  # ``model.stop_training`` set at a batch end this epoch
         self._counted: int | None = 0
         self._assumed: int | None = None
         if not hasattr(self, "params"):
@@ -192,6 +209,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         self._epoch = epoch
         with self._lock:
             self._epoch_batches = 0
+            self._stop_seen = False
             if self.reporter is not None:
                 return
             held, self._held = self._held, None
@@ -225,6 +243,8 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
             batch_size=self.batch_size,
             initial_epoch=epoch,
         )
+        if self.reporter is not None:  # a step past the plan is restated at the epoch's end
+            self.reporter._restates_plan("step")
 
     @never_raises
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
@@ -234,8 +254,10 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         if reporter is None:
             return
         trained = min(batch + 1, per_epoch) if per_epoch else batch + 1
+        stop = getattr(getattr(self, "model", None), "stop_training", False) is True
         with self._lock:  # hooks on Keras' threads may come out of order
             self._epoch_batches = max(self._epoch_batches, trained)
+            self._stop_seen = self._stop_seen or stop
             step = None if self._counted is None else self._counted + self._epoch_batches
         if step is not None:
             reporter.step(step)
@@ -247,11 +269,12 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
             return
         step = None
         with self._lock:  # Keras has waited for its batch hooks by now
-            batches = self._epoch_batches
+            batches, stop_seen = self._epoch_batches, self._stop_seen
         cut = stopped_inside(
             getattr(getattr(self, "model", None), "stop_training", False),
             batches,
-            self._steps_per_epoch or self._assumed,
+            self._steps_per_epoch,
+            stop_seen,
         )
         if batches:
             if self._counted is None:  # the first epoch that counted: those done before

@@ -29,22 +29,44 @@ from tests.support.report_listener import journaled
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
+STREAM = """
+import torch
+m.fit(x, y, epochs=1, verbose=0)  # built: a fit then iterates no data for its shapes
+class Stream(torch.utils.data.IterableDataset):
+    def __init__(self, counts): self.counts = list(counts)
+    def __iter__(self):
+        n = self.counts.pop(0) if len(self.counts) > 1 else self.counts[0]
+        for i in range(n * 32): yield torch.from_numpy(x[i]), torch.tensor(y[i])
+def stream(*counts): return torch.utils.data.DataLoader(Stream(counts), batch_size=32)
+"""
+"""After ``keras_script``: ``m`` built, and ``stream(*counts)``, batches of 32 without a
+length (Keras' ``params["steps"]`` None), ``counts[k]`` batches in epoch k (the last
+count for any later epoch)."""
+
+STOP_AT_BATCH = """
+class StopAtBatch(keras.callbacks.Callback):  # as TerminateOnNaN does on a NaN loss
+    def on_train_batch_end(self, batch, logs=None):
+        self.model.stop_training = batch == 2
+"""
+"""A callback setting ``model.stop_training`` in its third batch's hook."""
+
 
 @needs("keras")
 @pytest.mark.parametrize(
-    ("stop_training", "batches", "planned", "cut"),
+    ("stop_training", "batches", "steps", "set_in_batch", "cut"),
     [
-        (True, 3, 10, True),  # set in a batch hook (TerminateOnNaN)
-        (True, 10, 10, False),  # set at the epoch's end (EarlyStopping): whole
-        (False, 3, 10, False),  # ran out of data: Keras goes on, no stop
-        (True, 3, None, False),  # an epoch's batches unknown: taken as whole
-        (1, 3, 10, False),  # not Keras' flag: not read as one
+        (True, 3, 10, False, True),  # set in a batch hook (TerminateOnNaN), any order
+        (True, 10, 10, False, False),  # set at the epoch's end (EarlyStopping): whole
+        (False, 3, 10, False, False),  # ran out of data: Keras goes on, no stop
+        (True, 3, None, True, True),  # steps unknown, the stop seen at a batch end
+        (True, 7, None, False, False),  # steps unknown, set at the end of a short epoch
+        (1, 3, 10, True, False),  # not Keras' flag: not read as one
     ],
 )
-def test_stopped_inside(stop_training, batches, planned, cut):
+def test_stopped_inside(stop_training, batches, steps, set_in_batch, cut):
     from gpu_eta_report.keras import stopped_inside
 
-    assert stopped_inside(stop_training, batches, planned) is cut
+    assert stopped_inside(stop_training, batches, steps, set_in_batch) is cut
 
 
 @needs("keras")
@@ -100,10 +122,8 @@ def test_keras_epoch_stopped_inside_is_not_done_nor_replans(journaling_listener)
     run(
         journaling_listener,
         keras_script(samples=320)
+        + STOP_AT_BATCH
         + """
-class StopAtBatch(keras.callbacks.Callback):  # as TerminateOnNaN does on a NaN loss
-    def on_train_batch_end(self, batch, logs=None):
-        self.model.stop_training = batch == 2
 class StopAtEpochEnd(keras.callbacks.Callback):  # as EarlyStopping does
     def on_epoch_end(self, epoch, logs=None):
         self.model.stop_training = epoch == 1
@@ -119,6 +139,69 @@ for run_id, stop in (("inside", StopAtBatch()), ("at-end", StopAtEpochEnd())):
         "at-end": (2, 5, 20, 50),
     }
     assert all(row["ended_timestamp"] is not None for row in rows.values())
+
+
+@needs("keras")
+def test_keras_epoch_stopped_at_its_end_is_done_whatever_the_callback_order(
+    journaling_listener,
+):
+    """A stream without a length (Keras' ``params["steps"]`` None) of 10 batches, then
+    7; ``EarlyStopping`` stops the run at the end of its second epoch. That epoch,
+    shorter than the first, was read as stopped inside it when ``EarlyStopping`` came
+    first in ``callbacks`` (the plan's 10 batches an epoch taken for its length): the
+    run ended at epoch 1 and the plan stayed 50 steps; listed after it, epoch 2 and a
+    plan restated. Whole in both orders: epoch 2 of 5, 17 steps, the plan restated as
+    17 + 3 epochs left × 7 = 38. A stop set in a batch hook of a callback listed before
+    this one (as ``TerminateOnNaN``) is still a cut on such a stream: not done."""
+    run(
+        journaling_listener,
+        keras_script(samples=320)
+        + STREAM
+        + STOP_AT_BATCH
+        + """
+for run_id in ("stopper-first", "stopper-last", "inside"):
+    es = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=1e9)
+    cb = GpuEtaCallback(batch_size=32, min_interval_seconds=0, run_id=run_id)
+    callbacks = {"stopper-first": [es, cb], "stopper-last": [cb, es], "inside": [StopAtBatch(), cb]}
+    m.fit(stream(10, 7), epochs=5, verbose=0, callbacks=callbacks[run_id])
+""",
+    )
+    # a stop inside the epoch is still one (not done, no plan from its 3 batches)
+    assert reached_by_run(journaling_listener) == {
+        "stopper-first": (2, 5, 17, 38),
+        "stopper-last": (2, 5, 17, 38),
+        "inside": (0, 5, 3, None),
+    }
+    assert plans_by_run(journaling_listener) == {
+        "stopper-first": [(5, None), (5, 50), (5, 38)],
+        "stopper-last": [(5, None), (5, 50), (5, 38)],
+        "inside": [(5, None)],
+    }
+
+
+@needs("keras")
+def test_keras_longer_epoch_of_unknown_steps_warns_of_no_clamp(journaling_listener):
+    """A stream without a length of 7 batches, then 8 (``epochs=2``): the plan of 2 × 7
+    steps is short during the second epoch, whose step 15 is reported at 14 until its
+    end states the plan again (15). The client warned "step 15 is beyond the plan (14
+    steps) ... state its plan with plan()", advice a callback user cannot follow for a
+    plan the callback restates itself: at DEBUG only. The run still ends at 15 of 15."""
+    out = run(
+        journaling_listener,
+        keras_script(samples=256)
+        + STREAM
+        + """
+import logging, sys
+logging.basicConfig(stream=sys.stdout, level=logging.DEBUG, format="%(levelname)s %(message)s")
+m.fit(stream(7, 8), epochs=2, verbose=0,
+      callbacks=[GpuEtaCallback(batch_size=32, min_interval_seconds=0, run_id="growing")])
+""",
+    )
+    clamps = [line for line in out.splitlines() if "beyond the plan" in line]
+    assert [line.split()[0] for line in clamps] == ["DEBUG"], out
+    assert "step 15 is beyond the plan (14 steps)" in clamps[0]
+    assert reached_by_run(journaling_listener) == {"growing": (2, 2, 15, 15)}
+    assert plans_by_run(journaling_listener) == {"growing": [(2, None), (2, 14), (2, 15)]}
 
 
 @needs("keras")

@@ -810,6 +810,39 @@ def test_progress_beyond_the_plan_is_reported_at_the_plan_with_one_warning(liste
     ]
 
 
+def test_a_step_beyond_a_plan_the_caller_restates_is_logged_at_debug(listener, caplog):
+    """A framework callback that states the steps again when an epoch ends longer than
+    the plan assumed (Keras on a dataset without a length) clamps the steps meanwhile:
+    the warning told its user to call ``plan()``, which a callback user cannot and
+    need not do. Told so (``_restates_plan``), the reporter logs that clamp at DEBUG,
+    once; an epoch beyond its plan, which the callback does not restate, is still
+    warned of."""
+    caplog.set_level("DEBUG", logger="gpu_eta.report")
+    r = start(epochs=2, steps=14, url=url(listener), source_address=POD.ip)
+    r._restates_plan("step")
+    for step in (15, 16):
+        r.step(step)
+    r.epoch_end(2, step=16)
+    r.plan(steps=16)
+    r.epoch_end(3, step=16)
+    r.end()
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (2, 2, 16, 16)
+    clamped = [(rec.levelname, rec.getMessage()) for rec in caplog.records if "beyond" in rec.msg]
+    assert clamped == [
+        (
+            "DEBUG",
+            "gpu-eta: step 15 is beyond the plan (14 steps), reported as 14: until the "
+            "callback states the plan again; not logged again",
+        ),
+        (
+            "WARNING",
+            "gpu-eta: epoch 3 is beyond the plan (2 epochs), reported as 2: the run looks "
+            "finished while it trains on (state its plan with plan()); not logged again",
+        ),
+    ]
+
+
 @pytest.mark.parametrize("value", [float("nan"), "1s", -1, None, [1]])
 def test_a_bad_min_interval_is_the_default_with_a_warning(value, listener, caplog):
     """NaN once meant no step report at all (every comparison false), a string one
