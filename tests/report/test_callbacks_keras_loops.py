@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.callbacks import (
+    COUNT_SENDERS,
     HELD_AT_EXIT,
     POD,
     PYTHON_3_12_1,
@@ -24,6 +25,7 @@ from tests.support.callbacks import (
     last_rows,
     needs,
     run,
+    senders_seen,
 )
 from tests.support.report_listener import journaled
 
@@ -239,3 +241,31 @@ for e in range(4):
     plans = [{(r["epochs"], r["steps"]) for r in rows if r["run_id"] == run_id} for run_id in runs]
     assert plans == [{(4, 8)}, {(4, 8)}]
     assert (rows[-1]["epoch"], rows[-1]["step"]) == (4, 8)
+
+
+@needs("keras")
+def test_keras_fit_continuing_a_run_lets_its_kept_sender_idle_out(journaling_listener):
+    """A fit's end held back keeps its run's sender (``_keep_sender``) for the exit;
+    the next fit continuing the run releases it: its sender idles out again when the
+    fit reports nothing for a while (the script's own work inside an epoch), rather
+    than running for the whole fit. Counted after a second of such work in each fit's
+    epoch: no sender in any (kept, the third fit's would run)."""
+    out = run(
+        journaling_listener,
+        COUNT_SENDERS
+        + keras_script()
+        + """
+import time
+from gpu_eta_report import client
+client.SENDER_IDLE_SECONDS, client.MAX_SENDER_IDLE_SECONDS = 0.2, 0.3  # idle out quickly
+class Idle(keras.callbacks.Callback):  # the script's work inside a fit: no report
+    def on_epoch_end(self, epoch, logs=None):
+        time.sleep(1.0); print("SENDERS", senders())
+cb = GpuEtaCallback(batch_size=32)
+for e in range(3):  # the third fit continues the second's run, its end held back
+    m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb, Idle()])
+""",
+    )
+    assert senders_seen(out) == [0, 0, 0], out
+    last = list(last_rows(journaling_listener).values())[-1]
+    assert (last["epoch"], last["step"], last["ended_timestamp"] is not None) == (3, 6, True)
