@@ -39,7 +39,8 @@ with that fit's plan (``GpuEtaCallback(epochs=15)`` states the loop's). Which fi
 later one continues is known only when that one starts, so the first fit's end is sent
 at once (most fits are the last), and the loop is that run and one more; from then on
 each fit's end is held back ``LOOP_END_GRACE_SECONDS`` for the next fit, and sent when
-that time passes, when another training starts, or at exit. Meanwhile the held run's
+that time passes, when a fit that continues no loop starts (this callback's or
+another's: a sweep's next configuration), or at exit. Meanwhile the held run's
 sender thread is kept (``ProgressReporter._keep_sender``): at exit the end needs no new
 thread, which CPython 3.12.0-3.12.1 refuse to start in an exit hook.
 """
@@ -105,6 +106,19 @@ def _end_deferred_at_exit() -> None:
 
 
 atexit.register(_end_deferred_at_exit)
+
+
+def _end_deferred_of_others(starting: Any) -> None:
+    """Send the ends other callbacks hold back, as ``starting`` begins a run that
+    continues no loop of fits (an epoch-0 fit, a fit of another epoch than its last
+    reached): the next configuration of a sweep, or a KerasTuner trial, with a callback
+    of its own, after a loop of fits, which is over. Not for a fit continuing its own
+    loop: two loops fitting in turn (two models trained alternately) keep each other's
+    ends held, rather than each fit becoming a run."""
+    for callback in list(_DEFERRING):
+        if callback is not starting:
+            with contextlib.suppress(Exception):
+                callback._end_deferred()
 
 
 def _forget_deferred_in_forked_child() -> None:
@@ -237,6 +251,8 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
                 return
             held.end(metrics=self._held_logs)  # no fit continued it: its end, now
         self._looping = continues
+        if not continues:
+            _end_deferred_of_others(self)
         self._start(
             epochs=epochs,
             steps_per_epoch=self._steps_per_epoch,

@@ -269,3 +269,71 @@ for e in range(3):  # the third fit continues the second's run, its end held bac
     assert senders_seen(out) == [0, 0, 0], out
     last = list(last_rows(journaling_listener).values())[-1]
     assert (last["epoch"], last["step"], last["ended_timestamp"] is not None) == (3, 6, True)
+
+
+@needs("keras")
+def test_a_new_callbacks_training_sends_another_loops_held_end(journaling_listener):
+    """Two configurations of a sweep, each a loop of fits with a callback of its own:
+    the first loop's last end, held back for a next fit, was sent only when its grace
+    passed (60 s) or at exit, the loop shown running while the second trained. A
+    training starting a new run sends it, whichever callback held it: the first loop
+    ends before the second's first report, well before the script's exit. Each loop
+    is two runs (its first fit's, then the rest: module doc of keras.py)."""
+    out = run(
+        journaling_listener,
+        keras_script()
+        + """
+import time
+def loop(fits):
+    cb = GpuEtaCallback(batch_size=32, min_interval_seconds=0)
+    for e in range(fits):  # from the second fit on, each end held for the next
+        m.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
+loop(3)
+loop(2)
+time.sleep(2.0)  # the script's own work after the sweep
+print("EXITING %.3f" % time.time())
+""",
+    )
+    exiting = float(out.split("EXITING")[1].split()[0])
+    rows = journaled(journaling_listener.store)
+    runs = list(dict.fromkeys(row["run_id"] for row in rows))
+    assert len(runs) == 4, runs
+    held_a, first_b = runs[1], runs[2]
+    ended_a = min(
+        r["ended_timestamp"] for r in rows if r["run_id"] == held_a and r["ended_timestamp"]
+    )
+    started_b = min(r["last_report_timestamp"] for r in rows if r["run_id"] == first_b)
+    assert ended_a <= started_b < exiting - 1.0, (ended_a, started_b, exiting)
+    last = last_rows(journaling_listener)
+    assert [(last[k]["epoch"], last[k]["ended_timestamp"] is not None) for k in runs] == [
+        (1, True),
+        (3, True),
+        (1, True),
+        (2, True),
+    ]
+
+
+@needs("keras")
+def test_two_loops_fitting_in_turn_keep_each_others_held_ends(journaling_listener):
+    """Two models trained in turn, an epoch each, each with a callback of its own: a
+    fit continuing its own loop sends no other loop's held end, so each loop stays two
+    runs (its first fit's, then the rest), not a run a fit."""
+    run(
+        journaling_listener,
+        keras_script()
+        + """
+n = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+n.compile(optimizer="sgd", loss="mse")
+cbs = {m: GpuEtaCallback(batch_size=32), n: GpuEtaCallback(batch_size=32)}
+for e in range(4):
+    for model, cb in cbs.items():
+        model.fit(x, y, epochs=e + 1, initial_epoch=e, batch_size=32, verbose=0, callbacks=[cb])
+""",
+    )
+    last = last_rows(journaling_listener)
+    assert [(row["epoch"], row["ended_timestamp"] is not None) for row in last.values()] == [
+        (1, True),
+        (1, True),
+        (4, True),
+        (4, True),
+    ]
