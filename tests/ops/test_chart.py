@@ -805,14 +805,64 @@ def test_openshift_defaults_the_forecaster_to_thanos_querier_and_a_set_value_win
     container_args.check(objects)
 
 
+def _auth_args(objects: list[dict]) -> list[str]:
+    """The forecaster Deployment's --prometheus.bearer-token-file / --prometheus.ca-file."""
+    (container,) = pod_spec(find(objects, "Deployment", "gpu-eta-forecaster"))["containers"]
+    return [a for a in container["args"] if a.startswith(openshift.AUTH_ARGS)]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://thanos-querier.openshift-monitoring.svc:9091/",
+        "https://thanos-querier.openshift-monitoring.svc.cluster.local:9091",
+        "HTTPS://thanos-querier.openshift-monitoring.svc:9091",
+        "https://Thanos-Querier.OpenShift-Monitoring.SVC:9091",
+        "https://thanos-querier.openshift-monitoring.svc.cluster.local.:9091//",
+        "https://thanos-querier.openshift-monitoring.svc:9092",
+    ],
+)
+def test_thanos_querier_written_another_way_keeps_the_token_and_the_ca(url: str) -> None:
+    """The URL the forecaster reads is thanos-querier's however it is written: a trailing
+    slash (the forecaster strips it), the .svc.cluster.local name, any case, a trailing
+    dot, another of its ports. Each rendered only --prometheus.url, so the install
+    succeeded and every cycle failed (401 at kube-rbac-proxy, TLS without the service
+    CA). The URL itself is kept as given."""
+    objects = k8s.helm_template(
+        {"openshift": {"enabled": True}, "forecaster": {"prometheusUrl": url}}
+    )
+    assert _auth_args(objects) == list(openshift.AUTH_ARGS)
+    assert find(objects, "ConfigMap", "gpu-eta-settings")["data"]["PROMETHEUS_URL"] == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://thanos-querier.openshift-monitoring.svc.example.com:9091",
+        "https://thanos-querier.openshift-monitoring.svc:9091@evil.example/",
+        "https://thanos-querier.other.svc:9091",
+        "https://evil.example/thanos-querier.openshift-monitoring.svc:9091",
+    ],
+)
+def test_a_host_only_named_like_thanos_querier_gets_no_token(url: str) -> None:
+    """The token (cluster-monitoring-view: every metric of the cluster) goes by default
+    to thanos-querier's host alone, not to a host whose name merely contains it, one
+    behind user info (the host is after the @), or another namespace's."""
+    objects = k8s.helm_template(
+        {"openshift": {"enabled": True}, "forecaster": {"prometheusUrl": url}}
+    )
+    assert _auth_args(objects) == []
+
+
 @pytest.mark.parametrize(
     "values",
     [
         {"openshift": {"enabled": True}, "forecaster": {"prometheusUrl": VM, "prometheusAuth": {"serviceAccountToken": True}}},
         {"forecaster": {"prometheusAuth": {"serviceAccountToken": True}}},
         {"forecaster": {"prometheusUrl": "HTTP://thanos.example:9091", "prometheusAuth": {"serviceAccountToken": True}}},
+        {"openshift": {"enabled": True}, "forecaster": {"prometheusUrl": "http://thanos-querier.openshift-monitoring.svc:9091"}},
     ],
-    ids=["openshift-own-http", "default-http", "upper-case-scheme"],
+    ids=["openshift-own-http", "default-http", "upper-case-scheme", "querier-over-http"],
 )  # fmt: skip
 def test_a_token_over_plain_http_fails_the_install(values: dict) -> None:
     """A ServiceAccount token sent over http:// can be read on the way (and this one

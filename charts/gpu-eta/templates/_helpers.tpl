@@ -365,21 +365,38 @@ answers only a bearer token (the forecaster's ServiceAccount's, bound to
 cluster-monitoring-view in openshift.yaml) over TLS signed by the service CA that
 OpenShift publishes in every namespace (ConfigMap openshift-service-ca.crt, key
 service-ca.crt); elsewhere kube-prometheus-stack's Prometheus, no token, no CA. The
-token and the service CA default on for that thanos-querier URL alone: the token is
-bound to cluster-monitoring-view (every metric of the cluster), and sent to another
-URL it went to whatever host that names. A token with a URL not https:// fails the
-render: it would cross the network in the clear. A
+token and the service CA default on for thanos-querier's host alone, however its URL
+is written (gpu-eta.urlServiceHost): the token is bound to cluster-monitoring-view
+(every metric of the cluster), and sent to another URL it went to whatever host that
+names. A token with a URL not https:// fails the render: it would cross the network
+in the clear (thanos-querier's http:// URL too, which it does not answer). A
 value set, false and "" included, wins; null (a copy of values.yaml given back with
 -f, or --set key=null) is unset. hasKey, not a plain lookup: Helm drops a null
 default's key, and strict lint fails a template reading a missing one.
 */}}
+{{/*
+The host a URL names, as a comparison needs it: lowercase, without the user info
+before an @ (the host is what follows the last one, as the forecaster's urllib and Go
+read it), the port, a trailing dot, and with .svc.cluster.local written .svc; "" when
+the text is no URL. The thanos-querier test below compares hosts, not URL text: with
+a trailing slash (the forecaster strips it), the .svc.cluster.local name or HTTPS:// in
+capitals the text differed, and the token and the CA were silently left out.
+*/}}
+{{- define "gpu-eta.urlServiceHost" -}}
+{{- if regexMatch "^[A-Za-z][-A-Za-z0-9+.]*://" . -}}
+{{- $authority := regexReplaceAll "^[A-Za-z][-A-Za-z0-9+.]*://([^/?#]*).*$" . "${1}" -}}
+{{- $host := regexReplaceAll ":[0-9]*$" (regexReplaceAll "^.*@" $authority "") "" | lower | trimSuffix "." -}}
+{{- regexReplaceAll "[.]svc[.]cluster[.]local$" $host ".svc" -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "gpu-eta.prometheusAccess" -}}
 {{- $f := .Values.forecaster -}}
 {{- $auth := $f.prometheusAuth -}}
 {{- $openshift := .Values.openshift.enabled | default false -}}
 {{- $url := ternary "https://thanos-querier.openshift-monitoring.svc:9091" "http://prometheus-operated.monitoring.svc:9090" $openshift -}}
 {{- if and (hasKey $f "prometheusUrl") (not (kindIs "invalid" (index $f "prometheusUrl"))) }}{{ $url = index $f "prometheusUrl" }}{{ end -}}
-{{- $querier := and $openshift (eq (toString $url) "https://thanos-querier.openshift-monitoring.svc:9091") -}}
+{{- $querier := and $openshift (eq (include "gpu-eta.urlServiceHost" (toString $url)) "thanos-querier.openshift-monitoring.svc") -}}
 {{- $token := $querier -}}
 {{- if and (hasKey $auth "serviceAccountToken") (not (kindIs "invalid" (index $auth "serviceAccountToken"))) }}{{ $token = index $auth "serviceAccountToken" }}{{ end -}}
 {{- if and $token (not (hasPrefix "https://" (lower (toString $url)))) -}}
