@@ -1266,27 +1266,6 @@ def test_a_dashboard_folder_is_annotated_as_the_string_given(folder: str) -> Non
 @pytest.mark.parametrize(
     ("values", "refused"),
     [
-        ({"forecaster": {"mode": "cronjob", "schedule": "*/5 * * * *"}}, None),
-        ({"forecaster": {"mode": "cronjob", "schedule": "*/4 * * * *"}}, None),
-        ({"forecaster": {"mode": "cronjob", "schedule": "0-59/5 * * * *"}}, None),
-        (
-            {
-                "forecaster": {
-                    "mode": "cronjob",
-                    "schedule": "2,7,12,17,22,27,32,37,42,47,52,57 * * * *",
-                }
-            },
-            None,
-        ),
-        ({"forecaster": {"mode": "cronjob", "schedule": "* * * * *"}}, None),
-        ({"forecaster": {"mode": "cronjob", "schedule": "0 * * * *"}}, "60 minutes apart"),
-        ({"forecaster": {"mode": "cronjob", "schedule": "*/10 * * * *"}}, "10 minutes apart"),
-        ({"forecaster": {"mode": "cronjob", "schedule": "*/7 * * * *"}}, "7 minutes apart"),
-        ({"forecaster": {"mode": "cronjob", "schedule": "0-30/5 * * * *"}}, "30 minutes apart"),
-        ({"forecaster": {"mode": "cronjob", "schedule": "*/5 9-17 * * *"}}, "hour"),
-        ({"forecaster": {"mode": "cronjob", "schedule": "*/5 * * * 1-5"}}, "day of the week"),
-        ({"forecaster": {"mode": "cronjob", "schedule": "@hourly"}}, "@hourly"),
-        ({"forecaster": {"mode": "cronjob", "schedule": "*/5 * * *"}}, "five fields"),
         ({"forecaster": {"cycleInterval": 300}}, None),
         ({"forecaster": {"cycleInterval": 301}}, "forecaster.cycleInterval"),
         ({"forecaster": {"cycleInterval": 3600}}, "forecaster.cycleInterval"),
@@ -1309,7 +1288,8 @@ def test_intervals_the_alert_thresholds_cannot_follow_fail_the_install(
     every run succeeded fired GpuEtaForecasterStale. The chart refuses a forecaster that
     runs more than 5 minutes apart (a cycle, up to a run's 240 s and a scrape stay under
     900 s, with room for one failed run) and an exporter whose collection interval and
-    timeout exceed 300 s together, naming the value and the alert."""
+    timeout exceed 300 s together, naming the value and the alert. Schedules:
+    test_schedules_*."""
     if refused is None:
         k8s.helm_template(values)
         return
@@ -1317,3 +1297,133 @@ def test_intervals_the_alert_thresholds_cannot_follow_fail_the_install(
         k8s.helm_template(values)
     assert refused in str(err.value)
     assert "GpuEta" in str(err.value)
+
+
+def _render_schedule(schedule: str | None) -> list[dict]:
+    return k8s.helm_template({"forecaster": {"mode": "cronjob", "schedule": schedule}})
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "*/5 * * * *",
+        "*/4 * * * *",
+        "* * * * *",
+        "0-59/5 * * * *",
+        "0,5,10,15,20,25,30,35,40,45,50,55 * * * *",
+        "2,7,12,17,22,27,32,37,42,47,52,57 * * * *",
+        "3/5 * * * *",
+        "0/5 * * * *",
+        "1-59/5 * * * *",
+        "*/05 * * * *",
+        "0-4,5-59 * * * *",
+        "*/5\t*\t*\t*\t*",
+        "  */5 * * * *  ",
+        "*/5 * ? * ?",
+        # other fields whose ranges or steps cover the whole field
+        "*/5 0-23 * * *",
+        "*/5 */1 * * *",
+        "*/5 0-11,12-23 * * *",
+        "*/5 * 1-31 * *",
+        "*/5 * 1-15,16-31 * *",
+        "*/5 * * 1-12 *",
+        "*/5 * * jan-DEC *",
+        "*/5 * * * 0-6",
+        "*/5 * * * sun-sat",
+        # neither day field a star: robfig/cron runs on a day either names, so a
+        # whole day-of-month field runs every day whatever the day of the week says
+        "*/5 * 1-31 * 1-5",
+        "*/5 * 1-15 * 0-6",
+        # robfig/cron's @every (Kubernetes' CronJob parser), at most 5 minutes
+        "@every 5m",
+        "@every 300s",
+        "@every 4m59s",
+        "@every 1m30s",
+        "@every 90s",
+        "@every 0.05h",
+        "@every 1m",
+        "@every 5m0.9s",
+    ],
+)
+def test_schedules_running_every_5_minutes_or_more_often_are_taken(schedule: str) -> None:
+    """A schedule that runs the forecaster at most 5 minutes apart at every hour of every
+    day renders, however its fields write that (ranges and steps covering a whole
+    field, month and weekday names, @every): each was refused before, with a message
+    saying hours or days were left without a run, or @every 5m as an hour apart. The
+    CronJob carries the schedule as given."""
+    cronjob = find(_render_schedule(schedule), "CronJob", "gpu-eta-forecaster")
+    assert cronjob["spec"]["schedule"] == schedule
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        # runs too far apart, the gap named
+        ("0 * * * *", r"up to 60 minutes apart"),
+        ("00 * * * *", r"up to 60 minutes apart"),
+        ("*/10 * * * *", r"up to 10 minutes apart"),
+        ("*/6 * * * *", r"up to 6 minutes apart"),
+        ("*/7 * * * *", r"up to 7 minutes apart"),
+        ("5/5 * * * *", r"up to 10 minutes apart"),
+        ("0-30/5 * * * *", r"up to 30 minutes apart"),
+        ("@hourly", r'"@hourly" runs the forecaster an hour apart or more'),
+        ("@daily", r"an hour apart or more"),
+        ("@every 10m", r'"@every 10m" runs the forecaster every 600s, more than 5 minutes'),
+        ("@every 5m1s", r"every 301s, more than 5 minutes"),
+        ("@every 5m1.5s", r"every 301s, more than 5 minutes"),
+        ("@every 2h", r"every 7200s, more than 5 minutes"),
+        # hours or days truly left without a run, the missing ones named
+        ("*/5 9-17 * * *", r"runs only in hours 9-17: hours 0-8,18-23 get no run"),
+        ("*/5 */2 * * *", r"hours 1,3,5,7,9,11,13,15,17,19,21,23 get no run"),
+        ("*/5 0-22 * * *", r"hours 23 get no run"),
+        ("*/5 * * * 1-5", r"runs only on days of the week 1-5 \(0 is Sunday\): 0,6 get no run"),
+        ("*/5 * * * mon-fri", r"days of the week 1-5 \(0 is Sunday\): 0,6 get no run"),
+        ("*/5 * 1-30 * *", r"runs only on days 1-30 of the month: days 31 get no run"),
+        ("*/5 * * 2-12 *", r"runs only in months 2-12: months 1 get no run"),
+        ("*/5 * 1-15 * 1-5", r"days 1-15 of the month or on days of the week 1-5"),
+        # what Kubernetes' CronJob refuses, said as such
+        ("*/0 * * * *", r'"\*/0": a step of 0'),
+        ("60 * * * *", r'"60": 60 is above 59, the last minute'),
+        ("99-100/5 * * * *", r'"99-100/5": 99 is above 59'),
+        ("*/5 24 * * *", r"24 is above 23, the last hour"),
+        ("*/5 * 0 * *", r"0 is below 1, the first day of the month"),
+        ("*/5 * * * 0-7", r'"0-7": 7 is above 6, the last day of the week'),
+        ("*/5 * * * 5-1", r'"5-1": 5 is after 1'),
+        (
+            "*/5 * * * sunday",
+            r'"sunday" is no number nor a name \(fri, mon, sat, sun, thu, tue, wed\)',
+        ),
+        ("*/5 * * * L", r'"L" is no number nor a name'),
+        ("*/5 * * * 1#2", r'"1#2" is none of \*, \?, N, A-B'),
+        ("*/5/2 * * * *", r'"\*/5/2" is none of'),
+        ("99999999999999999999/5 * * * *", r": 99999999999999999999 is above 59"),
+        ("*/99999 * * * *", r"up to 60 minutes apart"),
+        ("*/99999999999999999999 * * * *", r"the step 99999999999999999999 is more than"),
+        ("*/5 * * * * *", r"has 6 fields; a CronJob's schedule has five"),
+        ("*/5 * * *", r"has 4 fields; a CronJob's schedule has five"),
+        ("", r"is empty"),
+        (None, r"is empty"),
+        ("5", r"has 1 field; a CronJob's schedule has five"),
+        ("TZ=UTC */5 * * * *", r"TZ= or CRON_TZ="),
+        ("CRON_TZ=Europe/Paris */5 * * * *", r"TZ= or CRON_TZ="),
+        ("@every", r'"@every" is none of the @ schedules'),
+        ("@every 5", r'"5" is no duration'),
+        ("@every 5 m", r'"5 m" is no duration'),
+        ("@every 0s", r"above 0"),
+        ("@every -5m", r"above 0"),
+        ("@every 99999999999h", r"is no duration"),
+        ("@every  5m", r'" 5m" is no duration'),
+        ("@hourly ", r"Kubernetes takes a @ schedule only without spaces around it"),
+        ("@fortnightly", r'"@fortnightly" is none of the @ schedules'),
+    ],
+)
+def test_schedules_refused_say_what_is_wrong(schedule: str | None, message: str) -> None:
+    """Refused: a schedule whose runs are more than 5 minutes apart (the alerts'
+    thresholds), one that leaves hours or days truly without a run (naming them), and
+    one Kubernetes' CronJob refuses itself (robfig/cron's ParseStandard: a value out of
+    its field's range, 7 for Sunday among them, six fields, TZ= prefixes), each message
+    saying which of these it is."""
+    with pytest.raises(k8s.RenderError) as err:
+        _render_schedule(schedule)
+    assert re.search(message, str(err.value)), str(err.value)
+    assert f"forecaster.schedule: {json.dumps(schedule or '')}" in str(err.value)

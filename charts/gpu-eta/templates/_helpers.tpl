@@ -245,64 +245,216 @@ hour or day. The thresholds are fixed (gpu-eta.validate says why): a forecast ol
 than 900s is stale to GpuEtaForecasterStale (forecaster_stale_seconds) and none to
 GpuEtaPodPendingNoStart (pending_prediction_past_seconds). Runs 5 minutes apart, each
 stopped after 240s, plus a 2-minute scrape stay under it with room for one failed run;
-an hourly schedule whose every run succeeded fired GpuEtaForecasterStale. Read: five
-fields; the minute field's "*", "N", "A-B", each with an optional "/STEP", comma
-separated (the largest gap between the minutes it names, around the hour, is the
-period); every other field "*" (or "?"): any other hour, day or month field leaves
-hours or days without a run. A macro (@hourly, @daily, ...) runs an hour apart or more.
+an hourly schedule whose every run succeeded fired GpuEtaForecasterStale.
+
+Read as Kubernetes' CronJob reads it (robfig/cron v3 ParseStandard, plus the API
+server's refusal of TZ): five fields, each comma separated "*", "?", "N", "A-B", each
+with an optional "/STEP" (N with a step runs to the field's end), months and days of
+the week also by name (jan, mon: any case); or a macro: @hourly and the longer ones,
+@every <Go duration>. Taken when the minutes leave no gap above 5 (around the hour)
+and every hour, month and day has runs; a field covering its whole range in any way
+(0-23, 1-31, 0-6, jan-dec, a star with step 1) is as good as "*". Days: when either
+day field is a star ("*", "?", each with no step above 1) a day runs if both fields name it, else if either does, as
+robfig/cron's dayMatches has it. Every refusal names what is wrong: a value Kubernetes
+refuses, the gap between runs, or the hours, days or months left without a run.
 */}}
 {{- define "gpu-eta.validateSchedule" -}}
 {{- if eq .Values.forecaster.mode "cronjob" -}}
-{{- $schedule := toString .Values.forecaster.schedule | trim -}}
+{{- $raw := .Values.forecaster.schedule -}}
+{{- $raw = ternary "" (toString $raw) (kindIs "invalid" $raw) -}}
+{{- $schedule := trim $raw -}}
+{{- $name := printf "forecaster.schedule: %q" $raw -}}
 {{- $why := "runs must be at most 5 minutes apart: a forecast older than 900s fires GpuEtaForecasterStale and GpuEtaPodPendingNoStart (docs/alerts.md)" -}}
-{{- if hasPrefix "@" $schedule -}}
-{{- fail (printf "forecaster.schedule: %q runs the forecaster an hour apart or more; %s" $schedule $why) -}}
+{{- if not $schedule -}}
+{{- fail (printf "%s is empty; a CronJob needs a schedule, like */5 * * * *" $name) -}}
 {{- end -}}
+{{- if contains "TZ" $raw -}}
+{{- fail (printf "%s: Kubernetes refuses TZ= or CRON_TZ= in a CronJob's schedule (runs every 5 minutes need no time zone); drop it" $name) -}}
+{{- end -}}
+{{- if hasPrefix "@" $schedule -}}
+{{- include "gpu-eta.validateMacro" (dict "raw" $raw "name" $name "why" $why) -}}
+{{- else -}}
 {{- $fields := splitList " " (regexReplaceAll "\\s+" $schedule " ") -}}
 {{- if ne (len $fields) 5 -}}
-{{- fail (printf "forecaster.schedule: %q is no cron schedule of five fields (minute hour day-of-month month day-of-week) this chart can check; %s" $schedule $why) -}}
+{{- fail (printf "%s has %d %s; a CronJob's schedule has five (minute hour day-of-month month day-of-week), or is a macro like @every 5m" $name (len $fields) (ternary "field" "fields" (eq (len $fields) 1))) -}}
 {{- end -}}
-{{- range $i, $name := list "hour" "day of the month" "month" "day of the week" -}}
-{{- $field := index $fields (add1 $i) -}}
-{{- if not (has $field (list "*" "?")) -}}
-{{- fail (printf "forecaster.schedule: %q restricts the %s (%q), leaving hours or days without a run; use *: %s" $schedule $name $field $why) -}}
+{{- $months := dict "jan" 1 "feb" 2 "mar" 3 "apr" 4 "may" 5 "jun" 6 "jul" 7 "aug" 8 "sep" 9 "oct" 10 "nov" 11 "dec" 12 -}}
+{{- $weekdays := dict "sun" 0 "mon" 1 "tue" 2 "wed" 3 "thu" 4 "fri" 5 "sat" 6 -}}
+{{- $read := list -}}
+{{- range $i, $f := list (dict "field" "minute" "lo" 0 "hi" 59 "names" dict) (dict "field" "hour" "lo" 0 "hi" 23 "names" dict) (dict "field" "day of the month" "lo" 1 "hi" 31 "names" dict) (dict "field" "month" "lo" 1 "hi" 12 "names" $months) (dict "field" "day of the week" "lo" 0 "hi" 6 "names" $weekdays) -}}
+{{- $read = append $read (include "gpu-eta.cronField" (merge (dict "text" (index $fields $i) "name" $name) $f) | fromJson) -}}
 {{- end -}}
-{{- end -}}
-{{- $minutes := dict -}}
-{{- range $part := splitList "," (first $fields) -}}
-{{- if not (regexMatch "^([*]|[0-9]+(-[0-9]+)?)(/[0-9]+)?$" $part) -}}
-{{- fail (printf "forecaster.schedule: %q: the minute field's %q is none of *, N, A-B (each with an optional /STEP) this chart can check; %s" $schedule $part $why) -}}
-{{- end -}}
-{{- $span := regexReplaceAll "/.*$" $part "" -}}
-{{- $step := 1 -}}
-{{- if contains "/" $part }}{{ $step = regexReplaceAll "^.*/" $part "" | atoi }}{{ end -}}
-{{- $lo := 0 -}}
-{{- $hi := 59 -}}
-{{- if ne $span "*" -}}
-{{- $lo = regexReplaceAll "-.*$" $span "" | atoi -}}
-{{- $hi = ternary (regexReplaceAll "^.*-" $span "" | atoi) (ternary 59 $lo (contains "/" $part)) (contains "-" $span) -}}
-{{- end -}}
-{{- if or (lt $step 1) (gt $hi 59) (gt $lo $hi) -}}
-{{- fail (printf "forecaster.schedule: %q: the minute field's %q names no minutes of 0-59; %s" $schedule $part $why) -}}
-{{- end -}}
-{{- range $m := until 60 -}}
-{{- if and (ge $m $lo) (le $m $hi) (eq 0 (mod (sub $m $lo) $step)) }}{{ $_ := set $minutes (toString $m) true }}{{ end -}}
-{{- end -}}
-{{- end -}}
+{{- $minute := index $read 0 -}}
 {{- $first := -1 -}}
 {{- $last := -1 -}}
 {{- $gap := 0 -}}
-{{- range $m := until 60 -}}
-{{- if hasKey $minutes (toString $m) -}}
-{{- if ge $last 0 }}{{ $gap = max $gap (sub $m $last) }}{{ else }}{{ $first = $m }}{{ end -}}
-{{- $last = $m -}}
-{{- end -}}
+{{- range $minute.values -}}
+{{- if ge $last 0 }}{{ $gap = max $gap (sub (int .) $last) }}{{ else }}{{ $first = int . }}{{ end -}}
+{{- $last = int . -}}
 {{- end -}}
 {{- $gap = max $gap (sub (add $first 60) $last) -}}
 {{- if gt $gap 5 -}}
-{{- fail (printf "forecaster.schedule: %q runs the forecaster up to %d minutes apart; %s" $schedule $gap $why) -}}
+{{- fail (printf "%s runs the forecaster up to %d minutes apart; %s" $name $gap $why) -}}
+{{- end -}}
+{{- range $i, $what := dict "1" (list "hours" "in hours") "3" (list "months" "in months") -}}
+{{- $f := index $read (atoi $i) -}}
+{{- if $f.missing -}}
+{{- fail (printf "%s runs only %s %s: %s %s get no run; %s" $name (index $what 1) $f.spans (index $what 0) $f.missing $why) -}}
 {{- end -}}
 {{- end -}}
+{{- $dom := index $read 2 -}}
+{{- $dow := index $read 4 -}}
+{{- $days := printf "on days %s of the month" $dom.spans -}}
+{{- $weekly := printf "on days of the week %s (0 is Sunday)" $dow.spans -}}
+{{- if or $dom.star $dow.star -}}
+{{- if $dom.missing -}}
+{{- fail (printf "%s runs only %s: days %s get no run; %s" $name $days $dom.missing $why) -}}
+{{- else if $dow.missing -}}
+{{- fail (printf "%s runs only %s: %s get no run; %s" $name $weekly $dow.missing $why) -}}
+{{- end -}}
+{{- else if and $dom.missing $dow.missing -}}
+{{- fail (printf "%s runs only %s or %s (neither field a *, Kubernetes runs on a day either names): other days get no run; %s" $name $days $weekly $why) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A macro schedule (.raw, .name and .why from gpu-eta.validateSchedule), as robfig/cron's
+parseDescriptor takes it: the text exactly, no space around it; @every and one space
+before a Go duration (time.ParseDuration: signed, each number with a unit of ns, us,
+µs, ms, s, m, h; "0" alone). Taken at most 5 minutes in whole seconds (robfig/cron's
+Every drops the fraction), above 0 (robfig/cron would run a duration of 0 or below
+every second: a typo, not a schedule).
+*/}}
+{{- define "gpu-eta.validateMacro" -}}
+{{- $macros := list "@yearly" "@annually" "@monthly" "@weekly" "@daily" "@midnight" "@hourly" -}}
+{{- if ne .raw (trim .raw) -}}
+{{- fail (printf "%s: Kubernetes takes a @ schedule only without spaces around it" .name) -}}
+{{- else if has .raw $macros -}}
+{{- fail (printf "%s runs the forecaster an hour apart or more; %s" .name .why) -}}
+{{- else if not (hasPrefix "@every " .raw) -}}
+{{- fail (printf "%s is none of the @ schedules Kubernetes takes (%s, @every <duration>)" .name (join ", " $macros)) -}}
+{{- end -}}
+{{- $text := trimPrefix "@every " .raw -}}
+{{- $unit := "(ns|us|µs|μs|ms|s|m|h)" -}}
+{{- $term := printf "([0-9]+([.][0-9]*)?|[.][0-9]+)%s" $unit -}}
+{{- $seconds := 0.0 -}}
+{{- if regexMatch (printf "^[-+]?(%s)+$" $term) $text -}}
+{{- $scale := dict "ns" 1e-9 "us" 1e-6 "µs" 1e-6 "μs" 1e-6 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- range regexFindAll $term $text -1 -}}
+{{- $u := regexFind (printf "%s$" $unit) . -}}
+{{- $seconds = addf $seconds (mulf (trimSuffix $u . | float64) (get $scale $u)) -}}
+{{- end -}}
+{{- if hasPrefix "-" $text }}{{ $seconds = mulf $seconds -1.0 }}{{ end -}}
+{{- else if not (regexMatch "^[-+]?0$" $text) -}}
+{{- fail (printf "%s: %q is no duration Kubernetes takes: numbers each with a unit of ns, us, ms, s, m or h, no spaces, like @every 5m or @every 4m30s" .name $text) -}}
+{{- end -}}
+{{- /* Go's durations end at 2^63 ns, about 292 years */ -}}
+{{- if gt $seconds 9223372036.0 -}}
+{{- fail (printf "%s: %q is no duration Kubernetes takes: above 2562047h, the longest a Go duration holds" .name $text) -}}
+{{- else if not (gt $seconds 0.0) -}}
+{{- fail (printf "%s: @every takes a duration above 0, like @every 5m (robfig/cron runs %q every second)" .name $text) -}}
+{{- else if gt (floor $seconds) 300.0 -}}
+{{- /* robfig/cron's Every drops the fraction of a second */ -}}
+{{- fail (printf "%s runs the forecaster every %ss, more than 5 minutes apart; %s" .name (toString (floor $seconds)) .why) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+One field of a five-field schedule as robfig/cron's getField reads it, as JSON:
+"values" (the ones it names, ascending), "star" (a "*" or "?" part with no step above
+1), "spans" (the values as "A-B" runs) and "missing" (the field's values it leaves out,
+the same way; "" for none). .text, .field (its name in messages), .lo, .hi, .names
+(lowercase name to value), .name (the schedule, for messages). Fails on what
+Kubernetes refuses, naming the part and why; empty parts between commas are skipped,
+as getField's strings.FieldsFunc does.
+*/}}
+{{- define "gpu-eta.cronField" -}}
+{{- $c := . -}}
+{{- $on := dict -}}
+{{- $star := false -}}
+{{- range $part := splitList "," $c.text -}}
+{{- if $part -}}
+{{- if not (regexMatch "^([*?]|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?$" $part) -}}
+{{- fail (printf "%s: the %s field's %q is none of *, ?, N, A-B, each with an optional /STEP, the forms this chart reads" $c.name $c.field $part) -}}
+{{- end -}}
+{{- $span := regexReplaceAll "/.*$" $part "" -}}
+{{- $step := 1 -}}
+{{- if contains "/" $part -}}
+{{- /* more than 3 digits: any step past the field's 60 values names its start alone */ -}}
+{{- $digits := regexReplaceAll "^0+([0-9])" (regexReplaceAll "^.*/" $part "") "${1}" -}}
+{{- if gt (len $digits) 18 -}}
+{{- fail (printf "%s: the %s field's %q: the step %s is more than Kubernetes reads (a 64-bit number)" $c.name $c.field $part $digits) -}}
+{{- end -}}
+{{- $step = ternary 999 (atoi $digits) (gt (len $digits) 3) -}}
+{{- end -}}
+{{- $lo := int $c.lo -}}
+{{- $hi := int $c.hi -}}
+{{- if has $span (list "*" "?") -}}
+{{- $star = or $star (le $step 1) -}}
+{{- else -}}
+{{- $ends := list -}}
+{{- range $token := splitList "-" $span -}}
+{{- $value := 0 -}}
+{{- if hasKey $c.names (lower $token) -}}
+{{- $value = int (get $c.names (lower $token)) -}}
+{{- else if regexMatch "^[0-9]+$" $token -}}
+{{- $digits := regexReplaceAll "^0+([0-9])" $token "${1}" -}}
+{{- if gt (len $digits) 3 -}}
+{{- fail (printf "%s: the %s field's %q: %s is above %d, the last %s" $c.name $c.field $part $digits (int $c.hi) $c.field) -}}
+{{- end -}}
+{{- $value = atoi $digits -}}
+{{- else -}}
+{{- fail (printf "%s: the %s field's %q: %q is no number%s" $c.name $c.field $part $token (ternary "" (printf " nor a name (%s)" (keys $c.names | sortAlpha | join ", ")) (empty $c.names))) -}}
+{{- end -}}
+{{- $ends = append $ends $value -}}
+{{- end -}}
+{{- $lo = first $ends -}}
+{{- $hi = ternary (last $ends) (ternary (int $c.hi) $lo (contains "/" $part)) (eq (len $ends) 2) -}}
+{{- if lt $lo (int $c.lo) -}}
+{{- fail (printf "%s: the %s field's %q: %d is below %d, the first %s" $c.name $c.field $part $lo (int $c.lo) $c.field) -}}
+{{- end -}}
+{{- range $end := $ends -}}
+{{- if gt $end (int $c.hi) -}}
+{{- fail (printf "%s: the %s field's %q: %d is above %d, the last %s" $c.name $c.field $part $end (int $c.hi) $c.field) -}}
+{{- end -}}
+{{- end -}}
+{{- if gt $lo $hi -}}
+{{- fail (printf "%s: the %s field's %q: %d is after %d; Kubernetes takes a range A-B with A at most B" $c.name $c.field $part $lo $hi) -}}
+{{- end -}}
+{{- end -}}
+{{- if lt $step 1 -}}
+{{- fail (printf "%s: the %s field's %q: a step of 0; Kubernetes takes steps of 1 or more" $c.name $c.field $part) -}}
+{{- end -}}
+{{- range $v := untilStep $lo (int (add1 $hi)) $step }}{{ $_ := set $on (toString $v) true }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- $values := list -}}
+{{- $left := list -}}
+{{- range $v := untilStep (int $c.lo) (int (add1 $c.hi)) 1 -}}
+{{- if hasKey $on (toString $v) }}{{ $values = append $values $v }}{{ else }}{{ $left = append $left $v }}{{ end -}}
+{{- end -}}
+{{- if not $values -}}
+{{- fail (printf "%s: the %s field %q names no %s" $c.name $c.field $c.text $c.field) -}}
+{{- end -}}
+{{- dict "values" $values "star" $star "spans" (include "gpu-eta.cronSpans" $values) "missing" (include "gpu-eta.cronSpans" $left) | toJson -}}
+{{- end -}}
+
+{{/* Ascending numbers (a list) written as runs: 0-8,18-23; "" for none. */}}
+{{- define "gpu-eta.cronSpans" -}}
+{{- $runs := list -}}
+{{- $start := -2 -}}
+{{- $prev := -2 -}}
+{{- range $v := . -}}
+{{- if ne (int $v) (add1 $prev) -}}
+{{- if ge $start 0 }}{{ $runs = append $runs (ternary (toString $start) (printf "%d-%d" $start $prev) (eq $start $prev)) }}{{ end -}}
+{{- $start = int $v -}}
+{{- end -}}
+{{- $prev = int $v -}}
+{{- end -}}
+{{- if ge $start 0 }}{{ $runs = append $runs (ternary (toString $start) (printf "%d-%d" $start $prev) (eq $start $prev)) }}{{ end -}}
+{{- join "," $runs -}}
 {{- end -}}
 
 {{/*
