@@ -1,8 +1,8 @@
-"""Framework callbacks run inside real training: what all of them share: a framework's callback imports no other framework, a misspelt option, hooks that never raise, a Kubeflow job's pods.
+"""Framework callbacks run inside real training: what all of them share (a framework's
+callback imports no other framework, a misspelt option, hooks that never raise, a
+Kubeflow job's pods).
 
-Each training runs as a subprocess bound to a pod's loopback address
-(``GPU_ETA_SOURCE_ADDRESS``), reporting to a real ProgressListener (the fixtures:
-tests/report/conftest.py; the scripts and readers: tests/support/callbacks.py).
+How each training runs and is read: tests/support/callbacks.py.
 """
 
 from __future__ import annotations

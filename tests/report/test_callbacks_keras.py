@@ -1,8 +1,6 @@
 """Framework callbacks run inside real training: Keras (3, on the torch backend).
 
-Each training runs as a subprocess bound to a pod's loopback address
-(``GPU_ETA_SOURCE_ADDRESS``), reporting to a real ProgressListener (the fixtures:
-tests/report/conftest.py; the scripts and readers: tests/support/callbacks.py).
+How each training runs and is read: tests/support/callbacks.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """What the framework-callback tests share (tests/report/test_callbacks*.py): the pod
 they report as, scripts' openings for each framework, a runner that trains one as a
-subprocess bound to the pod's address, and readers of what the listener stored."""
+subprocess bound to the pod's address, and readers of what the listener stored.
+
+Each test's training runs as such a subprocess, bound to the pod's loopback address
+(``GPU_ETA_SOURCE_ADDRESS``) and reporting to a real ProgressListener (the fixtures:
+tests/report/conftest.py)."""
 
 from __future__ import annotations
 
