@@ -128,6 +128,7 @@ class ProgressStore:
         recover_interval_seconds: float = RECOVER_INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         gone_grace_seconds: float = DEFAULT_GONE_GRACE_SECONDS,
+        run_burst: int = RUN_BURST,
     ):
         self._lock = threading.Lock()
         self._gone_grace = gone_grace_seconds
@@ -141,8 +142,9 @@ class ProgressStore:
         self._last_save = clock()
         self._entries: dict[Key, Progress] = {}
         self._max_entries = max_entries
-        # new runs per key (under the lock), and those read out of progress bars
-        self._runs = TokenBuckets(RUN_BURST, RUN_REFILL_SECONDS, max_entries)
+        # new runs per key (under the lock), and those read out of progress bars;
+        # ``run_burst`` is the runs a container may start at once (``progress_runs``)
+        self._runs = TokenBuckets(run_burst, RUN_REFILL_SECONDS, max_entries)
         self._derived_runs = TokenBuckets(
             DERIVED_RUN_BURST, DERIVED_RUN_REFILL_SECONDS, max_entries
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.progress_journal import read_journal
+from gpu_eta.exporter.progress_runs import RUN_BURST
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 
@@ -43,10 +44,13 @@ def url(lst: ProgressListener) -> str:
     return f"http://127.0.0.1:{lst.port}/progress"
 
 
-def journaling_store(directory: Path) -> ProgressStore:
+def journaling_store(directory: Path, run_burst: int = RUN_BURST) -> ProgressStore:
     """A store with a state file in ``directory`` that journals every merged report
-    (and never compacts the journal during a test): ``journaled`` reads them back."""
-    return ProgressStore(directory / "progress.json", save_interval_seconds=3600)
+    (and never compacts the journal during a test): ``journaled`` reads them back.
+    ``run_burst``: the runs its container may start at once (``progress_runs``)."""
+    return ProgressStore(
+        directory / "progress.json", save_interval_seconds=3600, run_burst=run_burst
+    )
 
 
 def journaled(store: ProgressStore) -> list[dict]:
