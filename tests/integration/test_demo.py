@@ -365,9 +365,9 @@ LIVE_SECONDS = 60.0  # how long the time-sliced check watches the demo's forecas
 def test_time_sliced_runs_are_forecast_to_their_real_ends(tmp_path: Path) -> None:
     """The demo as ``./demo.sh`` runs it (seed 0, its default history): runs sharing a
     time-sliced GPU go about three times slower than alone (docs/demo.md, "The
-    simulation"), and every ETA the forecaster published for them in the demo's first
-    minute is centred on the end the simulation gives them, its P10–P90 holding it
-    most of the time.
+    simulation"), and the ETAs the forecaster published for them in the demo's first
+    minute put two runs in three within 0.6-1.67 times the time the simulation gives
+    them left, their P10–P90 holding the end at a third of the moments at least.
 
     Why: the demo's backfilled past once had no time-sliced run at all (a quieter
     cluster always had an exclusive GPU free), so the forecaster learnt each
@@ -415,26 +415,25 @@ def test_time_sliced_runs_are_forecast_to_their_real_ends(tmp_path: Path) -> Non
         }
         for r in results
     }
-    ratios: list[float] = []  # forecast remaining ÷ real remaining, at each step seen
-    held: list[bool] = []  # P10 <= the real end <= P90
-    forecast = set()  # the time-sliced runs with a forecast in the window
+    ratios: dict[str, list[float]] = {}  # forecast remaining ÷ real remaining, by run
+    held: list[bool] = []  # P10 <= the real end <= P90, at each step seen
     for (namespace, pod), end in ends.items():
         p10, p50, p90 = (series.get((namespace, pod, q), {}) for q in ("0.1", "0.5", "0.9"))
         for t, mid in p50.items():
             if t in p10 and t in p90 and end - t >= 10.0:
-                ratios.append((mid - t) / (end - t))
+                ratios.setdefault(pod, []).append((mid - t) / (end - t))
                 held.append(p10[t] <= end <= p90[t])
-                forecast.add(pod)
-    assert len(forecast) >= 3 and len(ratios) >= 30, (forecast, len(ratios))
-    ratios.sort()
-    median = ratios[len(ratios) // 2]
+    assert len(ratios) >= 3 and len(held) >= 30, (ratios, len(held))
+    # A run's moments are one forecast seen every 2 s, near-equal from one to the next:
+    # the evidence is the few runs (3-6), so each run counts once, by its median ratio.
+    # Healthy code: the runs' medians 0.72-1.1 in one demo (its pooled median 0.88,
+    # coverage 0.58), a pooled median of 0.79 and coverage 0.46 in another, on a loaded
+    # machine; coverage 0.96 on an idle one. The unshared pace this test guards against
+    # puts every run at 0.33-0.5, coverage near 0.
+    medians = sorted(sorted(xs)[len(xs) // 2] for xs in ratios.values())
+    fair = sum(0.6 <= m <= 1.67 for m in medians)
     coverage = sum(held) / len(held)
-    # The moments are a few runs seen every 2 s, so coverage moves in large steps from
-    # one demo to the next: healthy code measured 0.59-0.60 in some runs (failing a 0.6
-    # bound), 0.49 (median 0.82) on a machine loaded to 3.5 times its cores, and more in
-    # others; the unshared pace this test guards against shows as a median of 0.33-0.5
-    # and coverage near 0 (a broken warm-up: 0.78 and 0.42).
-    assert 0.8 <= median <= 1.25 and coverage >= 0.45, (median, coverage, len(ratios), forecast)
+    assert 3 * fair >= 2 * len(medians) and coverage >= 0.35, (medians, coverage, len(held))
 
 
 def _children(pid: int) -> set[int]:
