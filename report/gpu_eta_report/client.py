@@ -998,9 +998,13 @@ class ProgressReporter:
             with self._cond:  # callers on several threads (Keras 3's batch hooks)
                 if _step_after(step, self._pending_step):
                     self._pending_step = step
-            now = time.monotonic()
-            if now - self._last_step_enqueue >= self.min_interval_seconds:
-                self._last_step_enqueue = now
+                # read and set under the lock: a thread that read the clock before
+                # another set a later time skipped its report at any interval, 0 too
+                now = time.monotonic()
+                due = now - self._last_step_enqueue >= self.min_interval_seconds
+                if due:
+                    self._last_step_enqueue = now
+            if due:
                 self._take_metrics(metrics, values)
                 self._enqueue("progress", thinnable=True)
         except Exception:  # never into the training loop
