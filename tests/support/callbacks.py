@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ import pytest
 from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.readings import PodMeta
 from tests.support.report_listener import journaled
+from tests.support.zygote import run_python
 
 POD = PodMeta("ml", "job-1", "uid-1", ip="127.0.0.6", container_ids={"train": "c"})
 
@@ -46,9 +45,7 @@ def run(listener: ProgressListener, code: str, **extra_env: str) -> str:
         HF_HUB_OFFLINE="1",
         **extra_env,
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
-    )
+    proc = run_python(code, env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
