@@ -2,7 +2,8 @@
 they report as, scripts' openings for each framework, a runner that trains one as a
 subprocess bound to the pod's address, and readers of what the listener stored.
 
-Each test's training runs as such a subprocess, bound to the pod's loopback address
+Each test's training runs as such a subprocess (forked from a process that imported
+its framework once: tests/support/zygote.py), bound to the pod's loopback address
 (``GPU_ETA_SOURCE_ADDRESS``) and reporting to a real ProgressListener (the fixtures:
 tests/report/conftest.py)."""
 
