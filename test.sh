@@ -10,10 +10,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/bootstrap.sh
-# Bytecode is cached: where the environment sets PYTHONDONTWRITEBYTECODE, every Python
-# the suite starts (each worker, hundreds of exporters, forecasters and trainings)
-# compiled its sources again, and pytest rewrote every test module in each worker
-# (collection: 30 s of CPU a worker uncached, 16 s cached).
+# Bytecode is cached: where the environment sets PYTHONDONTWRITEBYTECODE (these machines
+# do), every Python the suite starts (hundreds of exporters, forecasters and trainings)
+# compiled the repository's sources again, and a second run's workers rewrote every test
+# module again (collection: 30 s of CPU a worker uncached, 16 s with pytest's cache).
 unset PYTHONDONTWRITEBYTECODE
 "${PYTHON:-python3}" -m compileall -q -j 0 -x '/[.]git/' .
 "${PYTHON:-python3}" -m ruff check .
