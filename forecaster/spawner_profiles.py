@@ -42,7 +42,10 @@ and the reason is logged in one line. A series of another shape is skipped.
 
 A frozen forecast is "no estimate", never "free now": a P50 ``PAST_LIMIT_SECONDS`` (the
 alerts' ``pending_prediction_past_seconds``) or more in the past, and the series of a
-forecaster reporting ``gpu_eta_forecaster_stale 1`` (left out by the query itself).
+forecaster reporting ``gpu_eta_forecaster_stale 1`` or whose last good cycle
+(``gpu_eta_forecaster_last_success_timestamp_seconds``) ended more than
+``FORECASTER_STALE_SECONDS`` ago, as ``gpu-eta top`` and GpuEtaForecasterStale judge
+it (left out by the query itself).
 
 A profile without a ``slug`` gets the one KubeSpawner would make from its display_name
 before the estimate is added (``kubespawner_slug``): KubeSpawner calls the hook again
@@ -74,15 +77,25 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 METRIC = "gpu_eta_request_predicted_start_timestamp_seconds"
+# How old a forecaster's last good cycle may be before its forecasts are stale: the alert
+# rules' forecaster_stale_seconds (GpuEtaForecasterStale, rules/gpu-eta.rules.yaml) and
+# gpu-eta top's, copied: this file runs alone (a test holds the three equal).
+FORECASTER_STALE_SECONDS = 900.0
 # A forecaster whose last cycle failed serves its previous set with gpu_eta_forecaster_stale
-# 1 (a CronJob's failed run pushes that too): its series are left out, target by target
-# (job, instance), so a healthy forecaster beside it is still read. Forecasters pushed to
-# one Pushgateway scraped without honor_labels share its job and instance and differ by
-# the pushed job, then ``exported_job`` (and ``exported_instance`` if one was pushed):
-# those count too (absent, they match as empty on both sides).
+# 1 (a CronJob's failed run pushes that too), and one whose last good cycle ended more
+# than FORECASTER_STALE_SECONDS ago serves a set nobody updates (a CronJob that stopped
+# running, or whose runs are killed before they push, leaves its last push in the
+# Pushgateway, stale 0 included): its series are left out, target by target (job,
+# instance: a push carries its group's labels on every series), so a healthy forecaster
+# beside it is still read. Forecasters pushed to one Pushgateway scraped without
+# honor_labels share its job and instance and differ by the pushed job, then
+# ``exported_job`` (and ``exported_instance`` if one was pushed): those count too
+# (absent, they match as empty on both sides).
+SAME_FORECASTER = "on (job, instance, exported_job, exported_instance)"
 QUERY = (
-    f'{METRIC}{{quantile="0.5"}} unless on (job, instance, exported_job, exported_instance)'
-    " (gpu_eta_forecaster_stale == 1)"
+    f'{METRIC}{{quantile="0.5"}} unless {SAME_FORECASTER} (gpu_eta_forecaster_stale == 1)'
+    f" unless {SAME_FORECASTER} (time() - gpu_eta_forecaster_last_success_timestamp_seconds"
+    f" > {FORECASTER_STALE_SECONDS:g})"
 )
 GPU_RESOURCE = "nvidia.com/gpu"
 # the built-in GPU resources, as gpu_eta.common.gpu_resources has them (not imported:

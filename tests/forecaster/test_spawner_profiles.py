@@ -288,10 +288,14 @@ def test_gpu_request_and_bad_counts():
     assert annotate([bad], {}, 0.0) == [{**bad, "slug": "bad"}]
 
 
-def forecaster_exposition(starts: list[tuple[str, int, float]], stale: bool) -> str:
+def forecaster_exposition(
+    starts: list[tuple[str, int, float]], stale: bool, last_success: float | None = None
+) -> str:
     """The forecaster's request series (summary, as publish renders it), P10/P50/P90 a
-    minute apart around each start, and its ``gpu_eta_forecaster_stale``."""
+    minute apart around each start, its ``gpu_eta_forecaster_stale`` and, when given,
+    its ``gpu_eta_forecaster_last_success_timestamp_seconds``."""
     name = "gpu_eta_request_predicted_start_timestamp_seconds"
+    success = "gpu_eta_forecaster_last_success_timestamp_seconds"
     lines = [
         f"# HELP {name} When a request made now would start.",
         f"# TYPE {name} summary",
@@ -304,6 +308,12 @@ def forecaster_exposition(starts: list[tuple[str, int, float]], stale: bool) -> 
         "# TYPE gpu_eta_forecaster_stale gauge",
         f"gpu_eta_forecaster_stale {int(stale)}",
     ]
+    if last_success is not None:
+        lines += [
+            f"# HELP {success} When the last good cycle ended.",
+            f"# TYPE {success} gauge",
+            f"{success} {last_success}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -372,6 +382,43 @@ def test_a_stale_forecasters_starts_are_not_shown(prometheus_factory, forecaster
         'gpu_eta_request_predicted_start_timestamp_seconds{quantile="0.5"}', min_results=4
     )
     assert_a100_later_and_t4_unknown(prom.url, now)
+
+
+def test_a_stopped_cronjobs_forecasts_are_not_shown(prometheus_factory, forecaster_targets):
+    """A CronJob forecaster that stopped running (suspended, its runs killed before they
+    push) leaves its last push in the Pushgateway, ``gpu_eta_forecaster_stale 0``
+    included: the run that pushed it did not fail. Its last good cycle, hours ago, says
+    its forecasts are old, as ``gpu-eta top`` and GpuEtaForecasterStale read them: its
+    "free now" and its T4 start of hours ago are no estimate, and a healthy
+    forecaster's series beside it are still read."""
+    now = time.time()
+    live = forecaster_targets(
+        forecaster_exposition([(A100, 1, now + 7200)], stale=False, last_success=now - 30)
+    )
+    stopped = forecaster_targets(
+        forecaster_exposition(
+            [(A100, 1, now - 300), (T4, 1, now + 600)], stale=False, last_success=now - 3 * 3600
+        )
+    )
+    prom = prometheus_factory([ScrapeJob("gpu-eta-forecaster", [live, stopped])])
+    prom.wait_for("gpu_eta_forecaster_last_success_timestamp_seconds", min_results=2)
+    prom.wait_for(
+        'gpu_eta_request_predicted_start_timestamp_seconds{quantile="0.5"}', min_results=3
+    )
+    assert_a100_later_and_t4_unknown(prom.url, now)
+
+
+def test_the_stale_limit_is_the_stale_forecaster_alerts() -> None:
+    """The hook's copy of ``forecaster_stale_seconds`` is GpuEtaForecasterStale's, and
+    ``gpu-eta top``'s: the spawn page leaves out what the alert and top call stale (the
+    hook runs alone in a hub's image and imports neither)."""
+    from gpu_eta.forecaster import spawner_profiles
+    from gpu_eta.top import view as top_view
+
+    rules = (Path(__file__).parents[2] / "rules" / "gpu-eta.rules.yaml").read_text()
+    (limit,) = re.findall(r"> (\d+)\s+# THRESHOLD forecaster_stale_seconds", rules)
+    assert float(limit) == spawner_profiles.FORECASTER_STALE_SECONDS
+    assert float(limit) == top_view.FORECASTER_STALE_SECONDS
 
 
 def assert_a100_later_and_t4_unknown(url: str, now: float) -> None:

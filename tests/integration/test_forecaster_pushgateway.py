@@ -149,19 +149,22 @@ def test_the_spawn_page_reads_each_pushed_forecaster_apart(
     (a site's own Pushgateway scrape), every pushed series has the gateway's ``job`` and
     ``instance`` and its pushed job as ``exported_job``: the hook's stale test, by
     ``(job, instance)`` alone, took the failed forecaster's flag for the healthy one's
-    too, and the spawn page showed "no estimate"."""
+    too, and the spawn page showed "no estimate". A third stopped running 3 h ago, its
+    last push not marked stale: its last good cycle is too old, and its "free now" and
+    T4 start are left out with the same labels, scraped either way."""
     now = time.time()
-    for job, starts, stale in (
-        ("fc-healthy", [(A100, 1, now + 7200)], False),
-        ("fc-failed", [(T4, 1, now - 60)], True),
+    for job, starts, stale, success in (
+        ("fc-healthy", [(A100, 1, now + 7200)], False, now - 30),
+        ("fc-failed", [(T4, 1, now - 60)], True, now - 1200),
+        ("fc-stopped", [(A100, 1, now - 300), (T4, 1, now + 600)], False, now - 3 * 3600),
     ):
-        text = forecaster_exposition(starts, stale).replace(" summary\n", " untyped\n")
+        text = forecaster_exposition(starts, stale, success).replace(" summary\n", " untyped\n")
         resp = requests.put(f"{pushgateway}/metrics/job/{job}", data=text, timeout=10)
         assert resp.status_code == 200, resp.text
     prom = prometheus_factory(
         [ScrapeJob("pushgateway", [pushgateway.removeprefix("http://")], honor_labels=honor_labels)]
     )
-    prom.wait_for("gpu_eta_forecaster_stale", min_results=2)
+    prom.wait_for("gpu_eta_forecaster_stale", min_results=3)
     assert_a100_later_and_t4_unknown(prom.url, now)
 
 
