@@ -23,7 +23,12 @@ A profile's GPU count comes from ``extra_resource_limits`` (or ``_guarantees``):
 the site's own GPU resources given as ``gpu_resources`` (a time-slicing rename,
 ``nvidia.com/a100-shared``: the forecaster's ``--pending.gpu-resource``), and the start
 shown is the one published for that resource; its GPU type from ``node_selector``
-``nvidia.com/gpu.product`` (any type when absent: the earliest of them). A count the forecaster does not publish
+``nvidia.com/gpu.product`` (any type when absent: the earliest of them). A profile
+naming neither asks for the spawner's own (the hub's
+``c.KubeSpawner.extra_resource_limits``, ``_guarantees``, ``node_selector``;
+KubeSpawner merges a profile's override into them): the hook reads them from the
+spawner KubeSpawner calls it with; a profile's ``"nvidia.com/gpu": "0"`` (or None,
+which removes the hub's entry) is CPU only. A count the forecaster does not publish
 (3, 5...) takes the next published size up. Profiles without GPUs are left alone, and
 so is one whose resources are a callable (KubeSpawner calls an override value that is
 one with the spawner, at spawn time: the hook cannot know its answer); a GPU profile
@@ -399,8 +404,9 @@ def named_gpu_request(
 ) -> tuple[str, int] | None:
     """The GPU resource and count the profile's (or choice's) own override names: its
     first GPU resource (``BUILT_IN``, a MIG slice, or one of ``gpu_resources``) in
-    ``extra_resource_limits``, else in ``extra_resource_guarantees``; None when it
-    names none (a choice then asks for its profile's). SpawnTimeValue when neither
+    ``extra_resource_limits``, else in ``extra_resource_guarantees``, 0 for a value of
+    None (KubeSpawner's merge removes the spawner's entry); None when it names none (a
+    choice then asks for its profile's, a profile for the spawner's). SpawnTimeValue when neither
     names one and either is a callable (it may ask for GPUs, or not: unknown until
     KubeSpawner calls it)."""
     own = (gpu_resources,) if isinstance(gpu_resources, str) else tuple(gpu_resources)
@@ -415,6 +421,8 @@ def named_gpu_request(
             name = str(name)
             if not is_gpu_resource(name, own):
                 continue
+            if value is None:  # KubeSpawner's merge drops the spawner's entry: none asked
+                return name, 0
             try:
                 n = int(str(value))
             except ValueError:
@@ -544,17 +552,19 @@ def annotate(
     now: float,
     tz: tzinfo | None = None,
     gpu_resources: Sequence[str] = (),
+    defaults: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Copies of ``profiles`` with " — free now" / " — ~HH:MM UTC" after the name of
     each GPU profile, or of each ``profile_options`` choice where a choice sets its GPU
-    count or type (``annotate_one``), each
-    profile with its slug (``with_slug``). Never raises: a profile that cannot be read
-    (a callable override value, an odd one) costs its own estimate only, with one log
+    count or type (``annotate_one``), each profile with its slug (``with_slug``).
+    ``defaults``: the spawner's values, which a profile naming no GPU count or type
+    asks for (``spawner_defaults``). Never raises: a profile that cannot be read (a
+    callable override value, an odd one) costs its own estimate only, with one log
     line, and comes back as given (``as_given``)."""
     out = []
     for profile in profiles:
         try:
-            out.append(annotate_one(with_slug(profile), starts, now, tz, gpu_resources))
+            out.append(annotate_one(with_slug(profile), starts, now, tz, gpu_resources, defaults))
         except Exception as err:  # the boundary: one profile, not the page
             log_no_estimate(repr(display_name(profile)), err)
             out.append(as_given(profile))
@@ -567,6 +577,7 @@ def annotate_one(
     now: float,
     tz: tzinfo | None,
     gpu_resources: Sequence[str],
+    defaults: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``p`` (a copy: modified) with its estimate after its name when it asks for GPUs,
     or, when a ``profile_options`` choice may set its GPU count or type
@@ -586,7 +597,7 @@ def annotate_one(
     setting = [key for key, option in options.items() if option_parts(option, gpu_resources)]
     if not setting:
         try:
-            text = estimate(p, None, starts, now, tz, gpu_resources, name)
+            text = estimate(p, None, starts, now, tz, gpu_resources, name, defaults)
         except ProfileError as err:  # the profile's own request
             log_no_estimate(name, err)
             text = None
@@ -594,7 +605,7 @@ def annotate_one(
             p["display_name"] = f"{p.get('display_name', '')} — {text}"
     elif len(setting) == 1:
         (key,) = setting
-        option = annotate_option(options[key], p, starts, now, tz, gpu_resources, name)
+        option = annotate_option(options[key], p, starts, now, tz, gpu_resources, name, defaults)
         p["profile_options"] = {**options, key: option}
     else:
         log.info(
@@ -613,6 +624,7 @@ def annotate_option(
     tz: tzinfo | None,
     gpu_resources: Sequence[str],
     name: str,
+    defaults: Mapping[str, Any] | None = None,
 ) -> Any:
     """A copy of the ``profile_options`` entry whose choices set the GPU count or type,
     each choice asking for GPUs annotated (``estimate``): KubeSpawner applies its
@@ -629,7 +641,7 @@ def annotate_option(
             continue
         what = f"{name}, choice {key!r}"
         try:
-            text = estimate(choice, profile, starts, now, tz, gpu_resources, what)
+            text = estimate(choice, profile, starts, now, tz, gpu_resources, what, defaults)
         except Exception as err:  # one choice, not the profile nor the page
             log_no_estimate(what, err)
             continue
@@ -646,25 +658,61 @@ def estimate(
     tz: tzinfo | None,
     gpu_resources: Sequence[str],
     what: str,
+    defaults: Mapping[str, Any] | None = None,
 ) -> str | None:
-    """The label for a profile, or for a choice of ``parent``'s (its GPU count and type
-    its own, else the profile's), asking for GPUs; None when it asks for none; "no
-    estimate" when its GPU type is given at spawn time. Raises ProfileError as
-    ``named_gpu_request``."""
-    request = named_gpu_request(item, gpu_resources)
-    if request is None and parent is not None:
-        request = named_gpu_request(parent, gpu_resources)
+    """The label for a profile, or for a choice of ``parent``'s, asking for GPUs; None
+    when it asks for none; "no estimate" when its GPU type is given at spawn time. Its
+    GPU count and type are its own, else the profile's, else the spawner's
+    (``defaults``, ``spawner_defaults``): KubeSpawner merges each override into the
+    values below it. Raises ProfileError as ``named_gpu_request``."""
+    levels = [item] if parent is None else [item, parent]
+    levels.append({"kubespawner_override": defaults or {}})
+    request = first_named(lambda level: named_gpu_request(level, gpu_resources), levels)
     resource, gpus = request or (GPU_RESOURCE, 0)
     if gpus == 0:
         return None
     try:
-        model = named_gpu_model(overrides(item))
-        if model is None and parent is not None:
-            model = named_gpu_model(overrides(parent))
+        model = first_named(lambda level: named_gpu_model(overrides(level)), levels)
     except SpawnTimeValue as err:
         log_no_estimate(what, err)
         return "no estimate"
     return label(start_for(starts, gpus, model or "", resource), now, tz)
+
+
+def first_named(
+    read: Callable[[Mapping[str, Any]], Any], levels: Sequence[Mapping[str, Any]]
+) -> Any:
+    """What ``read`` finds in the first of ``levels`` (the choice, the profile, the
+    spawner) naming it, None when none does; read in order and no further, so that a
+    value given at spawn time below the one used raises nothing."""
+    for level in levels:
+        found = read(level)
+        if found is not None:
+            return found
+    return None
+
+
+# The spawner's values a GPU request is read from (KubeSpawner's traits of those names).
+SPAWNER_VALUES = ("extra_resource_limits", "extra_resource_guarantees", "node_selector")
+
+
+def spawner_defaults(spawner: object) -> dict[str, Any]:
+    """The spawner's own ``SPAWNER_VALUES`` (the hub's ``c.KubeSpawner.extra_resource_limits``
+    …), as an override holds them, those that are mappings; {} without a spawner.
+    Never raises.
+
+    Why: KubeSpawner merges a profile's override dicts into the spawner's, so a hub
+    giving every server a GPU by default, its profiles picking the type, asks for that
+    GPU in each: read from the profiles alone, none had an estimate."""
+    out: dict[str, Any] = {}
+    for key in SPAWNER_VALUES:
+        try:
+            value = getattr(spawner, key, None)
+            if isinstance(value, Mapping):
+                out[key] = dict(value)
+        except Exception:  # an odd spawner costs its defaults, not the page
+            continue
+    return out
 
 
 def log_no_estimate(what: str, err: Exception) -> None:
@@ -712,7 +760,8 @@ def profile_list_hook(
     gpu_resources: Sequence[str] = (),
 ) -> Callable[[Any], Awaitable[list[dict[str, Any]]]]:
     """A coroutine function for ``c.KubeSpawner.profile_list`` (KubeSpawner calls it with
-    the spawner and awaits the answer). The query runs in a worker thread, so the hub's
+    the spawner and awaits the answer; the spawner's own GPU values count for a profile
+    naming none, ``spawner_defaults``). The query runs in a worker thread, so the hub's
     event loop, which serves every user, never waits on Prometheus; the answer comes
     within ``timeout_seconds`` whatever Prometheus does. ``gpu_resources``: the site's
     own GPU resource names, as given to the forecaster's ``--pending.gpu-resource``.
@@ -721,7 +770,7 @@ def profile_list_hook(
     else (``time_zone``)."""
     tz = time_zone(tz)
 
-    async def hook(_spawner: Any = None) -> list[dict[str, Any]]:
+    async def hook(spawner: Any = None) -> list[dict[str, Any]]:
         loop = asyncio.get_running_loop()
         now = clock()
         # what label() calls long past goes before the earliest per request is taken
@@ -734,7 +783,7 @@ def profile_list_hook(
         except Exception as err:  # the boundary: raised here, it is an error page, no server
             cause = one_line(err)
         else:
-            return annotate(profiles, starts, now, tz, gpu_resources)
+            return annotate(profiles, starts, now, tz, gpu_resources, spawner_defaults(spawner))
         shown = without_credentials(prometheus_url)  # the hub's log: never a password
         log.warning("gpu-eta: no start estimates from %s: %s", shown, cause)
         return [as_given(p) for p in profiles]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -40,6 +41,7 @@ from tests.support.net import loopback_server
 
 A100 = "NVIDIA-A100-SXM4-40GB"
 T4 = "Tesla-T4"
+GPU = "nvidia.com/gpu"
 
 
 def profile(name: str, gpus: int | None = None, product: str = "") -> dict:
@@ -51,12 +53,24 @@ def profile(name: str, gpus: int | None = None, product: str = "") -> dict:
     return {"display_name": name, "kubespawner_override": override}
 
 
-def spawn_page(hook) -> list[dict]:
+def spawn_page(hook, spawner: object = None) -> list[dict]:
     """The profiles as KubeSpawner gets them: it calls the hook with the spawner and
     awaits the answer (``maybe_future``); the hook is a coroutine function, so that a
     slow Prometheus never holds the hub's event loop."""
     assert inspect.iscoroutinefunction(hook)
-    return asyncio.run(hook(None))
+    return asyncio.run(hook(spawner))
+
+
+def hub_spawner(
+    limits: dict | None = None, guarantees: dict | None = None, node_selector: dict | None = None
+) -> types.SimpleNamespace:
+    """A KubeSpawner as the hook reads it, its values the hub's defaults
+    (``c.KubeSpawner.extra_resource_limits`` …): the three traits, dicts, ``{}`` unset."""
+    return types.SimpleNamespace(
+        extra_resource_limits=limits or {},
+        extra_resource_guarantees=guarantees or {},
+        node_selector=node_selector or {},
+    )
 
 
 def kubespawner_slugs(profiles: list[dict]) -> list[str]:
@@ -104,8 +118,18 @@ def prometheus_answer() -> Iterator[tuple[str, list[bytes]]]:
 
 
 def query_answer(start: float) -> bytes:
-    series = {"model": A100, "resource": "nvidia_com_gpu", "gpus": "1", "quantile": "0.5"}
-    result = [{"metric": series, "value": [0, str(start)]}]
+    return query_answers([(A100, 1, start)])
+
+
+def query_answers(starts: list[tuple[str, int, float]]) -> bytes:
+    """Prometheus' answer holding a P50 series for each (model, gpus, start)."""
+    result = [
+        {
+            "metric": {"model": m, "resource": "nvidia_com_gpu", "gpus": str(g), "quantile": "0.5"},
+            "value": [0, str(t)],
+        }
+        for m, g, t in starts
+    ]
     return json.dumps(
         {"status": "success", "data": {"resultType": "vector", "result": result}}
     ).encode()
@@ -440,6 +464,61 @@ def test_a_frozen_free_now_is_no_estimate_on_the_spawn_page(prometheus_answer):
     body[0] = query_answer(now - 3600)
     hook = profile_list_hook([profile("A100, 1 GPU", 1, A100)], url, tz=UTC, clock=lambda: now)
     assert [p["display_name"] for p in spawn_page(hook)] == ["A100, 1 GPU — no estimate"]
+
+
+def test_a_gpu_from_the_hubs_defaults_is_estimated(
+    prometheus_answer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hub whose KubeSpawner gives every server a GPU (``c.KubeSpawner.
+    extra_resource_limits = {"nvidia.com/gpu": "1"}``) and whose profiles pick the type
+    (``node_selector`` only): KubeSpawner merges a profile's override into its own
+    values, so each such profile asks for that GPU, and had no estimate. The count
+    comes from the spawner the hook is called with (limits, else guarantees) when the
+    profile and its choice name none, and so does the type; a profile's own count
+    wins, its "0" is still CPU only."""
+    url, body = prometheus_answer
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    body[0] = query_answers([(A100, 1, now + 3600), (A100, 2, now + 7200), (T4, 1, now)])
+    type_option = {"gpu": {"display_name": "GPU", "choices": {"t4": type_choice("T4", T4)}}}
+    profiles = [
+        profile("A100", product=A100),
+        profile("Any GPU"),
+        profile("A100, 2 GPUs", 2, A100),
+        profile("CPU only", 0),
+        {**profile("Pick a type"), "profile_options": type_option},
+        # None: KubeSpawner's merge removes the hub's entry (CPU only too)
+        {"display_name": "No GPU", "kubespawner_override": {"extra_resource_limits": {GPU: None}}},
+    ]
+    hook = profile_list_hook(profiles, url, tz=UTC, clock=lambda: now)
+    names = lambda shown: [p["display_name"] for p in shown]  # noqa: E731
+    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.spawner_profiles"):
+        one_gpu = spawn_page(hook, hub_spawner(limits={GPU: "1", "cpu": "2"}))
+    assert caplog.records == []
+    assert names(one_gpu) == [
+        "A100 — ~10:00 UTC",
+        "Any GPU — free now",
+        "A100, 2 GPUs — ~11:00 UTC",
+        "CPU only",
+        "Pick a type",
+        "No GPU",
+    ]
+    assert one_gpu[4]["profile_options"]["gpu"]["choices"]["t4"]["display_name"] == "T4 — free now"
+    # guarantees alone, and the hub's default GPU type
+    a100s = hub_spawner(guarantees={GPU: 1}, node_selector={"nvidia.com/gpu.product": A100})
+    assert names(spawn_page(hook, a100s))[:4] == [
+        "A100 — ~10:00 UTC",
+        "Any GPU — ~10:00 UTC",
+        "A100, 2 GPUs — ~11:00 UTC",
+        "CPU only",
+    ]
+    # no GPU by default (or no spawner at all): only the profiles naming one
+    for spawner in (hub_spawner(limits={"cpu": "2"}), None):
+        assert names(spawn_page(hook, spawner))[:4] == [
+            "A100",
+            "Any GPU",
+            "A100, 2 GPUs — ~11:00 UTC",
+            "CPU only",
+        ]
 
 
 def test_hook_without_prometheus_leaves_profiles_alone():
