@@ -39,11 +39,12 @@ profile's), the estimates go after the names of that option's choices, each for 
 own count and type, else the profile's, and none after the profile's (``annotate_one``). When
 Prometheus cannot be read, does not answer within the timeout (2 s: the query runs in
 a thread, never in the hub's event loop, and gives up by then too, status line and
-headers included: ``fetch``), or something else answers (a port speaking
-HTTP/2 or another protocol, an answer cut short, JSON of another shape, a redirect,
-which is not followed: it would take the URL's credentials along), the profiles
-come back unchanged (the spawn page must never break, nor wait, because of a forecast)
-and the reason is logged in one line. A series of another shape is skipped.
+headers included: ``fetch``), answers an error status (its connection closed there
+and then: ``open_answer``), or something else answers (a port speaking HTTP/2 or
+another protocol, an answer cut short, JSON of another shape, a redirect, which is
+not followed: it would take the URL's credentials along), the profiles come back
+unchanged (the spawn page must never break, nor wait, because of a forecast) and the
+reason is logged in one line. A series of another shape is skipped.
 
 A frozen forecast is "no estimate", never "free now": a P50 ``PAST_LIMIT_SECONDS`` (the
 alerts' ``pending_prediction_past_seconds``) or more in the past, and the series of a
@@ -71,6 +72,7 @@ import math
 import re
 import socket
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 import zoneinfo
@@ -184,7 +186,8 @@ def fetch(prometheus_url: str, timeout_seconds: float = 2.0, after: float = -mat
     handshake, request, status line, headers and body share that one deadline
     (``DeadlineConnection``), so a slow server never keeps the thread past it (the
     name lookup is the resolver's alone). Raises whatever urllib and http.client
-    raise (OSError, ``http.client.HTTPException``...) and ValueError (``parse_starts``):
+    raise (OSError, an error status too: ``open_answer``;
+    ``http.client.HTTPException``...) and ValueError (``parse_starts``):
     the hook, not this, decides that any of them means no estimate. ``after``:
     as ``parse_starts``."""
     base, authorization = split_credentials(prometheus_url)
@@ -196,12 +199,29 @@ def fetch(prometheus_url: str, timeout_seconds: float = 2.0, after: float = -mat
     opener = urllib.request.build_opener(
         RefuseRedirects, DeadlineHTTPHandler(deadline), DeadlineHTTPSHandler(deadline)
     )
-    with opener.open(request, timeout=timeout_seconds) as resp:
+    with open_answer(opener, request, timeout_seconds) as resp:
         while chunk := resp.read1(65536):
             raw += chunk
             if len(raw) > MAX_RESPONSE_BYTES:
                 raise ValueError(f"Prometheus answer larger than {MAX_RESPONSE_BYTES} bytes")
     return parse_starts(bytes(raw), after)
+
+
+def open_answer(
+    opener: urllib.request.OpenerDirector, request: urllib.request.Request, timeout_seconds: float
+) -> Any:
+    """``opener.open(request)``, an error status raised as an ``OSError`` naming it, its
+    connection closed first.
+
+    Why: urllib's ``HTTPError`` holds the answer, socket open; raised out of the
+    hook's thread and ``wait_for`` it sits in a reference cycle with its traceback, so
+    a Prometheus answering 503 left one socket open per page load until a garbage
+    collection found it."""
+    try:
+        return opener.open(request, timeout=timeout_seconds)
+    except urllib.error.HTTPError as err:
+        err.close()
+        raise OSError(f"Prometheus answered HTTP {err.code} {err.reason}") from None
 
 
 def time_left(deadline: float) -> float:

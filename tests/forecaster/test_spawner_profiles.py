@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import inspect
 import json
 import logging
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -573,6 +575,36 @@ def test_a_broken_answer_shows_the_profiles_unchanged_never_an_error_page(
     (record,) = caplog.records
     assert record.getMessage().startswith(f"gpu-eta: no start estimates from {url}: ")
     assert "\n" not in record.getMessage()
+
+
+@pytest.mark.parametrize("status", [400, 404, 500, 503])
+def test_an_http_error_status_closes_its_connection(
+    raw_prometheus, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Prometheus answering an error status (a 503 while it starts, a 400 from a
+    proxy): urllib's HTTPError holds the open answer, and raised through the worker
+    thread and ``wait_for`` it sat in a reference cycle, its socket open until a
+    garbage collection found it, one per page load. The socket is closed when the
+    answer is read; the hub logs the status in one line."""
+    url, sent = raw_prometheus
+    body = b'{"status":"error","errorType":"unavailable","error":"not ready"}'
+    sent[0] = (
+        f"HTTP/1.1 {status} Trouble\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    hook = profile_list_hook([profile("A100, 1 GPU", 1, A100)], url, timeout_seconds=5)
+    gc.collect()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.spawner_profiles"):
+            for _ in range(3):
+                assert [p["display_name"] for p in spawn_page(hook)] == ["A100, 1 GPU"]
+        gc.collect()  # what the cycles held is finalised here, unclosed sockets warned of
+    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert unclosed == []
+    assert [r.getMessage() for r in caplog.records] == [
+        f"gpu-eta: no start estimates from {url}: OSError: Prometheus answered HTTP {status} Trouble"
+    ] * 3
 
 
 def test_the_failure_line_shows_the_url_without_its_password(
