@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -268,6 +268,39 @@ class ForecastBand(NamedTuple):
     stale: bool
 
 
+def _staleness(forecasters: Forecasters) -> Callable[[Mapping[str, str]], bool]:
+    """Whether a series' forecaster is stale, by its labels: each (job, instance)
+    looked up once (a refresh reads one per forecast sample, 12,800 bands' worth)."""
+    judged: dict[Source, bool] = {}
+
+    def stale_of(labels: Mapping[str, str]) -> bool:
+        src = _source(labels)
+        stale = judged.get(src)
+        if stale is None:
+            stale = judged[src] = forecasters.stale_of(src)
+        return stale
+
+    return stale_of
+
+
+def _current_first(
+    results: Sequence[Sample], forecasters: Forecasters, value_fn: Callable[[Sample], Any]
+) -> dict[tuple[str, str, str, str], Any]:
+    """Per run, the value (``value_fn``; None skips the sample) of its last answered
+    sample of current forecasters where the run has any, else of its last stale one:
+    the split ``_bands`` makes. Why: a run's stalled flag and method belong with its
+    band; taken from whichever sample came last, a stale forecaster's
+    ``stalled,from past runs`` sat beside the current one's band, unmarked."""
+    current: dict[tuple[str, str, str, str], Any] = {}
+    old: dict[tuple[str, str, str, str], Any] = {}
+    stale_of = _staleness(forecasters)
+    for s in results:
+        v = value_fn(s)
+        if v is not None:
+            (old if stale_of(s.labels) else current)[_run_key(s.labels)] = v
+    return old | current
+
+
 def _bands(results: Sequence[Sample], key_fn, forecasters: Forecasters) -> dict[Any, ForecastBand]:
     """Per key, its band (P10/P50/P90: the last answered sample of each quantile) of
     the samples of current forecasters where the key has any, else of all its samples.
@@ -277,18 +310,14 @@ def _bands(results: Sequence[Sample], key_fn, forecasters: Forecasters) -> dict[
     could sit in a current band, unmarked."""
     # per key, its band of current forecasters, and of stale ones
     bands: tuple[dict[Any, dict[str, float]], ...] = ({}, {})
-    judged: dict[Source, bool] = {}  # each source's staleness, looked up once
+    stale_of = _staleness(forecasters)
     for s in results:
         labels = s.labels
         q = QUANTILE_KEYS.get(labels.get("quantile", ""))
         v = _value(s)
         if q is None or v is None:
             continue
-        key, src = key_fn(labels), _source(labels)
-        stale = judged.get(src)
-        if stale is None:
-            stale = judged[src] = forecasters.stale_of(src)
-        bands[stale].setdefault(key, {})[q] = v
+        bands[stale_of(labels)].setdefault(key_fn(labels), {})[q] = v
     current, old = bands[False], bands[True]
     out = {
         key: ForecastBand(band, True)
@@ -357,10 +386,11 @@ def build_view(
     steps = _by_run(get("steps"))
     run_start = _by_run(get("run_start"))
     last_report = _by_run(get("last_report"))
-    stalled = _by_run(get("stalled"))
     forecasters = _forecasters(get("forecaster_cycle"), now)
     eta = _bands(get("completion"), _run_key, forecasters)
-    methods = {_run_key(s.labels): s.labels.get("method", "") for s in get("method")}
+    # a run's flags from the forecasters its band is of: current ones over stale ones
+    stalled = _current_first(get("stalled"), forecasters, _value)
+    methods = _current_first(get("method"), forecasters, lambda s: s.labels.get("method", ""))
 
     # Per container: its allocated GPUs with utilisation and memory. A set: an exporter
     # scraped twice (two jobs, two replicas) answers each allocation twice, and a run's

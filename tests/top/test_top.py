@@ -2879,18 +2879,41 @@ def test_a_forecast_of_no_known_forecaster_is_judged_with_the_whole_view(
 @pytest.mark.parametrize("a", [(NOW - 7200, 0), (NOW - 60, 1)], ids=["stopped", "failed"])
 def test_a_run_two_forecasters_forecast_shows_the_current_ones(a: tuple[float, float]) -> None:
     """A stopped forecaster beside its replacement, both forecasting the run: the
-    current one's band, unmarked, whichever series Prometheus answers last (a band
-    was made of the last answered sample of each quantile: here the stale one's)."""
+    current one's band, unmarked, and its stalled flag and method, whichever series
+    Prometheus answers last (a band was made of the last answered sample of each
+    quantile, and the flags of the last answered sample: here the stale one's, whose
+    ``stalled,from past runs`` sat beside the current band)."""
     served = two_forecasters(a, (NOW - 30, 0))
-    current = [vec(t, **RUN, **FC_B, quantile=q) for q, t in zip(QS, (NOW + 400, NOW + 500,
+    run = {k: v for k, v in RUN.items() if k != "node"}
+    current = [vec(t, **run, **FC_B, quantile=q) for q, t in zip(QS, (NOW + 400, NOW + 500,
                NOW + 600), strict=True)]  # fmt: skip
-    for s in current:
-        del s["metric"]["node"]
     served["completion"] = current + served["completion"]
+    # the stale forecaster (A) had given up on the run: stalled, from past runs' durations
+    served["stalled"] = [vec(0, **run, **FC_B), vec(1, **run, **FC_A)]
+    served["method"] = [vec(1, **run, **FC_B, method="blend"),
+                        vec(1, **run, **FC_A, method="durations")]  # fmt: skip
     view = top_view.build_view({k: parsed(v) for k, v in served.items()}, NOW)
     job = next(j for j in view.jobs if j.pod == "cnn-1")
     assert job.eta == top_view.Band(NOW + 400, NOW + 500, NOW + 600)
-    assert not job.forecast_stale
+    assert (job.forecast_stale, job.stalled, job.method) == (False, False, "blend")
+    row = next(x for x in top_render.render_plain(view).splitlines() if x.startswith("ml/cnn"))
+    assert "stalled" not in row and "from past runs" not in row, row
+
+
+@pytest.mark.parametrize("a", [(NOW - 7200, 0), (NOW - 60, 1)], ids=["stopped", "failed"])
+def test_a_run_only_a_stale_forecaster_forecasts_keeps_its_flags(a: tuple[float, float]) -> None:
+    """The current-over-stale choice is per run: a run no current forecaster
+    forecasts shows the stale one's band, marked, with its own stalled flag and method,
+    whatever a current forecaster says of other runs."""
+    served = two_forecasters(a, (NOW - 30, 0))
+    run = {k: v for k, v in RUN.items() if k != "node"}
+    vit = {k: v for k, v in VIT.items() if k != "node"}
+    served["stalled"] = [vec(1, **run, **FC_A), vec(0, **vit, **FC_B)]
+    served["method"] = [vec(1, **run, **FC_A, method="durations"),
+                        vec(1, **vit, **FC_B, method="blend")]  # fmt: skip
+    view = top_view.build_view({k: parsed(v) for k, v in served.items()}, NOW)
+    flags = {j.pod: (j.forecast_stale, j.stalled, j.method) for j in view.jobs}
+    assert flags == {"cnn-1": (True, True, "durations"), "vit-2": (False, False, "blend")}
 
 
 def test_the_cycle_query_asks_each_forecaster_apart() -> None:
@@ -3002,6 +3025,70 @@ def test_only_the_stale_forecasters_etas_are_marked_against_a_real_prometheus(
         assert {j["pod"]: j["forecast_stale"] for j in data["jobs"]} == {
             "cnn-1": True, "vit-2": False
         }  # fmt: skip
+
+
+@pytest.mark.integration
+def test_a_run_two_forecasters_forecast_shows_the_current_ones_flags_against_a_real_prometheus(
+    prometheus_factory,
+) -> None:
+    """A current forecaster and a failing one (stale 1) both forecast the run, the
+    failing one saying it stalled and forecasting it from past runs' durations. A real
+    Prometheus answers the failing one's series last (they sort last and are created
+    last): the row has the current one's band and its flags, none of the stale one's
+    (``stalled,from past runs`` sat beside the current band, unmarked)."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from gpu_eta.launch.prometheus import ScrapeJob
+
+    t0 = time.time()
+    fc_labels = ["namespace", "pod", "container", "run_id"]
+    forecast = {k: v for k, v in RUN.items() if k != "node"}
+
+    def forecaster_registry(stale: int, band: tuple, stalled: int, method: str):
+        reg = CollectorRegistry()
+        run_series(reg, t0, band)
+        info = Gauge("gpu_eta_job_forecast_info", "i", [*fc_labels, "method"], registry=reg)
+        info.labels(**forecast, method=method).set(1)
+        Gauge("gpu_eta_job_stalled", "s", fc_labels, registry=reg).labels(**forecast).set(stalled)
+        Gauge("gpu_eta_forecaster_last_success_timestamp_seconds", "s", registry=reg).set(
+            t0 - 30 if stale == 0 else t0 - 7200
+        )
+        Gauge("gpu_eta_forecaster_stale", "s", registry=reg).set(stale)
+        return reg
+
+    class Published:
+        """What a target serves: nothing until a forecaster's registry is set."""
+
+        reg: CollectorRegistry | None = None
+
+        def collect(self):
+            return [] if self.reg is None else self.reg.collect()
+
+    served = [Published(), Published()]
+    regs = []
+    for published in served:
+        regs.append(CollectorRegistry())
+        regs[-1].register(published)
+    with _exporter(regs[0]) as a, _exporter(regs[1]) as b:
+        # the failing forecaster on the target that sorts last, its series created last
+        (first, cur), (last, old) = sorted([(a, served[0]), (b, served[1])], key=lambda t: t[0])
+        prom = prometheus_factory([ScrapeJob("gpu-eta-forecaster", [a, b])])
+        cur.reg = forecaster_registry(0, (3600, 3700, 3800), 0, "blend")
+        prom.wait_for("gpu_eta_job_forecast_info", timeout=30)
+        old.reg = forecaster_registry(1, (600, 700, 800), 1, "durations")
+        prom.wait_for("gpu_eta_forecaster_stale", timeout=30, min_results=2)
+        for name in ("gpu_eta_job_stalled", "gpu_eta_job_forecast_info"):
+            answer = prom.wait_for(name, timeout=30, min_results=2)
+            assert [r["metric"]["instance"] for r in answer] == [first, last], name
+        code, out, err = run_top("--prometheus.url", prom.url, "--json")
+        assert (code, err) == (0, "")
+        (job,) = json.loads(out)["jobs"]
+        assert (job["forecast_stale"], job["stalled"], job["method"]) == (False, False, "blend")
+        assert job["remaining_seconds"]["p50"] > 3000  # the current band
+        code, out, err = run_top("--prometheus.url", prom.url, "--once", "--plain")
+        assert (code, err) == (0, "")
+        row = next(x for x in out.splitlines() if x.startswith("ml/cnn-1"))
+        assert "stalled" not in row and "from past runs" not in row and "*" not in row, row
 
 
 @pytest.mark.parametrize("mode", [["--once", "--plain"], ["--json"]], ids=["once", "json"])
