@@ -240,7 +240,10 @@ def parse_retention(text: str) -> float:
     ``--storage.tsdb.retention.time``."""
     seconds = 0.0 if text.strip() == "0" else duration_seconds(text)
     if seconds is None:
-        raise ConfigError(f"--history.retention must be a duration (like 30d) or 0, got {text!r}")
+        raise ConfigError(
+            "--history.retention must be a duration (like 30d, at most Prometheus' longest, "
+            f"about 292y) or 0, got {text!r}"
+        )
     return seconds
 
 

@@ -98,6 +98,8 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["serve", "--model.fit-points", "-1"], "--model.fit-points must be >= 0"),
         (["serve", "--history.retention", "30"], "--history.retention must be a duration"),
         (["once", "--history.retention=-1d"], "--history.retention must be a duration"),
+        # past Prometheus' longest duration (2^63-1 ns), which the flag's syntax is
+        (["once", "--history.retention", "300y"], "--history.retention must be a duration"),
         (["once", "--query.step", "0.0004"], "--query.step must be at least 0.001"),
         # accepted at start, then every cycle failed (inf: OverflowError; a window past
         # Prometheus' duration range: HTTP 400), or nothing vanished nor refitted (nan)

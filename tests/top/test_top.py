@@ -348,10 +348,47 @@ def test_parse_duration_refuses(text: str) -> None:
         durations.parse_duration(text)
 
 
+# Prometheus' longest duration is a Go time.Duration's, 2^63-1 ns: these are it, at the
+# millisecond Prometheus spells, and the next millisecond or second past it
+LONGEST = ("292y", "9223372036s", "9223372036854ms", "292y24w3d23h47m16s854ms")
+PAST_LONGEST = ("300y", "293y", "1000000000000s", "9223372037s", "9223372036855ms",
+                "292y24w3d23h47m16s855ms")  # fmt: skip
+
+
+def test_durations_past_prometheus_longest_are_refused() -> None:
+    """``300y`` passed the check and every query with it was refused by Prometheus
+    ("duration out of range"): a usage error named at once, not a refused query."""
+    for text in LONGEST:
+        assert durations.parse_duration(text) == durations.duration_seconds(text), text
+        assert durations.parse_duration(text) <= (2**63 - 1) / 1e9, text
+    for text in PAST_LONGEST:
+        assert durations.duration_seconds(text) is None, text
+        with pytest.raises(ValueError, match=r"^longer than Prometheus' longest duration, "):
+            durations.parse_duration(text)
+
+
+@pytest.mark.integration
+def test_prometheus_refuses_exactly_the_durations_past_the_longest(prometheus_factory) -> None:
+    """The bound is Prometheus' own: a real one reads a range of each longest duration
+    and refuses each one past it, as the parser does."""
+    import requests
+
+    prom = prometheus_factory([])
+    for text in (*LONGEST, *PAST_LONGEST):
+        answer = requests.get(f"{prom.url}/api/v1/query", params={"query": f"up[{text}]"},
+                              timeout=10)  # fmt: skip
+        assert (answer.status_code == 200) is (durations.duration_seconds(text) is not None), (
+            text, answer.text
+        )  # fmt: skip
+        assert answer.status_code == 200 or "duration out of range" in answer.text, answer.text
+
+
 def test_a_bad_idle_window_is_a_one_line_usage_error_before_any_query(http_server) -> None:  # noqa: F811
     empty = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
     url, seen = http_server(lambda r: reply(r, 200, empty.encode()))
-    for window in ("abc", "0s", "5", "５m"):
+    # past Prometheus' longest duration: exit 0 with "1 query refused ... duration out of
+    # range" and idle holders unknown
+    for window in ("abc", "0s", "5", "５m", "300y", "1000000000000s"):
         code, out, err = run_top("--prometheus.url", url, "--idle-window", window, "--once")
         assert (code, out) == (2, "") and seen == [], window
         assert err.startswith("gpu-eta top: argument --idle-window: ") and err.count("\n") == 1
