@@ -121,7 +121,9 @@ def test_no_frame_is_taller_or_wider_than_the_terminal(name: str) -> None:
     from rich.console import Console
 
     view = views()[name]
-    for width in (*range(20, 201, 9), 61, 62):
+    # every height where rows are given up or kept (3-20), at widths every 5 columns
+    # where lines wrap (20-55, 61/62 the edge of the wrapping header) and a few wider
+    for width in (*range(20, 56, 5), 61, 62, 70, 80, 100, 140, 200):
         for height in (*range(3, 21), 24, 30, 40, 60):
             console = Console(file=io.StringIO(), width=width, height=height, record=True)
             console.print(top_render.render_rich(view, timezone.utc, fit_height=True))
