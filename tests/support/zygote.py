@@ -89,14 +89,15 @@ for line in sys.stdin.buffer:
 
 
 class Zygote:
-    """A process that imported ``frameworks`` and forks a child per script it runs.
-    One script at a time (a lock): a test worker runs one test at a time anyway."""
+    """A process that ran the import statements ``preload`` and forks a child per
+    script it runs. One script at a time (a lock): a test worker runs one test at a
+    time anyway."""
 
-    def __init__(self, frameworks: tuple[str, ...], env: dict[str, str]):
+    def __init__(self, preload: tuple[str, ...], env: dict[str, str]):
         self.env = dict(env)
         self._lock = threading.Lock()
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _ZYGOTE, *(FRAMEWORKS[name] for name in frameworks)],
+            [sys.executable, "-c", _ZYGOTE, *preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=self.env,
@@ -105,7 +106,7 @@ class Zygote:
         assert self._proc.stdout is not None
         ready = self._proc.stdout.readline()
         if ready != "ready\n":
-            raise RuntimeError(f"the {frameworks} zygote did not start: {ready!r}")
+            raise RuntimeError(f"a zygote running {preload} did not start: {ready!r}")
 
     def run(self, code: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
         """``code`` run as ``python -c code`` with ``env`` would be, in a child forked
@@ -183,7 +184,8 @@ def run_python(code: str, env: dict[str, str], timeout: float) -> subprocess.Com
     if zygote is None or zygote.env != base:
         if zygote is not None:
             zygote.close()
-        zygote = _zygotes[frameworks] = Zygote(frameworks, base)
+        preload = tuple(FRAMEWORKS[name] for name in frameworks)
+        zygote = _zygotes[frameworks] = Zygote(preload, base)
     return zygote.run(code, env, timeout)
 
 
