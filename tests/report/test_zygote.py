@@ -32,7 +32,12 @@ ENDINGS = {
     "finished": "print('done')",
     "sys.exit": "import sys; print('x'); sys.exit(3)",
     "uncaught": "raise ValueError('boom')",
-    "ctrl-c": "import os, signal, time; os.kill(os.getpid(), signal.SIGINT); time.sleep(5)",
+    # its own handler: a Python started with SIGINT ignored (a pytest-xdist worker's
+    # children) keeps it ignored
+    "ctrl-c": (
+        "import os, signal, time; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "os.kill(os.getpid(), signal.SIGINT); time.sleep(5)"
+    ),
     "exit hook after a thread": (
         "import atexit, threading, time\n"
         "atexit.register(lambda: print('hook'))\n"
