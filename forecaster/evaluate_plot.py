@@ -35,7 +35,7 @@ TARGET_BAND = (0.77, 0.85)
 LABELS = {
     "gpu_eta": "gpu-eta (P50)",
     "history_match": "history match (median of the job's runs)",
-    "tqdm_ema": "tqdm (EMA of epoch time)",
+    "tqdm_ema": "tqdm (EMA rate)",
     "keras_mean": "Keras (mean epoch time)",
     "cumulative_mean": "elapsed / progress",
     "predict_linear": "Prometheus predict_linear",

@@ -56,10 +56,13 @@ class _RateBaseline:
 
 
 class TqdmEma(_RateBaseline):
-    """tqdm's ETA: exponential moving average of time per unit, ``smoothing=alpha``.
+    """tqdm's ETA: its rate is an EMA of the units of each update over an EMA of its
+    seconds (``_ema_dn() / _ema_dt()``, ``smoothing=alpha``), not an EMA of each
+    interval's seconds per unit: the two differ when intervals span different numbers
+    of units (a missed report, thinned points), and this baseline is what tqdm shows.
 
-    As tqdm's ``EMA``: ``ema = α·x + (1−α)·ema`` per update, divided by ``1 − (1−α)^k``
-    (bias correction), so the first update is the first interval itself.
+    Each EMA is ``ema = α·x + (1−α)·ema`` per update, divided by ``1 − (1−α)^k`` (bias
+    correction, equal for both, so it cancels in the ratio).
     """
 
     method = "tqdm_ema"
@@ -68,13 +71,20 @@ class TqdmEma(_RateBaseline):
         self.alpha = alpha
 
     def per_epoch(self, run: Run) -> float:
-        per_epoch, _w, _e = intervals(run)
-        if len(per_epoch) == 0:
+        _per_epoch, widths, _ends = intervals(run)
+        if len(widths) == 0:
             raise InsufficientData("tqdm EMA needs one epoch interval")
-        ema, beta = 0.0, 1.0 - self.alpha
-        for x in per_epoch:
-            ema = self.alpha * x + beta * ema
-        return ema / (1.0 - beta ** len(per_epoch))
+        times = np.diff(np.asarray(run.epoch_times, dtype=float)[:, 1])
+        ema_units = ema_seconds = 0.0
+        beta = 1.0 - self.alpha
+        for units, seconds in zip(widths, times, strict=True):
+            if seconds <= 0.0:  # tqdm leaves an update of no time out of its EMAs
+                continue
+            ema_units = self.alpha * units + beta * ema_units
+            ema_seconds = self.alpha * seconds + beta * ema_seconds
+        if ema_units <= 0.0:
+            raise InsufficientData("tqdm EMA needs an interval that took time")
+        return float(ema_seconds / ema_units)
 
 
 class KerasMean(_RateBaseline):

@@ -1,8 +1,9 @@
 """gpu-eta on real GPU training runs (MLPerf v2.0–v2.1, tests/fixtures/runs/README.md).
 
 What issue 10 asks of the model, checked on 360 recorded runs it was not chosen on:
-within 1.05x of the best rate baseline at every point, ≤ 0.7x at 10 % on runs that
-had an earlier run of the same configuration, P10–P90 coverage 77–85 % at every point
+within 1.05x of the best rate baseline at every point, ≤ 0.7x at every point on runs
+that had an earlier run of the same configuration (the issue's aim where such history
+exists; measured 0.14–0.33x), P10–P90 coverage 77–85 % at every point
 and at the start of a run (no epoch yet: no rate baseline to compare with), beyond
 sampling error (``COVERAGE_BAND``). The same
 replay with every earlier run ignored must fail the accuracy and the coverage
@@ -101,7 +102,7 @@ def failures(ignore_history: bool) -> list[str]:
             continue
         if point != START and (r := ratios(cols, every)) > 1.05:
             out.append(f"{point}: {r:.2f}x the best rate baseline")
-        if point == 0.1 and (r := ratios(cols, cols["history"])) > 0.7:
+        if point != START and (r := ratios(cols, cols["history"])) > 0.7:
             out.append(f"{point} with history: {r:.2f}x the best rate baseline")
         if outside_band(hits := int(np.sum(cols["hit"])), n := len(cols["hit"])):
             lo, hi = wilson(hits, n)
@@ -144,9 +145,9 @@ def test_the_coverage_check_allows_sampling_error_only() -> None:
 
 def test_the_same_thresholds_fail_with_history_ignored() -> None:
     """Without earlier runs gpu-eta is a rate estimate like the baselines: it misses
-    the accuracy the history buys (within 1.05x of the best rate baseline at 50 and
-    75 %), and its uncalibrated intervals miss the coverage, so the test above can
-    fail on both."""
+    the accuracy the history buys (≤ 0.7x the best rate baseline where the
+    configuration ran before: measured 0.94 / 1.06 / 0.86x at 25 / 50 / 75 %), and its
+    uncalibrated intervals miss the coverage, so the test above can fail on both."""
     missed = failures(ignore_history=True)
     assert any("best rate baseline" in m for m in missed), missed
     assert any("coverage" in m for m in missed), missed
