@@ -18,33 +18,41 @@ Prometheus query per page load, and appends the answer to each GPU profile's
         prometheus_url="http://prometheus-operated.monitoring:9090",
     )
 
-A profile's GPU count comes from ``extra_resource_limits`` (or ``_guarantees``): its
-``nvidia.com/gpu``, ``nvidia.com/gpu.shared`` or ``nvidia.com/mig-…`` entry, or one of
-the site's own GPU resources given as ``gpu_resources`` (a time-slicing rename,
-``nvidia.com/a100-shared``: the forecaster's ``--pending.gpu-resource``), and the start
-shown is the one published for that resource; its GPU type from ``node_selector``
-``nvidia.com/gpu.product`` (any type when absent: the earliest of them). A profile
-naming neither asks for the spawner's own (the hub's
-``c.KubeSpawner.extra_resource_limits``, ``_guarantees``, ``node_selector``;
-KubeSpawner merges a profile's override into them): the hook reads them from the
-spawner KubeSpawner calls it with; a profile's ``"nvidia.com/gpu": "0"`` (or None,
-which removes the hub's entry) is CPU only. A count the forecaster does not publish
-(3, 5...) takes the next published size up. Profiles without GPUs are left alone, and
-so is one whose resources are a callable (KubeSpawner calls an override value that is
-one with the spawner, at spawn time: the hook cannot know its answer); a GPU profile
-whose ``node_selector`` is a callable is "no estimate". Such a profile, or one the
-hook cannot read at all, costs its own estimate only, logged in one line. When a
-``profile_options`` choice sets the GPU count or type (its override, merged into the
-profile's), the estimates go after the names of that option's choices, each for its
-own count and type, else the profile's, and none after the profile's (``annotate_one``). When
-Prometheus cannot be read, does not answer within the timeout (2 s: the query runs in
-a thread, never in the hub's event loop, and gives up by then too, status line and
-headers included: ``fetch``), answers an error status (its connection closed there
-and then: ``open_answer``), or something else answers (a port speaking HTTP/2 or
-another protocol, an answer cut short, JSON of another shape, a redirect, which is
-not followed: it would take the URL's credentials along), the profiles come back
-unchanged (the spawn page must never break, nor wait, because of a forecast) and the
-reason is logged in one line. A series of another shape is skipped.
+A profile's request is its override merged into the spawner's own (the hub's
+``c.KubeSpawner.extra_resource_limits``, ``_guarantees``, ``node_selector``,
+``tolerations`` …), a ``profile_options`` choice's merged into the profile's, as
+KubeSpawner merges them (a mapping entry by entry, None removing the entry below; a
+list replacing the one below): the hook reads the spawner's from the spawner
+KubeSpawner calls it with. Its GPU count comes from ``extra_resource_limits`` (or
+``_guarantees``): its ``nvidia.com/gpu``, ``nvidia.com/gpu.shared`` or
+``nvidia.com/mig-…`` entry asking for more than 0 (a MIG profile zeroing the hub's
+``"nvidia.com/gpu": "1"`` asks for its slice), or one of the site's own GPU resources
+given as ``gpu_resources`` (a time-slicing rename, ``nvidia.com/a100-shared``: the
+forecaster's ``--pending.gpu-resource``), and the start shown is the one published
+for that resource; none asking, it is CPU only. Its GPU type comes from
+``node_selector`` ``nvidia.com/gpu.product`` (any type when absent: the earliest of
+them). The forecaster predicts for any node of a type, so a GPU profile placed by
+anything else is "no estimate": another ``node_selector`` key (a pool, GKE's
+``cloud.google.com/gke-accelerator``, whose names are not mapped to GPU types), a
+required node or pod (anti-)affinity, a placing ``extra_pod_config`` key, a
+toleration beyond the hub's own and ``Exists`` on its GPU resource's taint, or two
+GPU resources at once (``gpu_model``, ``check_placement``). A count the forecaster
+does not publish (3, 5...) takes the next published size up. Profiles without GPUs
+are left alone, and so is one whose resources are a callable (KubeSpawner calls an
+override value that is one with the spawner, at spawn time: the hook cannot know its
+answer); a GPU profile whose placement is a callable is "no estimate". Such a
+profile, or one the hook cannot read at all, costs its own estimate only, logged in
+one line. When a ``profile_options`` choice sets the GPU count, type or placement
+(its override, merged into the profile's), the estimates go after the names of that
+option's choices, each for its own request, and none after the profile's
+(``annotate_one``). When Prometheus cannot be read, does not answer within the
+timeout (2 s: the query runs in a thread, never in the hub's event loop, and gives up
+by then too, status line and headers included: ``fetch``), answers an error status
+(its connection closed there and then: ``open_answer``), or something else answers (a
+port speaking HTTP/2 or another protocol, an answer cut short, JSON of another shape,
+a redirect, which is not followed: it would take the URL's credentials along), the
+profiles come back unchanged (the spawn page must never break, nor wait, because of a
+forecast) and the reason is logged in one line. A series of another shape is skipped.
 
 A frozen forecast is "no estimate", never "free now": a P50 ``PAST_LIMIT_SECONDS`` (the
 alerts' ``pending_prediction_past_seconds``) or more in the past, and the series of a
@@ -131,6 +139,13 @@ class ProfileError(ValueError):
 class SpawnTimeValue(ProfileError):
     """An override value the hook needs is a callable, which KubeSpawner calls with the
     spawner when the profile is chosen: its answer is not known when the page is made."""
+
+
+class NotForecast(ProfileError):
+    """A GPU profile whose pod is not the request the forecaster publishes: it may run
+    on other nodes than any of its GPU type (a node_selector key besides
+    ``PRODUCT_LABEL``, a required affinity, a toleration beyond the hub's own), or asks
+    for two GPU resources at once. A site's choice, not a fault: "no estimate"."""
 
 
 def is_gpu_resource(name: str, own: Sequence[str] = ()) -> bool:
@@ -414,44 +429,77 @@ def parse_starts(raw: bytes, after: float = -math.inf) -> Starts:
 
 
 def gpu_request(profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -> tuple[str, int]:
-    """The profile's GPU resource and count (``named_gpu_request``); ``(GPU_RESOURCE,
-    0)`` when it names none."""
-    return named_gpu_request(profile, gpu_resources) or (GPU_RESOURCE, 0)
+    """The profile's GPU resource and count (``merged_gpu_request`` of the profile
+    alone); ``(GPU_RESOURCE, 0)`` when it asks for none."""
+    return merged_gpu_request([profile], gpu_resources) or (GPU_RESOURCE, 0)
 
 
-def named_gpu_request(
-    profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()
+def merged(levels: Sequence[Mapping[str, Any]], key: str) -> tuple[dict[str, Any], bool]:
+    """``key``'s mapping as KubeSpawner makes it from the levels' overrides (``levels``
+    innermost first: the choice, the profile, the spawner): it applies each override
+    onto the one below, a mapping merged entry by entry and a None entry removing the
+    key (``recursive_update``), so an entry is the innermost level's that names it.
+    Returns the entries left and whether a level's value is given at spawn time (a
+    callable, whose answer may set any entry no level inside it names)."""
+    decided: dict[str, Any] = {}
+    for level in levels:
+        value = overrides(level).get(key) or {}
+        if not isinstance(value, Mapping):
+            return {k: v for k, v in decided.items() if v is not None}, True
+        for name, entry in value.items():
+            decided.setdefault(str(name), entry)
+    return {k: v for k, v in decided.items() if v is not None}, False
+
+
+def gpu_count(name: str, value: object) -> int:
+    """A GPU resource's count as an override writes it ("1", 1); ProfileError for
+    anything but an integer >= 0."""
+    try:
+        n = int(str(value))
+    except ValueError:
+        raise ProfileError(f"{name} must be an integer, got {value!r}") from None
+    if n < 0:
+        raise ProfileError(f"{name} must be >= 0, got {n}")
+    return n
+
+
+def merged_gpu_request(
+    levels: Sequence[Mapping[str, Any]], gpu_resources: Sequence[str] = ()
 ) -> tuple[str, int] | None:
-    """The GPU resource and count the profile's (or choice's) own override names: its
-    first GPU resource (``BUILT_IN``, a MIG slice, or one of ``gpu_resources``) in
-    ``extra_resource_limits``, else in ``extra_resource_guarantees``, 0 for a value of
-    None (KubeSpawner's merge removes the spawner's entry); None when it names none (a
-    choice then asks for its profile's, a profile for the spawner's). SpawnTimeValue when neither
-    names one and either is a callable (it may ask for GPUs, or not: unknown until
-    KubeSpawner calls it)."""
+    """The GPU resource and count the pod asks for, from ``extra_resource_limits`` and
+    ``extra_resource_guarantees`` as KubeSpawner merges the levels' (``merged``; a
+    resource's limit, else its guarantee: Kubernetes takes an extended resource's
+    request from its limit). A GPU resource (``BUILT_IN``, a MIG slice, one of
+    ``gpu_resources``) whose count is 0 is not asked for; None when none asks for more.
+
+    Why all of them: a MIG profile under a hub giving every server a GPU takes the
+    hub's back (``"nvidia.com/gpu": "0"``) and asks for a slice; read by its first GPU
+    entry, the 0, it was CPU only. NotForecast when two GPU resources are asked for
+    (the forecaster publishes one resource's start per request); SpawnTimeValue when
+    none is and a level's value is a callable (it may ask for GPUs, or not: unknown
+    until KubeSpawner calls it); ProfileError for a count that is no integer >= 0."""
     own = (gpu_resources,) if isinstance(gpu_resources, str) else tuple(gpu_resources)
-    override = overrides(profile)
-    resolved_later = []
-    for key in ("extra_resource_limits", "extra_resource_guarantees"):
-        asked = override.get(key) or {}
-        if not isinstance(asked, Mapping):
-            resolved_later.append(key)
-            continue
-        for name, value in asked.items():
-            name = str(name)
-            if not is_gpu_resource(name, own):
-                continue
-            if value is None:  # KubeSpawner's merge drops the spawner's entry: none asked
-                return name, 0
-            try:
-                n = int(str(value))
-            except ValueError:
-                raise ProfileError(f"{name} must be an integer, got {value!r}") from None
-            if n < 0:
-                raise ProfileError(f"{name} must be >= 0, got {n}")
-            return name, n
-    if resolved_later:
-        raise SpawnTimeValue(f"{' and '.join(resolved_later)} given at spawn time (not a mapping)")
+    limits, limits_later = merged(levels, "extra_resource_limits")
+    guarantees, guarantees_later = merged(levels, "extra_resource_guarantees")
+    asked = {
+        name: n
+        for name, value in {**guarantees, **limits}.items()
+        if is_gpu_resource(name, own) and (n := gpu_count(name, value)) > 0
+    }
+    if len(asked) > 1:
+        raise NotForecast(f"asks for {' and '.join(asked)} at once")
+    if asked:
+        return next(iter(asked.items()))
+    later = [
+        key
+        for key, given_later in (
+            ("extra_resource_limits", limits_later),
+            ("extra_resource_guarantees", guarantees_later),
+        )
+        if given_later
+    ]
+    if later:
+        raise SpawnTimeValue(f"{' and '.join(later)} given at spawn time (not a mapping)")
     return None
 
 
@@ -464,24 +512,105 @@ def overrides(profile: Mapping[str, Any]) -> Mapping[str, Any]:
     return override
 
 
-def named_gpu_model(override: Mapping[str, Any]) -> str | None:
-    """The GPU type an override's own ``node_selector`` names, None when it names none;
-    SpawnTimeValue when the selector is given at spawn time (a callable): the earliest
-    start of any type would be a guess."""
-    selector = override.get("node_selector") or {}
-    if not isinstance(selector, Mapping):
+# KubeSpawner's list values that keep a pod off nodes: a profile's replaces the hub's
+REQUIRED_AFFINITIES = (
+    "node_affinity_required",
+    "pod_affinity_required",
+    "pod_anti_affinity_required",
+)
+# extra_pod_config keys (the pod spec's) that choose or widen the nodes a pod may use
+POD_PLACEMENT = ("nodeName", "nodeSelector", "affinity", "tolerations")
+
+
+def gpu_model(levels: Sequence[Mapping[str, Any]], resource: str) -> str | None:
+    """The GPU type the pod's node_selector names (``PRODUCT_LABEL``, as KubeSpawner
+    merges the levels', ``merged``), None for any type; raises when the start published
+    for that type is not this pod's (``check_placement``).
+
+    Why: the forecaster predicts a request that may run on any node of its type. A
+    node_selector naming another key (GKE's ``cloud.google.com/gke-accelerator``, a
+    pool) was ignored, and the profile shown the earliest start of any type, or of its
+    type in another pool: "free now" for a pod that then waited. GKE's accelerator
+    names are not mapped to GPU types: the forecaster knows a node's type by its
+    ``PRODUCT_LABEL`` alone, and the names differ by driver and GPU Feature Discovery
+    setting (``-SHARED``, MIG suffixes)."""
+    selector, given_later = merged(levels, "node_selector")
+    if given_later:
         raise SpawnTimeValue("node_selector given at spawn time (not a mapping)")
+    others = [key for key in selector if key != PRODUCT_LABEL]
+    if others:
+        raise NotForecast(
+            f"node_selector {', '.join(others)}: starts are forecast by GPU type "
+            f"({PRODUCT_LABEL}) only"
+        )
+    check_placement(levels, resource)
     return str(selector[PRODUCT_LABEL]) if PRODUCT_LABEL in selector else None
 
 
-COUNT, TYPE = "count", "type"  # the parts of a GPU request a choice may set
+def innermost(levels: Sequence[Mapping[str, Any]], key: str) -> Any:
+    """``key``'s value as KubeSpawner sets a value that is no mapping: the innermost
+    level's that names it replaces the ones below ([] when none does)."""
+    for level in levels:
+        override = overrides(level)
+        if key in override:
+            return override[key] if override[key] is not None else []
+    return []
+
+
+def check_placement(levels: Sequence[Mapping[str, Any]], resource: str) -> None:
+    """NotForecast (SpawnTimeValue for a callable) when something besides the GPU type
+    decides where the pod may run: a required node or pod (anti-)affinity, a placing
+    ``extra_pod_config`` key, or a toleration other than the hub's own (the spawner's,
+    ``levels[-1]``: z2jh gives one to every user pod, and the forecaster is told what
+    user pods tolerate with ``--pending.request-toleration``) and the one for the GPU
+    resource's own taint (``Exists`` on its name, what the forecaster's request
+    tolerates by default). A toleration narrows nothing, but lets the pod onto nodes
+    the forecast leaves out (a team's pool): its start is not the one published."""
+    for key in REQUIRED_AFFINITIES:
+        value = innermost(levels, key)
+        if callable(value):
+            raise SpawnTimeValue(f"{key} given at spawn time")
+        if value:
+            raise NotForecast(f"{key} set: starts are forecast for any node of the GPU type")
+    pod, given_later = merged(levels, "extra_pod_config")
+    if given_later:
+        raise SpawnTimeValue("extra_pod_config given at spawn time (not a mapping)")
+    placing = [key for key in POD_PLACEMENT if pod.get(key)]
+    if placing:
+        raise NotForecast(f"extra_pod_config {', '.join(placing)} set")
+    tolerations = innermost(levels, "tolerations")
+    if callable(tolerations):
+        raise SpawnTimeValue("tolerations given at spawn time")
+    hubs = overrides(levels[-1]).get("tolerations") or []
+    for toleration in tolerations:
+        if toleration not in hubs and not tolerates_own_taint(toleration, resource):
+            raise NotForecast(f"tolerates {toleration!r}, beyond the hub's own tolerations")
+
+
+def tolerates_own_taint(toleration: object, resource: str) -> bool:
+    """Whether ``toleration`` is ``Exists`` on the taint named after ``resource``, what
+    the ``ExtendedResourceToleration`` admission plugin gives a pod asking for it and
+    the forecaster's request tolerates by default (docs/pending.md, step 5)."""
+    if not isinstance(toleration, Mapping):
+        return False
+    return (
+        toleration.get("key") == resource
+        and toleration.get("operator") == "Exists"
+        and toleration.get("effect") in (None, "", "NoSchedule")
+    )
+
+
+# the parts of a GPU request a choice may set: the count, the GPU type, where it may run
+COUNT, TYPE, PLACE = "count", "type", "placement"
 
 
 def parts_named(item: Any, gpu_resources: Sequence[str] = ()) -> frozenset[str]:
     """Which parts of a GPU request a ``profile_options`` choice's own override may set:
     ``COUNT`` (it names a GPU resource), ``TYPE`` (a ``nvidia.com/gpu.product``
-    selector). A value given at spawn time (a callable) may set its part, and an
-    override that cannot be read either; a choice that is no mapping sets nothing."""
+    selector), ``PLACE`` (another node_selector key, a required affinity, tolerations,
+    a placing ``extra_pod_config`` key: ``check_placement``). A value given at spawn
+    time (a callable) may set its part, and an override that cannot be read any; a
+    choice that is no mapping sets nothing."""
     if not isinstance(item, Mapping):
         return frozenset()
     try:
@@ -495,9 +624,16 @@ def parts_named(item: Any, gpu_resources: Sequence[str] = ()) -> frozenset[str]:
         selector = override.get("node_selector") or {}
         if not isinstance(selector, Mapping) or PRODUCT_LABEL in selector:
             named.add(TYPE)
+        if not isinstance(selector, Mapping) or any(k != PRODUCT_LABEL for k in selector):
+            named.add(PLACE)
+        pod = override.get("extra_pod_config") or {}
+        if not isinstance(pod, Mapping) or any(k in pod for k in POD_PLACEMENT):
+            named.add(PLACE)
+        if any(k in override for k in (*REQUIRED_AFFINITIES, "tolerations")):
+            named.add(PLACE)
         return frozenset(named)
-    except Exception:  # cannot be read: it may set either
-        return frozenset((COUNT, TYPE))
+    except Exception:  # cannot be read: it may set any
+        return frozenset((COUNT, TYPE, PLACE))
 
 
 def option_parts(option: Any, gpu_resources: Sequence[str] = ()) -> frozenset[str]:
@@ -629,7 +765,8 @@ def annotate_one(
         p["profile_options"] = {**options, key: option}
     else:
         log.info(
-            "gpu-eta: profile %s: no estimate: options %s each set the GPU count or type",
+            "gpu-eta: profile %s: no estimate: options %s each set the GPU count, type or"
+            " placement",
             name,
             " and ".join(repr(k) for k in setting),
         )
@@ -681,55 +818,59 @@ def estimate(
     defaults: Mapping[str, Any] | None = None,
 ) -> str | None:
     """The label for a profile, or for a choice of ``parent``'s, asking for GPUs; None
-    when it asks for none; "no estimate" when its GPU type is given at spawn time. Its
-    GPU count and type are its own, else the profile's, else the spawner's
-    (``defaults``, ``spawner_defaults``): KubeSpawner merges each override into the
-    values below it. Raises ProfileError as ``named_gpu_request``."""
+    when it asks for none; "no estimate" when its GPU type or placement is given at
+    spawn time or is not one the forecaster predicts for (``NotForecast``). Its
+    request is the choice's override merged into the profile's, merged into the
+    spawner's (``defaults``, ``spawner_defaults``), as KubeSpawner merges them.
+    Raises ProfileError as ``merged_gpu_request``."""
     levels = [item] if parent is None else [item, parent]
     levels.append({"kubespawner_override": defaults or {}})
-    request = first_named(lambda level: named_gpu_request(level, gpu_resources), levels)
-    resource, gpus = request or (GPU_RESOURCE, 0)
-    if gpus == 0:
-        return None
     try:
-        model = first_named(lambda level: named_gpu_model(overrides(level)), levels)
-    except SpawnTimeValue as err:
+        request = merged_gpu_request(levels, gpu_resources)
+    except NotForecast as err:  # SpawnTimeValue goes on: such a count may ask for no GPU
+        log_no_estimate(what, err)
+        return "no estimate"
+    if request is None:
+        return None
+    resource, gpus = request
+    try:
+        model = gpu_model(levels, resource)
+    except (SpawnTimeValue, NotForecast) as err:
         log_no_estimate(what, err)
         return "no estimate"
     return label(start_for(starts, gpus, model or "", resource), now, tz)
 
 
-def first_named(
-    read: Callable[[Mapping[str, Any]], Any], levels: Sequence[Mapping[str, Any]]
-) -> Any:
-    """What ``read`` finds in the first of ``levels`` (the choice, the profile, the
-    spawner) naming it, None when none does; read in order and no further, so that a
-    value given at spawn time below the one used raises nothing."""
-    for level in levels:
-        found = read(level)
-        if found is not None:
-            return found
-    return None
-
-
-# The spawner's values a GPU request is read from (KubeSpawner's traits of those names).
-SPAWNER_VALUES = ("extra_resource_limits", "extra_resource_guarantees", "node_selector")
+# The spawner's values a GPU request and its placement are read from (KubeSpawner's
+# traits of those names): mappings, which a profile's override is merged into ...
+SPAWNER_MAPPINGS = (
+    "extra_resource_limits",
+    "extra_resource_guarantees",
+    "node_selector",
+    "extra_pod_config",
+)
+# ... and lists, which it replaces
+SPAWNER_LISTS = (*REQUIRED_AFFINITIES, "tolerations")
 
 
 def spawner_defaults(spawner: object) -> dict[str, Any]:
-    """The spawner's own ``SPAWNER_VALUES`` (the hub's ``c.KubeSpawner.extra_resource_limits``
-    …), as an override holds them, those that are mappings; {} without a spawner.
-    Never raises.
+    """The spawner's own ``SPAWNER_MAPPINGS`` and ``SPAWNER_LISTS`` (the hub's
+    ``c.KubeSpawner.extra_resource_limits``, ``tolerations`` …), as an override holds
+    them, those of their kind; {} without a spawner. Never raises.
 
     Why: KubeSpawner merges a profile's override dicts into the spawner's, so a hub
     giving every server a GPU by default, its profiles picking the type, asks for that
-    GPU in each: read from the profiles alone, none had an estimate."""
+    GPU in each: read from the profiles alone, none had an estimate. Its placement
+    (a node_selector, a required affinity) is every profile's too, and its tolerations
+    are the ones every profile has without changing where it may run."""
     out: dict[str, Any] = {}
-    for key in SPAWNER_VALUES:
+    for key in (*SPAWNER_MAPPINGS, *SPAWNER_LISTS):
         try:
             value = getattr(spawner, key, None)
-            if isinstance(value, Mapping):
+            if key in SPAWNER_MAPPINGS and isinstance(value, Mapping):
                 out[key] = dict(value)
+            elif key in SPAWNER_LISTS and isinstance(value, (list, tuple)) and value:
+                out[key] = list(value)
         except Exception:  # an odd spawner costs its defaults, not the page
             continue
     return out
@@ -737,8 +878,9 @@ def spawner_defaults(spawner: object) -> dict[str, Any]:
 
 def log_no_estimate(what: str, err: Exception) -> None:
     """One log line for a profile (or choice) given no estimate: INFO for a value given
-    at spawn time (a site's choice, not a fault), WARNING otherwise."""
-    if isinstance(err, SpawnTimeValue):
+    at spawn time or a request not forecast (a site's choice, not a fault), WARNING
+    otherwise."""
+    if isinstance(err, (SpawnTimeValue, NotForecast)):
         log.info("gpu-eta: profile %s: no estimate: %s", what, err)
     elif isinstance(err, ProfileError):
         log.warning("gpu-eta: profile %s: %s", what, err)

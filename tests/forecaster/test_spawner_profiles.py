@@ -1201,7 +1201,7 @@ def test_a_choice_whose_start_depends_on_another_options_choice_has_no_estimate(
         (shown,) = annotate([server], starts, now, UTC)
     (record,) = caplog.records
     assert record.levelno == logging.INFO  # a site's choice, not a fault
-    assert "'type' and 'count' each set the GPU count or type" in record.getMessage()
+    assert "'type' and 'count' each set the GPU count, type or placement" in record.getMessage()
     assert shown["display_name"] == "GPU server"
     options = shown["profile_options"]
     assert [c["display_name"] for c in options["type"]["choices"].values()] == ["T4", "A100"]
@@ -1214,4 +1214,175 @@ def test_a_choice_whose_start_depends_on_another_options_choice_has_no_estimate(
     assert [c["display_name"] for c in shown["profile_options"]["count"]["choices"].values()] == [
         "1 GPU — free now",
         "2 A100 — ~14:00 UTC",
+    ]
+
+
+MIG = "nvidia.com/mig-1g.5gb"
+DEDICATED = {"key": "dedicated", "operator": "Equal", "value": "team-a", "effect": "NoSchedule"}
+# what Zero to JupyterHub's jupyterhub_config.py gives every user pod
+Z2JH_TOLERATIONS = [
+    {"key": k, "operator": "Equal", "value": "user", "effect": "NoSchedule"}
+    for k in ("hub.jupyter.org/dedicated", "hub.jupyter.org_dedicated")
+]
+
+
+def gpu_profile(name: str, **override: object) -> dict:
+    """A 1-GPU profile with ``override``'s entries in its ``kubespawner_override``."""
+    return {
+        "display_name": name,
+        "kubespawner_override": {"extra_resource_limits": {GPU: "1"}, **override},
+    }
+
+
+def test_a_profile_placed_by_more_than_its_gpu_type_has_no_estimate(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The forecaster predicts a request for any node of a GPU type (``nvidia.com/gpu.product``,
+    the label it reads); a profile whose node_selector names another key (GKE's
+    accelerator label, a pool), whose pod requires a node or pod affinity, or tolerates
+    a taint beyond the hub's own and its GPU resource's, runs on other nodes than those.
+    It showed the earliest start of any type, or of its type elsewhere: "T4 (GKE) — free
+    now" from a free A100 while the T4s were 5 h away, "free now" for a pool whose
+    A100s were all held. Such a profile is "no estimate" (one INFO line each), as the
+    hub's own node_selector or affinity makes every GPU profile; the hub's own
+    tolerations (z2jh's, on every user pod) and one for the GPU resource's own taint do
+    not change it."""
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    starts = {("nvidia_com_gpu", A100, 1): now, ("nvidia_com_gpu", T4, 1): now + 5 * 3600}
+    affinity = [{"matchExpressions": [{"key": "dedicated", "operator": "In", "values": ["a"]}]}]
+    own_taint = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+    gke = {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
+    none = "no estimate"
+    shown_as = [  # each profile, and what its name gets
+        (gpu_profile("T4 (GKE)", node_selector=gke), none),
+        (gpu_profile("T4 (GFD)", node_selector={"nvidia.com/gpu.product": T4}), "~14:00 UTC"),
+        (
+            gpu_profile("A100 pool", node_selector={"nvidia.com/gpu.product": A100, "pool": "i"}),
+            none,
+        ),
+        (gpu_profile("Dedicated", tolerations=[DEDICATED], node_affinity_required=affinity), none),
+        (gpu_profile("Affinity", node_affinity_required=affinity), none),
+        (gpu_profile("Tolerates team-a", tolerations=[DEDICATED]), none),
+        (gpu_profile("Apart", pod_anti_affinity_required=[{"topologyKey": "host"}]), none),
+        (gpu_profile("Pinned", extra_pod_config={"nodeName": "gpu-7"}), none),
+        (gpu_profile("Own taint", tolerations=[*Z2JH_TOLERATIONS, own_taint]), "free now"),
+        (gpu_profile("Hub's tolerations"), "free now"),
+        ({"display_name": "CPU", "kubespawner_override": {"node_selector": {"pool": "i"}}}, ""),
+    ]
+    hub = {"tolerations": Z2JH_TOLERATIONS}
+    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.spawner_profiles"):
+        shown = annotate([p for p, _ in shown_as], starts, now, UTC, defaults=hub)
+    assert [p["display_name"] for p in shown] == [
+        f"{p['display_name']} — {text}" if text else p["display_name"] for p, text in shown_as
+    ]
+    assert [r.levelno for r in caplog.records] == [logging.INFO] * 7
+    assert "cloud.google.com/gke-accelerator" in caplog.records[0].getMessage()
+
+    # the hub's own node_selector or required affinity: every GPU profile
+    for hub in ({"node_selector": {"pool": "i"}}, {"node_affinity_required": affinity}):
+        (a100,) = annotate([profile("A100", 1, A100)], starts, now, UTC, defaults=hub)
+        assert a100["display_name"] == "A100 — no estimate"
+    # a profile's None removes the hub's key, as KubeSpawner's merge does
+    hub = {"node_selector": {"pool": "i"}}
+    (a100,) = annotate([gpu_profile("A100", node_selector={"pool": None})], starts, now, UTC, hub)
+    assert a100["display_name"] == "A100 — free now"
+
+
+def test_a_pool_offered_as_a_choice_is_estimated_on_the_choice() -> None:
+    """A choice whose override places the pod (a pool's node_selector, tolerations)
+    changes where the profile's GPUs come from, as a type choice does: the profile's
+    own name showed "free now" whatever pool was picked. The choices are annotated
+    instead, each for its own placement; a choice adding nothing keeps the estimate."""
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    starts = {("nvidia_com_gpu", A100, 1): now}
+    choices = {
+        "interactive": {
+            "display_name": "Interactive",
+            "kubespawner_override": {"node_selector": {"pool": "interactive"}},
+        },
+        "team": {"display_name": "Team A", "kubespawner_override": {"tolerations": [DEDICATED]}},
+        "any": {"display_name": "Any pool"},
+    }
+    server = {**profile("A100", 1, A100), "profile_options": {"pool": {"choices": choices}}}
+    (shown,) = annotate([server], starts, now, UTC)
+    assert shown["display_name"] == "A100"
+    assert [c["display_name"] for c in shown["profile_options"]["pool"]["choices"].values()] == [
+        "Interactive — no estimate",
+        "Team A — no estimate",
+        "Any pool — free now",
+    ]
+
+
+def test_the_hubs_placement_values_are_read_from_the_spawner() -> None:
+    """KubeSpawner's own tolerations, affinities and extra_pod_config count with its
+    node_selector and resources (``spawner_defaults``): lists as they are, mappings."""
+    from gpu_eta.forecaster.spawner_profiles import spawner_defaults
+
+    affinity = [{"matchExpressions": [{"key": "p", "operator": "In", "values": ["u"]}]}]
+    spawner = types.SimpleNamespace(
+        extra_resource_limits={GPU: "1"},
+        node_selector={},
+        tolerations=Z2JH_TOLERATIONS,
+        node_affinity_required=affinity,
+        extra_pod_config={"nodeName": "n"},
+    )
+    got = spawner_defaults(spawner)
+    assert got["tolerations"] == Z2JH_TOLERATIONS
+    assert got["node_affinity_required"] == affinity
+    assert got["extra_pod_config"] == {"nodeName": "n"}
+    assert "pod_affinity_required" not in got
+
+
+def test_a_mig_profile_zeroing_the_hubs_gpu_is_estimated_for_its_slice() -> None:
+    """A hub giving every server ``{"nvidia.com/gpu": "1"}`` and a MIG profile that
+    takes it back (``"0"``, or None which removes it) and asks for a slice: KubeSpawner
+    merges the profile's limits into the hub's, so the pod asks for the slice alone.
+    The zeroed whole GPU was read as the request, and the profile shown as CPU only,
+    with no estimate. Every GPU entry of the merged limits counts, a 0 or None among
+    them only when none asks for more; a choice zeroing the profile's GPU keeps the
+    profile's slice; a pod asking for a whole GPU and a slice is no estimate."""
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    starts = {("nvidia_com_mig_1g_5gb", A100, 1): now + 3600, ("nvidia_com_gpu", A100, 1): now}
+    hub = {"extra_resource_limits": {GPU: "1"}}
+
+    def limits(name: str, asked: dict) -> dict:
+        return {"display_name": name, "kubespawner_override": {"extra_resource_limits": asked}}
+
+    profiles = [
+        limits("MIG 1g.5gb", {GPU: "0", MIG: "1"}),
+        limits("MIG, None", {GPU: None, MIG: "1"}),
+        limits("MIG first", {MIG: 1, GPU: 0}),
+        limits("CPU only", {GPU: "0"}),
+        limits("Both", {MIG: "1"}),  # the hub's whole GPU and a slice
+    ]
+    shown = annotate(profiles, starts, now, UTC, defaults=hub)
+    assert [p["display_name"] for p in shown] == [
+        "MIG 1g.5gb — ~10:00 UTC",
+        "MIG, None — ~10:00 UTC",
+        "MIG first — ~10:00 UTC",
+        "CPU only",
+        "Both — no estimate",
+    ]
+    slice_server = {
+        **limits("MIG server", {MIG: "1"}),
+        "profile_options": {
+            "size": {
+                "choices": {
+                    "slice": {
+                        "display_name": "Slice",
+                        "kubespawner_override": {"extra_resource_limits": {GPU: "0"}},
+                    },
+                    "whole": {
+                        "display_name": "Whole GPU",
+                        "kubespawner_override": {"extra_resource_limits": {GPU: "1", MIG: None}},
+                    },
+                }
+            }
+        },
+    }
+    (shown,) = annotate([slice_server], starts, now, UTC)
+    choices = shown["profile_options"]["size"]["choices"]
+    assert [c["display_name"] for c in choices.values()] == [
+        "Slice — ~10:00 UTC",
+        "Whole GPU — free now",
     ]
