@@ -8,6 +8,7 @@ caught too). The ``test_item*`` tests are issue 13's list, one per item.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import re
@@ -38,7 +39,7 @@ COMPONENTS = {
     "egress-networkpolicies-openshift": "components/egress-networkpolicies-openshift",
     "gpu-operator-client": "components/gpu-operator-client",
 }
-_COMBOS: dict[str, list[dict]] = {}
+_COMBOS: dict[tuple[str, str], tuple[dict, ...]] = {}
 
 
 def _rel(path: Path) -> str:
@@ -47,10 +48,11 @@ def _rel(path: Path) -> str:
 
 def _combo(tmp: Path, components: tuple[str, ...], **extra) -> list[dict]:
     """namespace + base + the named components (+ extra kustomization keys), rendered
-    (once per set of components when there are no extra keys)."""
-    key = "+".join(components)
+    (once per set of components and state of the files it reads when there are no
+    extra keys); each caller gets its own copy, as from ``build_overlay``."""
+    key = ("+".join(components), k8s.files_digest(*k8s.KUSTOMIZE_SOURCES))
     if not extra and key in _COMBOS:
-        return _COMBOS[key]
+        return copy.deepcopy(list(_COMBOS[key]))
     body = {
         "resources": ["../gpu-eta/manifests/namespace", "../gpu-eta/manifests/base"],
         "components": [f"../gpu-eta/manifests/{COMPONENTS[c]}" for c in components],
@@ -58,17 +60,8 @@ def _combo(tmp: Path, components: tuple[str, ...], **extra) -> list[dict]:
     }
     objects = k8s.kustomize(k8s.overlay(tmp, body, name="-".join(components) or "none"))
     if not extra:
-        _COMBOS[key] = objects
+        _COMBOS[key] = tuple(copy.deepcopy(objects))
     return objects
-
-
-def _referenced(directory: Path) -> list[Path]:
-    data = yaml.safe_load((directory / "kustomization.yaml").read_text())
-    paths = [directory / e for e in data.get("resources", []) + data.get("components", [])]
-    for generator in data.get("configMapGenerator", []):
-        paths += [directory / e.split("=", 1)[-1] for e in generator.get("files", [])]
-    paths += [directory / p["path"] for p in data.get("patches", []) if "path" in p]
-    return paths
 
 
 # ----------------------------------------------------------- kustomize layout
@@ -99,7 +92,7 @@ def test_kustomizations_found() -> None:
 
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_rel)
 def test_every_listed_file_exists(directory: Path) -> None:
-    for path in _referenced(directory):
+    for path in k8s.referenced(directory):
         assert path.exists(), f"{_rel(directory)}/kustomization.yaml lists missing {path}"
         if path.is_dir():
             assert (path / "kustomization.yaml").is_file(), f"{path}: not a kustomization"
@@ -107,7 +100,7 @@ def test_every_listed_file_exists(directory: Path) -> None:
 
 def test_no_orphans() -> None:
     """Every YAML/JSON file beside a kustomization is used by it (or is it)."""
-    referenced = {p.resolve() for d in KUSTOMIZATIONS for p in _referenced(d)}
+    referenced = {p.resolve() for d in KUSTOMIZATIONS for p in k8s.referenced(d)}
     orphans = [
         _rel(path)
         for directory in KUSTOMIZATIONS
