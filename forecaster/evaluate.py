@@ -852,15 +852,13 @@ class TerminalProgress:
         if now - self._last < self.interval and done < total:
             return
         self._last = now
-        self.stream.write(f"\r{done:,}/{total:,} runs")
-        self.stream.flush()
+        _emit(self.stream, f"\r{done:,}/{total:,} runs")
         self._shown = True
 
     def close(self) -> None:
         """Erase the line so what follows starts clean."""
         if self._shown:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
+            _emit(self.stream, "\r\033[K")
             self._shown = False
 
 
@@ -878,7 +876,7 @@ class Heartbeat:
 
     def __init__(
         self,
-        stream: TextIO,
+        stream: TextIO | None,
         prefix: str = "",
         interval: float = HEARTBEAT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
@@ -894,17 +892,34 @@ class Heartbeat:
         if now - self._last < self.interval:
             return
         self._last = now
-        try:
-            self.stream.write(f"{self.prefix}{done:,}/{total:,} runs replayed\n")
-            self.stream.flush()
-        except (OSError, ValueError):  # a closed or full stderr must not end the replay
-            pass
+        _say(self.stream, f"{self.prefix}{done:,}/{total:,} runs replayed")
 
     def close(self) -> None:
         """Nothing to erase: each line is whole."""
 
 
-def _is_tty(stream: TextIO) -> bool:
+def _emit(stream: TextIO | None, text: str) -> None:
+    """``text`` written and flushed to ``stream`` (stderr), or dropped where it cannot be.
+
+    Why: a closed stderr (``2>&-``: no ``sys.stderr`` at all) or a full one
+    (``2>/dev/full``) must not end a replay, nor turn its exit code into 1, nor stop
+    the outputs after it: a line lost is one message lost, while an exception there
+    loses every output and the exit code the line was about."""
+    if stream is None:
+        return
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):  # ValueError: a closed file object
+        pass
+
+
+def _say(err: TextIO | None, line: str) -> None:
+    """One line on stderr through ``_emit``: every message of ``evaluate`` is one."""
+    _emit(err, f"{line}\n")
+
+
+def _is_tty(stream: TextIO | None) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
@@ -914,33 +929,36 @@ def _is_tty(stream: TextIO) -> bool:
 def main(
     argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
-    """Run the backtest; returns the exit code (never raises for bad input)."""
+    """Run the backtest; returns the exit code (never raises for bad input).
+
+    ``sys.stdout`` or ``sys.stderr`` is None when the command was started with it
+    closed (``>&-``): no table then, and no messages (``_say``)."""
     err = stderr or sys.stderr
     try:
         return _main(argv, stdout or sys.stdout, err)
     except KeyboardInterrupt:
         # Ctrl-C: as `once` in forecaster/main.py, a runtime failure (exit 1), not a
         # traceback; write_atomically has removed any half-written temporary file.
-        print(f"{PREFIX}interrupted", file=err)
+        _say(err, f"{PREFIX}interrupted")
         return ExitCode.RUNTIME
 
 
-def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
+def _main(argv: Sequence[str] | None, out: TextIO | None, err: TextIO | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:  # "evaluate: …"
-        print(f"{PROG}: {exc}", file=err)
+        _say(err, f"{PROG}: {exc}")
         return ExitCode.USAGE
     except SystemExit as exc:  # --help: printed, exit 0
         return int(exc.code) if isinstance(exc.code, int) else ExitCode.USAGE
     if args.predict_linear_window is not None and not args.predict_linear_window > 0:
-        print(f"{PREFIX}--predict-linear-window must be > 0", file=err)
+        _say(err, f"{PREFIX}--predict-linear-window must be > 0")
         return ExitCode.USAGE
     problem = output_path_error(args.runs, {"--predictions": args.predictions, "--plot": args.plot})
     name = display_name(args.runs)
     if problem:
-        print(PREFIX + problem, file=err)
+        _say(err, PREFIX + problem)
         return ExitCode.USAGE
     if args.plot is not None:
         from gpu_eta.forecaster.evaluate_plot import (
@@ -950,13 +968,13 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         )
 
         if plot_format(args.plot) is None:
-            print(f"{PREFIX}--plot {args.plot}: draws .png, .pdf or .svg files", file=err)
+            _say(err, f"{PREFIX}--plot {args.plot}: draws .png, .pdf or .svg files")
             return ExitCode.USAGE
 
         try:
             require_matplotlib()
         except PlotUnavailable as exc:
-            print(f"{PREFIX}--plot: {exc}", file=err)
+            _say(err, f"{PREFIX}--plot: {exc}")
             return ExitCode.USAGE
     progress: TerminalProgress | Heartbeat = (
         TerminalProgress(err)
@@ -966,12 +984,12 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     try:
         loaded = read_runs_file(args.runs, plan_optional=True)
         for note in loaded.notes:  # about the file as a whole, before what it held
-            print(f"{PREFIX}{name}: {note}", file=err)
+            _say(err, f"{PREFIX}{name}: {note}")
         warning = loaded.warning()
         if not loaded.runs:
             raise RunsCsvError(0, f"no run left to score: {warning or 'no data rows'}")
         if warning:
-            print(f"{PREFIX}{name}: {warning}", file=err)
+            _say(err, f"{PREFIX}{name}: {warning}")
         try:
             result = backtest(
                 loaded.runs,
@@ -982,12 +1000,12 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         finally:
             progress.close()
     except RunsCsvError as exc:
-        print(f"{PREFIX}{name}: {exc}", file=err)
+        _say(err, f"{PREFIX}{name}: {exc}")
         return ExitCode.USAGE
     except (ForecasterError, OSError) as exc:
         if args.debug:
             raise
-        print(f"{PREFIX}{exc}", file=err)
+        _say(err, f"{PREFIX}{exc}")
         return ExitCode.RUNTIME
     empty = nothing_scored(result)
     if empty:  # bad input, found by the replay: no scores, not an empty table
@@ -1000,12 +1018,13 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     failed = False
     text = json.dumps(result.as_json(), indent=2) if args.json else format_table(result)
     try:
-        print(text, file=out)
-        out.flush()
+        if out is not None:  # started with stdout closed (>&-): no table is asked for
+            print(text, file=out)
+            out.flush()
     except BrokenPipeError:  # `evaluate ... | head`: the reader left; not an error
         pass
-    except OSError as exc:  # stdout on a full disk, /dev/full
-        print(f"{PREFIX}cannot write the table to stdout: {_reason(exc)}", file=err)
+    except (OSError, ValueError) as exc:  # stdout on a full disk, /dev/full; closed
+        _say(err, f"{PREFIX}cannot write the table to stdout: {_reason(exc)}")
         failed = True
     if args.predictions is not None:
         try:
@@ -1024,7 +1043,9 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     return ExitCode.RUNTIME if failed else ExitCode.OK
 
 
-def _nothing_to_score(args: argparse.Namespace, result: Backtest, reason: str, err: TextIO) -> None:
+def _nothing_to_score(
+    args: argparse.Namespace, result: Backtest, reason: str, err: TextIO | None
+) -> None:
     """Say why nothing was scored, and write ``--predictions`` when forecasts were made.
 
     Why the predictions and nothing else: the table, ``--json`` and ``--plot`` are
@@ -1045,17 +1066,17 @@ def _nothing_to_score(args: argparse.Namespace, result: Backtest, reason: str, e
             written = f"; the predictions made are in --predictions {args.predictions}"
         except (OSError, ValueError) as exc:  # ValueError: text the encoding refuses
             failure = exc
-    print(f"{PREFIX}{display_name(args.runs)}: nothing to score: {reason}{written}", file=err)
+    _say(err, f"{PREFIX}{display_name(args.runs)}: nothing to score: {reason}{written}")
     if failure is not None:
         _report(f"--predictions {args.predictions}: cannot write", failure, args.debug, err)
 
 
-def _report(what: str, exc: BaseException, debug: bool, err: TextIO) -> None:
+def _report(what: str, exc: BaseException, debug: bool, err: TextIO | None) -> None:
     """One line for a failed output; with ``--debug`` its traceback first (printed, not
     raised: the outputs after it are still written)."""
     if debug:
-        traceback.print_exception(exc, file=err)
-    print(f"{PREFIX}{what}: {_reason(exc)}", file=err)
+        _emit(err, "".join(traceback.format_exception(exc)))
+    _say(err, f"{PREFIX}{what}: {_reason(exc)}")
 
 
 def _write_predictions_file(result: Backtest, path: Path) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import csv
 import importlib.util
 import io
+import json
 import os
 import signal
 import stat
@@ -383,3 +384,78 @@ def test_a_plot_format_matplotlib_is_not_asked_for_is_a_usage_error(
     code, out, err = run_cli("--runs", str(runs_csv), "--plot", str(runs_csv.parent / "s.jpg"))
     assert (code, out) == (2, "")
     assert ".png, .pdf or .svg" in one_line(err)
+
+
+DAMAGED_TEXT = RUNS_TEXT + "rX,0,20,notanumber,a,32\nrX,1,20,1700009000,a,32\n"
+
+
+def _evaluate_process(
+    argv: list[str], cwd: Path, stdout: str = "pipe", stderr: str = "pipe"
+) -> subprocess.CompletedProcess[str]:
+    """The whole command in a shell, each of stdout and stderr a pipe, ``closed``
+    (``>&-``: Python then has no ``sys.stdout``/``sys.stderr``) or ``full`` (/dev/full)."""
+    redirect = {"pipe": "", "closed": "{fd}>&-", "full": "{fd}>/dev/full"}
+    shell = " ".join(['exec "$@"', redirect[stdout].format(fd=1), redirect[stderr].format(fd=2)])
+    return subprocess.run(
+        ["sh", "-c", shell, "sh", sys.executable, "-m", "gpu_eta.forecaster", "evaluate", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+
+
+def test_a_closed_stdout_skips_the_table_and_writes_the_files(runs_csv: Path) -> None:
+    """``evaluate ... >&-``: the whole replay ran, then ``AttributeError: 'NoneType'
+    object has no attribute 'flush'``, exit 1, and --predictions never written. No
+    table is asked for where there is no stdout; the files are written, exit 0."""
+    proc = _evaluate_process(
+        ["--runs", "runs.csv", "--predictions", "p.csv"], runs_csv.parent, stdout="closed"
+    )
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (runs_csv.parent / "p.csv").read_text().startswith("run_id,epoch,")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("stderr", ["full", "closed"])
+def test_a_full_or_closed_stderr_loses_the_warning_lines_only(tmp_path: Path, stderr: str) -> None:
+    """A file with one damaged run and stderr on /dev/full (or closed): its warning
+    line raised OSError, the handler printed again, which raised again: exit 1, no
+    JSON, no --predictions. A line stderr cannot take is dropped, as the heartbeat's
+    is: the replay ends and every output is written."""
+    (tmp_path / "f.csv").write_text(DAMAGED_TEXT)
+    proc = _evaluate_process(
+        ["--runs", "f.csv", "--json", "--predictions", "p.csv"], tmp_path, stderr=stderr
+    )
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["runs"] == 8
+    assert (tmp_path / "p.csv").read_text().startswith("run_id,epoch,")
+
+
+class FullStream(io.StringIO):
+    """A stream every write to which fails as /dev/full's does."""
+
+    def write(self, text: str) -> int:
+        raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["--predict-linear-window", "-1"], 2),  # a usage error
+        (["--predictions", "-"], 2),  # an output path refused
+        (["--runs", "/nonexistent/runs.csv"], 2),  # a runs file that cannot be read
+        (["--json"], 0),  # a warning line (the damaged run)
+    ],
+)
+def test_each_line_stderr_cannot_take_keeps_the_exit_code(
+    tmp_path: Path, argv: list[str], code: int
+) -> None:
+    """Every line to stderr goes through one guard: a usage error on a full stderr was
+    an OSError traceback (lost on the full stream) and exit 1, not 2."""
+    runs = tmp_path / "f.csv"
+    runs.write_text(DAMAGED_TEXT)
+    out = io.StringIO()
+    assert main(["--runs", str(runs), *argv], out, FullStream()) == code
+    assert (out.getvalue() != "") == (code == 0)
