@@ -700,8 +700,9 @@ def _creatable_in(directory: Path) -> str | None:
 def output_path_error(runs: Path, outputs: Mapping[str, Path | None]) -> str | None:
     """Why an output path (flag → path) cannot be written, or None: checked before the
     backtest, because a long replay must not end in "is a directory" or "permission
-    denied" (its directory is tried, ``_creatable_in``), nor overwrite the runs file it
-    read (stored data), another output, or something that is not a file (a pipe, a
+    denied" (its directory is tried, ``_creatable_in``; a symlink's target's, where the
+    write goes), nor overwrite the runs file it read (stored data), another output, or
+    something that is not a file (a pipe, a
     device: renamed over, it would be gone). ``-`` is refused: ``--runs -`` is standard
     input, but standard output holds the table, and a file named ``-`` is a surprise
     (``./-`` names one)."""
@@ -713,17 +714,20 @@ def output_path_error(runs: Path, outputs: Mapping[str, Path | None]) -> str | N
                 "(./- for a file named -)"
             )
         try:
-            if path.is_dir():
+            # a link is written through to its target (``write_atomically``): its
+            # directory is the one that must exist and take a file, a dangling link too
+            target = Path(os.path.realpath(path)) if path.is_symlink() else path
+            if target.is_dir():
                 return f"{flag} {path}: is a directory, not a file"
-            if not path.parent.is_dir():
-                return f"{flag} {path}: directory {path.parent} does not exist"
-            if path.exists() and not path.is_file():
+            if not target.parent.is_dir():
+                return f"{flag} {path}: directory {target.parent} does not exist"
+            if target.exists() and not target.is_file():
                 return f"{flag} {path}: exists and is not a regular file"
         except OSError as exc:
             return f"{flag} {path}: {exc.strerror or exc}"
         if _same_file(path, runs):
             return f"{flag} {path}: is the --runs file, which would be overwritten"
-        cannot = _creatable_in(path.parent)
+        cannot = _creatable_in(target.parent)
         if cannot:
             return f"{flag} {path}: {cannot}"
     if len(given) == 2:

@@ -459,3 +459,35 @@ def test_each_line_stderr_cannot_take_keeps_the_exit_code(
     out = io.StringIO()
     assert main(["--runs", str(runs), *argv], out, FullStream()) == code
     assert (out.getvalue() != "") == (code == 0)
+
+
+@pytest.mark.parametrize("flag", ["--predictions", "--plot"])
+def test_a_link_into_a_missing_directory_is_a_usage_error_before_any_work(
+    runs_csv: Path, tmp_path: Path, flag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dangling link whose target's directory is missing passed the check (the
+    link's own directory exists), then failed after the whole replay: "cannot write:
+    No such file or directory", exit 1. The link's target is checked, as the write
+    goes there."""
+    link = tmp_path / "d.png"  # a name both flags take
+    link.symlink_to(tmp_path / "missing" / "t.png")
+    monkeypatch.setattr(evaluate, "backtest", lambda *a, **k: pytest.fail("backtest ran"))
+    code, out, err = run_cli("--runs", str(runs_csv), flag, str(link))
+    assert (code, out) == (2, "")
+    assert one_line(err) == (
+        f"gpu-eta forecaster: evaluate: {flag} {link}: directory {tmp_path / 'missing'} "
+        "does not exist\n"
+    )
+
+
+def test_a_dangling_link_into_an_existing_directory_is_written_through(
+    runs_csv: Path, tmp_path: Path
+) -> None:
+    """The link stays and its target is made, as ``open(link, "w")`` would."""
+    link = tmp_path / "d.csv"
+    target = tmp_path / "out" / "t.csv"
+    target.parent.mkdir()
+    link.symlink_to(target)
+    code, _out, err = run_cli("--runs", str(runs_csv), "--predictions", str(link))
+    assert (code, err) == (0, "")
+    assert link.is_symlink() and target.read_text().startswith("run_id,epoch,")
