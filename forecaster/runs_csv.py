@@ -16,9 +16,9 @@ Any other column is a feature. The identity columns (``TEXT_COLUMNS``: ``namespa
 text, the first non-empty value of the run; ``namespace``, ``pod`` and ``container``
 also fill the ``Run`` fields of those names and, with ``run_id``, are the service's
 ``RunKey`` (``KEY_COLUMNS``); with ``job_name`` and ``node_type`` (``JOB_KEY_COLUMNS``)
-they are the run's key in a file (``_Key``, ``_place_blank_keys``, ``_qualified``),
-except that keys differing only by ``node_type`` are one run moved unless each starts
-(``_join_moves``).
+they are the run's key in a file (``_Key``, ``_qualified``), except that keys
+differing only by ``node_type`` are one run moved unless each starts (``_join_moves``),
+and an empty cell of any of them splits no run (``_place_blank_keys``).
 A ``CONSTANT_COLUMNS`` value is the run's last; two of its values each starting at
 overlapping times are two runs the file does not tell apart (``_collision``): skipped,
 named. Any other column (``batch_size``,
@@ -702,11 +702,23 @@ def _qualified(runs: list[tuple[_Key, Run]]) -> list[tuple[_Key, Run]]:
     return out
 
 
+_PARTS = (0, 1, 2, 4, 5)
+"""The cells of a ``_Key`` a row may leave empty: all but its run_id (index 3)."""
+
+
 def _compatible(blank: _Key, full: _Key) -> bool:
-    """Whether ``full`` is ``blank`` with some of its empty ``JOB_KEY_COLUMNS`` given."""
-    return blank[:4] == full[:4] and all(
-        b in ("", f) for b, f in zip(blank[4:], full[4:], strict=True)
-    )
+    """Whether ``full`` is ``blank`` with some of its empty cells (``_PARTS``) given."""
+    return blank[3] == full[3] and all(blank[i] in ("", full[i]) for i in _PARTS)
+
+
+def _without(blank: _Key, present: Sequence[int]) -> tuple[str, list[int]]:
+    """The columns ``blank`` leaves empty of those some row gives (``present``), as a
+    message names them, and the cells that tell its candidate runs apart (the job's
+    two together: ``x/-``)."""
+    keys = [i for i in present if i < 3 and not blank[i]]
+    job = any(i > 3 and not blank[i] for i in present)
+    names = [KEY_COLUMNS[i] for i in keys] + (["job_name or node_type"] if job else [])
+    return ", ".join(names), keys + ([4, 5] if job else [])
 
 
 def _merge(into: _Acc, acc: _Acc) -> str | None:
@@ -738,47 +750,56 @@ def _merge(into: _Acc, acc: _Acc) -> str | None:
 
 
 def _place_blank_keys(runs: dict[_Key, _Acc], bad: dict[_Key, SkippedRun]) -> None:
-    """Put the rows of a key with an empty ``JOB_KEY_COLUMNS`` cell (a file that gives
-    the job on some rows only) into the one run of its ``run_id`` that names it; when
-    several runs could be theirs they are skipped as damage. In place.
+    """Put the rows of a key with an empty ``KEY_COLUMNS`` or ``JOB_KEY_COLUMNS`` cell
+    (a file that gives the namespace, pod or job on some rows only) into the one run of
+    its ``run_id`` that gives it; when several runs could be theirs they are skipped as
+    damage. In place.
 
-    Why: an empty cell says nothing, so it splits no run; but which of two jobs' "1"
-    a row without a job is, the file does not say. A damaged key joins its run's
-    damage (the run is skipped), as a damaged row of a whole key does."""
+    Why: an empty cell says nothing, so it splits no run; but which of two jobs' (or
+    namespaces') "1" a row without one is, the file does not say. A damaged key joins
+    its run's damage (the run is skipped), as a damaged row of a whole key does."""
     keys = (*runs, *bad)
-    if all(k[4:] == ("", "") for k in keys) or all("" not in k[4:] for k in keys):
-        return  # nothing to place: no job column, or every row gives it
-    blanks = sorted((k for k in keys if "" in k[4:]), key=lambda k: k[4:].count(""))
-    # candidate homes indexed by what a blank key gives: its job, its node type, or
-    # neither (the run key only). Why: a file of many jobs counting runs from "1"
-    # without a node_type column has every key blank in node_type; looking among all
-    # keys of the run_id was quadratic (4,000 runs of one run_id: 27.8 s)
-    by_part: dict[tuple[RunKey, int, str], list[_Key]] = {}
+    present = [i for i in _PARTS if any(k[i] for k in keys)]  # a column some row gives
+
+    def n_blank(k: _Key) -> int:
+        return sum(not k[i] for i in present)
+
+    blanks = sorted((k for k in keys if n_blank(k)), key=n_blank)
+    if not blanks:
+        return  # nothing to place: every row gives every column the file fills
+    # candidate homes indexed by each cell they give (and all under (run_id, -1, ""));
+    # a blank key looks among the fewest of those sharing a cell it gives. Why: a file
+    # of many jobs counting runs from "1" without a node_type column has every key
+    # blank in node_type; looking among all keys of the run_id (or of its namespace)
+    # was quadratic (4,000 runs of one run_id: 27.8 s)
+    by_part: dict[tuple[str, int, str], list[_Key]] = {}
     for k in keys:
-        if k[4:] == ("", ""):
+        if n_blank(k) == len(present):
             continue  # a home gives some part
-        by_part.setdefault((k[:4], 0, ""), []).append(k)
-        for i in (4, 5):
+        by_part.setdefault((k[3], -1, ""), []).append(k)
+        for i in present:
             if k[i]:
-                by_part.setdefault((k[:4], i, k[i]), []).append(k)
+                by_part.setdefault((k[3], i, k[i]), []).append(k)
     for k in blanks:
         if k not in runs and k not in bad:
             continue  # placed already
-        given = (4, k[4]) if k[4] else (5, k[5]) if k[5] else (0, "")
+        given = [by_part.get((k[3], i, k[i]), []) for i in present if k[i]]
+        candidates = min(given, key=len) if given else by_part.get((k[3], -1, ""), [])
         homes = [
             f
-            for f in by_part.get((k[:4], *given), [])
+            for f in candidates
             if _compatible(k, f) and not _compatible(f, k) and (f in runs or f in bad)
         ]
         if not homes:
             continue  # the run's only key: its job is unknown, not ambiguous
         if len(homes) > 1:
             if k in runs:
-                named = first_of([f"{f[4] or '-'}/{f[5] or '-'}" for f in homes], MAX_NAMED)
+                columns, shown = _without(k, present)
+                named = first_of(["/".join(f[i] or "-" for i in shown) for f in homes], MAX_NAMED)
                 bad[k] = SkippedRun(
                     k[3],
                     runs.pop(k).first_line,
-                    f"run {k[3]!r}: rows without job_name or node_type, whose run cannot "
+                    f"run {k[3]!r}: rows without {columns}, whose run cannot "
                     f"be told among the runs of that run_id ({named})",
                 )
             continue

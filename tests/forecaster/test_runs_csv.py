@@ -1048,6 +1048,61 @@ def test_a_row_without_a_job_joins_the_one_run_that_names_it_else_is_skipped() -
     assert (skip.run_id, skip.line) == ("b", 9) and "x/-, y/-" in skip.reason
 
 
+def test_a_row_without_a_namespace_pod_or_container_joins_the_one_run_that_names_it() -> None:
+    """An empty ``namespace``, ``pod`` or ``container`` cell splits no run either: a
+    run whose start row left its namespace empty lost that start (skipped, "has no
+    epoch 0 row") and its one-row fragment was read as a run of its own; one with a
+    pod left empty on a middle row was named as skipped and scored. Under a run_id two
+    namespaces share, a row without one cannot be placed: skipped, named, as a row
+    without a job is."""
+    text = (
+        f"{HEADER},job_name,namespace,pod,container\n"
+        "r2,0,2,0,j,,p2,c\nr2,1,2,10,j,team,p2,c\nr2,2,2,20,j,team,p2,c\n"
+        "r3,0,2,0,j,team,p3,c\nr3,1,2,10,j,team,,c\nr3,2,2,20,j,team,p3,c\n"
+        "r4,0,2,0,j,team,p4,c\nr4,1,2,10,j,team,p4,\nr4,2,2,20,j,,,\n"
+    )
+    by_id = read_whole(text)
+    assert set(by_id) == {"r2", "r3", "r4"}
+    for run_id, run in by_id.items():
+        assert run.epoch_times == ((0.0, 0.0), (1.0, 10.0), (2.0, 20.0)), run_id
+        assert (run.namespace, run.pod, run.container) == ("team", f"p{run_id[1]}", "c")
+        assert run.completed is True
+    shared = (
+        f"{HEADER},namespace\n"
+        "1,0,2,0,teamA\n1,2,2,20,teamA\n1,0,2,1,teamB\n1,2,2,21,teamB\n1,1,2,15,\n"
+    )
+    result = parse_runs_file(io.StringIO(shared))
+    assert sorted((r.namespace, r.run_id) for r in result.runs) == [("teamA", "1"), ("teamB", "1")]
+    (skip,) = result.skipped
+    assert (skip.run_id, skip.line) == ("1", 6)
+    assert "without namespace" in skip.reason and "teamA, teamB" in skip.reason
+
+
+def test_placing_rows_with_a_blank_key_cell_is_linear_in_the_runs_of_a_run_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many jobs each counting runs from "0" in one namespace, a pod column given on
+    one run only: every other key is blank in pod, and its homes are looked for among
+    the keys giving its job (a bounded number), not all keys of its namespace."""
+    calls = 0
+    compatible = runs_csv._compatible
+
+    def counting(blank: tuple[str, ...], full: tuple[str, ...]) -> bool:
+        nonlocal calls
+        calls += 1
+        return compatible(blank, full)
+
+    monkeypatch.setattr(runs_csv, "_compatible", counting)
+    n = 400
+    text = f"{HEADER},namespace,job_name,pod\n" + "".join(
+        f"0,0,1,{10 * i},ns,job{i},{'p' if i == 0 else ''}\n0,1,1,{10 * i + 5},ns,job{i},\n"
+        for i in range(n)
+    )
+    result = parse_runs_file(io.StringIO(text))
+    assert len(result.runs) == n and result.skipped == []
+    assert calls <= 4 * n
+
+
 def test_a_file_without_a_job_column_says_which_names_it_looks_for() -> None:
     """``benchmark,submitter,system`` name the job and machine, but gpu-eta matches a
     run to earlier runs of its job by ``job_name`` (or ``image``): without one, one
