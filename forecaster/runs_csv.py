@@ -286,17 +286,19 @@ def _not_seconds(ts: float) -> str:
 
 def _timestamp(text: str, comma: bool) -> float:
     """Unix seconds of a ``timestamp_seconds`` cell: a number, or an ISO-8601 time
-    with a UTC offset or ``Z`` (``2026-11-21T05:42:06.689+00:00``).
+    with a UTC offset or ``Z`` (``2026-11-21T05:42:06.689+00:00``; RFC 3339's
+    lowercase ``z``; the basic format ``20261121T054206Z``).
 
     Why an ISO time without an offset is refused: its zone is the writer's, unknown
     here; read as UTC it would shift a run by hours against runs written elsewhere."""
     try:
         return _number(text, "timestamp_seconds", comma)
     except _BadRow:
-        if not ("-" in text and ":" in text and len(text) <= 40):
+        if not text[:1].isdigit() or len(text) > 40:  # an ISO time starts with its year
             raise
     try:
-        moment = datetime.fromisoformat(text)
+        # fromisoformat takes both formats, but "Z" only in upper case
+        moment = datetime.fromisoformat(text[:-1] + "Z" if text.endswith("z") else text)
     except ValueError:
         raise _BadRow(
             f"timestamp_seconds is not a number nor an ISO-8601 time: {text[:40]!r}"

@@ -229,6 +229,26 @@ def test_iso_8601_times_with_an_offset_are_read_and_naive_ones_refused() -> None
     assert skipped.run_id == "n" and "no UTC offset" in skipped.reason
 
 
+def test_iso_8601_times_with_a_lowercase_z_or_in_basic_format_are_read() -> None:
+    """RFC 3339 allows a lowercase ``z`` (…06:02:37.061z), and ISO 8601's basic format
+    writes no separators (20261121T060237Z): both were refused, the second as "is not a
+    number" without a word of ISO. A basic-format text that is no time names both forms."""
+    start = 1795240957.0  # 2026-11-21T06:02:37Z
+    text = (
+        "a,0,2,2026-11-21T06:02:37z\na,1,2,20261121T060247.5Z\n"
+        "a,2,2,20261121T080257+0200\n"
+        "b,0,2,20261321T060237Z\nb,1,2,9\n"
+    )
+    result = parse_text(f"{HEADER}\n{text}")
+    (run,) = result.runs
+    assert run.epoch_times == ((0, start), (1, start + 10.5), (2, start + 20))
+    (skipped,) = result.skipped
+    assert (skipped.run_id, skipped.reason) == (
+        "b",
+        "timestamp_seconds is not a number nor an ISO-8601 time: '20261321T060237Z'",
+    )
+
+
 def test_heartbeat_off_a_terminal_at_most_once_an_interval() -> None:
     now = [0.0]
     out = io.StringIO()
