@@ -488,9 +488,13 @@ def not_utf8_text(head: bytes) -> str:
     )
 
 
-def _read_header(fh: TextIO) -> tuple[list[str], str]:
+def _read_header(fh: TextIO, plan_optional: bool = False) -> tuple[list[str], str]:
     first = fh.readline(MAX_HEADER_CHARS + 1)
-    expected = "expected a header with " + ",".join(REQUIRED_COLUMNS)
+    expected = "expected a header with " + (
+        ",".join(c for c in REQUIRED_COLUMNS if c != PLAN_COLUMN) + f" ({PLAN_COLUMN} optional)"
+        if plan_optional
+        else ",".join(REQUIRED_COLUMNS)
+    )
     if not first:
         raise RunsCsvError(1, f"empty file: {expected}")
     head = first[:8].encode("utf-8", "surrogateescape")
@@ -1023,7 +1027,7 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
     and listed in ``RunsFile.planless``. Why a flag, off by default: the history seed
     and the strict forms store what they read as history, whose runs have plans.
     """
-    header, sep = _read_header(fh)
+    header, sep = _read_header(fh, plan_optional)
     comma = sep == ";"  # a decimal comma: "0,5"
     try:
         first = _columns(header, plan_optional)

@@ -122,6 +122,23 @@ def test_errors_name_the_line(text: str, line: int, words: str) -> None:
     assert str(err.value).startswith(f"line {line}: ")
 
 
+@pytest.mark.parametrize("text", ["", "\n", "a" * (runs_csv.MAX_HEADER_CHARS + 1)])
+def test_an_unusable_first_line_names_the_columns_its_reader_requires(text: str) -> None:
+    """``evaluate`` (``plan_optional``) reads files without epochs_planned, yet its
+    empty file was told to have "a header with run_id,epoch,epochs_planned,
+    timestamp_seconds"."""
+    with pytest.raises(RunsCsvError) as strict:
+        parse_runs_file(io.StringIO(text))
+    assert str(strict.value).endswith(
+        "expected a header with run_id,epoch,epochs_planned,timestamp_seconds"
+    )
+    with pytest.raises(RunsCsvError) as lenient:
+        parse_runs_file(io.StringIO(text), plan_optional=True)
+    assert str(lenient.value).endswith(
+        "expected a header with run_id,epoch,timestamp_seconds (epochs_planned optional)"
+    )
+
+
 def test_a_plan_left_empty_on_some_rows_is_the_plan_of_the_others() -> None:
     """An export joining a progress series and a plan series on time (an outer join,
     pandas writing NaN as an empty field) leaves the plan empty where one had no
