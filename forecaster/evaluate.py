@@ -75,6 +75,7 @@ from gpu_eta.forecaster.estimators.replay import replay_moments
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.main import Parser, UsageError
 from gpu_eta.forecaster.planless import DurationsReplay
+from gpu_eta.forecaster.promparse import printable
 from gpu_eta.forecaster.runs import Run, RunKey, own_work, resume_point, run_key, thinned
 from gpu_eta.forecaster.runs_csv import (
     STDIN,
@@ -919,8 +920,10 @@ def _emit(stream: TextIO | None, text: str) -> None:
 
 
 def _say(err: TextIO | None, line: str) -> None:
-    """One line on stderr through ``_emit``: every message of ``evaluate`` is one."""
-    _emit(err, f"{line}\n")
+    """One line on stderr through ``_emit``: every message of ``evaluate`` is one, as a
+    terminal shows it (``printable``: a file name given on the command line, or in an
+    OSError's text, may hold escapes that would retitle or clear the terminal)."""
+    _emit(err, f"{printable(line)}\n")
 
 
 def _is_tty(stream: TextIO | None) -> bool:

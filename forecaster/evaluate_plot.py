@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -110,12 +111,16 @@ def plot_backtest(result: Backtest, path: Path, title: str = "") -> None:
 
     from gpu_eta.common.atomic_file import write_atomically
 
-    fig = figure(result, title)
-    try:  # closed whatever fails: pyplot keeps every open figure alive
-        kind = plot_format(path) or "png"
-        write_atomically(path, lambda tmp: fig.savefig(tmp, format=kind, dpi=110))
-    finally:
-        plt.close(fig)
+    with warnings.catch_warnings():
+        # a title letter the font lacks (a file name in CJK) is drawn as a box; said as
+        # a UserWarning with its source line per letter and pass, it is noise on stderr
+        warnings.filterwarnings("ignore", r"Glyph \d+ .*missing from font", UserWarning)
+        fig = figure(result, title)
+        try:  # closed whatever fails: pyplot keeps every open figure alive
+            kind = plot_format(path) or "png"
+            write_atomically(path, lambda tmp: fig.savefig(tmp, format=kind, dpi=110))
+        finally:
+            plt.close(fig)
 
 
 def figure(result: Backtest, title: str = "") -> Figure:

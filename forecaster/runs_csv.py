@@ -1491,8 +1491,10 @@ STDIN = "-"  # the path that names standard input
 
 
 def display_name(path: str | Path) -> str:
-    """How messages name a runs file: ``stdin`` for ``STDIN``, else its path."""
-    return "stdin" if str(path) == STDIN else str(path)
+    """How messages name a runs file: ``stdin`` for ``STDIN``, else its path as a
+    terminal shows it (``printable``: a name's escapes would retitle or clear the
+    terminal, as a column name's would)."""
+    return "stdin" if str(path) == STDIN else printable(str(path))
 
 
 def read_runs_file(path: str | Path, *, plan_optional: bool = False) -> RunsFile:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,45 @@ def test_help_names_every_column_read_by_name(capsys: pytest.CaptureFixture[str]
     for name in (*names, *sorted(runs_csv.TEXT_COLUMNS)):
         assert name in shown, name
     assert "UTF-16" in shown and "not UTF-8 text" in shown and "gzip" in shown
+
+
+EVIL = "\x1b]0;pwned\x07\x1b[2J\x1b[31mevil\u202e"
+
+
+def _shown_clean(text: str) -> bool:
+    return not any(c in text for c in "\x1b\x07\u202e")
+
+
+@pytest.mark.parametrize("flag", ["--predictions", "--plot"])
+def test_file_names_are_shown_without_their_control_characters(
+    tmp_path: Path, flag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file name goes to a terminal in every message: one holding escapes (a window
+    title, a cleared screen) was printed as given, unlike the file's column names and
+    run ids, which are shown as ``promparse.printable`` shows a label."""
+    runs = tmp_path / f"runs{EVIL}.csv"
+    runs.write_text(f"{HEADER}\na,0,2,0\na,2,2,20\nb,0,2,x\nc,0,2,30\nc,2,2,50\n")
+    code, out, err = run_cli("--runs", str(runs), "--json")
+    assert code == 0 and json.loads(out)["runs"] == 2
+    assert "evil" in err and "timestamp_seconds is not a number" in err
+    assert _shown_clean(err)
+    _no_backtest(monkeypatch)
+    code, out, err = run_cli("--runs", str(runs), flag, str(tmp_path / f"x{EVIL}" / "o.png"))
+    assert (code, out) == (2, "")
+    assert "evil" in err and "does not exist" in err and _shown_clean(err)
+
+
+def test_a_file_name_no_font_draws_is_plotted_without_warnings(tmp_path: Path) -> None:
+    """The runs file's name is the plot's title: control characters (and letters the
+    font lacks) printed matplotlib's ``UserWarning: Glyph 27 missing from font(s)``
+    lines, with their source line, on stderr."""
+    pytest.importorskip("matplotlib")
+    runs = tmp_path / f"数据{EVIL}.csv"
+    runs.write_text(f"{HEADER}\na,0,2,0\na,1,2,10\na,2,2,20\nc,0,2,30\nc,1,2,40\nc,2,2,50\n")
+    png = tmp_path / "o.png"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, _out, err = run_cli("--runs", str(runs), "--plot", str(png))
+    assert (code, err) == (0, "")
+    assert [str(w.message) for w in caught] == []
+    assert png.read_bytes().startswith(b"\x89PNG")
