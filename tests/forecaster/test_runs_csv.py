@@ -122,7 +122,9 @@ def test_errors_name_the_line(text: str, line: int, words: str) -> None:
     assert str(err.value).startswith(f"line {line}: ")
 
 
-@pytest.mark.parametrize("text", ["", "\n", "a" * (runs_csv.MAX_HEADER_CHARS + 1)])
+@pytest.mark.parametrize(
+    "text", ["", "\n", "a" * (runs_csv.MAX_HEADER_CHARS + 1)], ids=["empty", "blank", "long"]
+)
 def test_an_unusable_first_line_names_the_columns_its_reader_requires(text: str) -> None:
     """``evaluate`` (``plan_optional``) reads files without epochs_planned, yet its
     empty file was told to have "a header with run_id,epoch,epochs_planned,
@@ -984,13 +986,24 @@ def test_a_run_resumed_on_another_node_type_is_one_run() -> None:
     assert by_id["bert/h100/9"].completed is True
 
 
-def test_placing_rows_without_a_node_type_is_linear_in_the_runs_of_a_run_id(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("columns", "row"),
+    [
+        # no node_type column: every key is blank in node_type
+        ("job_name", "0,{epoch},1,{time},job{i}"),
+        # one namespace, a pod given on one run's start only: every other key is blank
+        # in pod, its homes looked for among the keys of its job, not of its namespace
+        ("namespace,job_name,pod", "0,{epoch},1,{time},ns,job{i},{pod}"),
+    ],
+)
+def test_placing_rows_with_a_blank_key_cell_is_linear_in_the_runs_of_a_run_id(
+    monkeypatch: pytest.MonkeyPatch, columns: str, row: str
 ) -> None:
     """A file of many jobs each counting its runs from "0", without a node_type column,
     has every key blank in node_type: each key looked for its home among all keys of its
     run_id (4,000 such runs took 27.8 s). Counted, not timed: candidate homes are found
-    by (run key, job) and (run key, node type), a bounded number per key."""
+    among the keys sharing the cell of the blank key that fewest share, a bounded
+    number per key."""
     calls = 0
     compatible = runs_csv._compatible
 
@@ -1001,8 +1014,10 @@ def test_placing_rows_without_a_node_type_is_linear_in_the_runs_of_a_run_id(
 
     monkeypatch.setattr(runs_csv, "_compatible", counting)
     n = 400
-    text = f"{HEADER},job_name\n" + "".join(
-        f"0,0,1,{10 * i},job{i}\n0,1,1,{10 * i + 5},job{i}\n" for i in range(n)
+    text = f"{HEADER},{columns}\n" + "".join(
+        row.format(epoch=e, time=10 * i + 5 * e, i=i, pod="p" if i == e == 0 else "") + "\n"
+        for i in range(n)
+        for e in (0, 1)
     )
     result = parse_runs_file(io.StringIO(text))
     assert len(result.runs) == n and result.skipped == []
@@ -1093,31 +1108,6 @@ def test_a_row_without_a_namespace_pod_or_container_joins_the_one_run_that_names
     (skip,) = result.skipped
     assert (skip.run_id, skip.line) == ("1", 6)
     assert "without namespace" in skip.reason and "teamA, teamB" in skip.reason
-
-
-def test_placing_rows_with_a_blank_key_cell_is_linear_in_the_runs_of_a_run_id(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Many jobs each counting runs from "0" in one namespace, a pod column given on
-    one run only: every other key is blank in pod, and its homes are looked for among
-    the keys giving its job (a bounded number), not all keys of its namespace."""
-    calls = 0
-    compatible = runs_csv._compatible
-
-    def counting(blank: tuple[str, ...], full: tuple[str, ...]) -> bool:
-        nonlocal calls
-        calls += 1
-        return compatible(blank, full)
-
-    monkeypatch.setattr(runs_csv, "_compatible", counting)
-    n = 400
-    text = f"{HEADER},namespace,job_name,pod\n" + "".join(
-        f"0,0,1,{10 * i},ns,job{i},{'p' if i == 0 else ''}\n0,1,1,{10 * i + 5},ns,job{i},\n"
-        for i in range(n)
-    )
-    result = parse_runs_file(io.StringIO(text))
-    assert len(result.runs) == n and result.skipped == []
-    assert calls <= 4 * n
 
 
 def test_a_file_without_a_job_column_says_which_names_it_looks_for() -> None:
