@@ -13,7 +13,9 @@ those pending) backfilled over ``--minutes`` into a real Prometheus:
 * with ``kube_pod_created`` (the usual cluster): the folded query (queries, when
   ``--gpu-resource`` names are many and long: ``kube_state.batches``) as a cycle
   without ``--pending.priority-class`` sends it, its length, the same with a priority
-  mapping (the arrivals' classes read too), and that no second round is asked;
+  mapping (the arrivals' classes read too), its arrivals part alone (every GPU pod's
+  ``kube_pod_nodeselectors`` over the window among them: half the pods select a GPU
+  type, the others nothing), and that no second round is asked;
 * without it (OpenShift): the folded query, the second round naming the pods by uid,
   each of its parts alone, and, as the peer in the same run, the first-seen subquery
   over every pending pod of the cluster (what the second round asks when naming
@@ -80,6 +82,15 @@ def draw(pods: int, gpu_share: float, pending_share: float, now: float, seed: in
     return out
 
 
+def selects(pod: Pod) -> dict[str, str]:
+    """The pod's ``kube_pod_nodeselectors`` labels: every other pod selects a GPU type,
+    the rest nothing (KSM writes the series for every pod, one selecting nothing with
+    its ids alone). No other key: one would call for the second round's node labels."""
+    if int(pod.ids["pod"][1:]) % 2:
+        return {"nodeselector_nvidia_com_gpu_product": "NVIDIA-A100-SXM4-80GB"}
+    return {}
+
+
 def openmetrics(pods: list[Pod], minutes: int, created: bool, now: float) -> str:
     """The pods' KSM series (and their nodes' GPUs), one sample a minute up to ``now``;
     ``kube_pod_created`` only when ``created``."""
@@ -103,6 +114,7 @@ def openmetrics(pods: list[Pod], minutes: int, created: bool, now: float) -> str
                 1.0,
                 ts,
             )
+            add("kube_pod_nodeselectors", {**pod.ids, **selects(pod)}, 1.0, ts)
             if created:
                 add("kube_pod_created", pod.ids, pod.born, ts)
             if pod.node:
@@ -179,6 +191,10 @@ def run(args: argparse.Namespace, created: bool) -> None:
             base = sum(timed(prom.url, query, now, args.repeat)[0] for query in folded)
             mapped = first_round(prom.url, now, args.gpu_resources, PRIORITIES)[0]
             with_classes = sum(timed(prom.url, query, now, args.repeat)[0] for query in mapped)
+            arrivals = kube_state.render(
+                kube_state.ARRIVALS_UNPRIORITISED, 3600, args.gpu_resources
+            )
+            t_arrivals, n_arrivals = timed(prom.url, arrivals, now, args.repeat)
             second = kube_state.second_round(samples)
             kind = "with kube_pod_created" if created else "without kube_pod_created (OpenShift)"
             print(f"\n{args.pods} pods, {kind}:")
@@ -189,6 +205,10 @@ def run(args: argparse.Namespace, created: bool) -> None:
             print(
                 f"    with priority classes   {with_classes * 1000:8.1f} ms  "
                 f"({with_classes / base:.2f}x; {sum(map(len, mapped)):,} characters)"
+            )
+            print(
+                f"    its arrivals part alone {t_arrivals * 1000:8.1f} ms  "
+                f"({t_arrivals / base:.2f}x; {n_arrivals} series, {len(arrivals):,} characters)"
             )
             if not second:
                 print("  second round              not asked")
