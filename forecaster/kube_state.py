@@ -98,10 +98,11 @@ docs/metrics/cluster/node-metrics.md upstream):
   ``nodeselector_nvidia_com_gpu_product``: a pod that selects a GPU type. Read for
   pending GPU pods, and for the GPU pods created in the arrival window (``ARRIVALS``,
   over the window), so pods arriving later ask for the types those did
-  (``_arrivals``). A pending pod's other nodeSelector keys (every key is a label,
+  (``_arrivals``). A pod's other nodeSelector keys (every key is a label,
   ``nodeselector_<key>`` in KSM's spelling: a pool, ``nvidia.com/gpu.family``) are read
   too (``_selections``) and held against the GPU nodes' labels (``NODE_LABELS``,
-  ``_checkable``); arrivals keep the GPU type only. The metric is opt-in since KSM
+  ``_checkable``), a pending pod's and an arriving one's alike: pods arriving pinned
+  to a pool land in that pool only. The metric is opt-in since KSM
   v2.5.0. Node affinity is not exposed by KSM at all; a pod that asks for a
   type through affinity is predicted, and counted among arrivals, as if any type would
   do.
@@ -168,8 +169,9 @@ docs/metrics/cluster/node-metrics.md upstream):
   replica when its resource is one of its node's shared ones (``Node.shared``). The
   GPU nodes' labels the pending pods' nodeSelectors name are read too, those keys only,
   in a second query once the pods are read and only when some pod selects one
-  (``selector_plan``, ``node_label_parts``, ``Node.labels``): a key some GPU node
-  shows is matched as
+  (``selector_plan``, ``node_label_parts``, ``Node.labels``), and, while some GPU pod
+  waits, those of the pods arriving, with what the pending pods' leave of the cap
+  below: a key some GPU node shows is matched as
   kube-scheduler does (every pair on the node's labels); a key none shows is not
   allow-listed as far as can be told, and is not held against any node
   (``ClusterQueue.selectors_unchecked`` names it for the log, docs/pending.md). Every
@@ -182,7 +184,7 @@ whatever the number of pods: the cycle sends the ``QUERIES`` folded into one
 each where the site's own GPU resource names are many and long: ``batches``), then,
 only when their answers call for it, the ``second_round`` folded into one more (as
 few as fit, ``SECOND_ROUND_PARTS`` at most; the
-node labels pending pods select beyond the GPU type, when pods without
+node labels pending and arriving pods select beyond the GPU type, when pods without
 ``kube_pod_created`` were first seen Pending, and where KSM exports it for no pod, the
 GPU pods first seen in the arrival window). The reads of
 pods' times, metadata and arrivals are limited to pods that ask for a GPU resource
@@ -378,9 +380,10 @@ NODE_STATE = (
     )
     + f") {_GPU_NODES}"
 )
-# GPU nodes' labels for the pending pods' nodeSelector keys beyond the GPU type
-# (``_node_labels``, ``_selections``): only those keys (``node_labels_query``), asked in a
-# second query once the pods are read, and only when some pending pod selects one
+# GPU nodes' labels for the pending and arriving pods' nodeSelector keys beyond the GPU
+# type (``_node_labels``, ``_selections``): only those keys (``node_labels_query``), asked
+# in a second query once the pods are read, and only when some GPU pod waits and it or a
+# pod arriving selects one (``selector_plan``)
 NODE_LABELS = "max by (node, {label_keys}) (kube_node_labels) " + _GPU_NODES
 NODE_LABELS_PART = "ksm_node_labels"
 # Of a series the answer parser left out (``promparse.Skipped``: more than 128 labels,
@@ -431,8 +434,13 @@ _GPU_IN_WINDOW = (
 # GPU pods created in the window: the arrival rate per shape (tagged ``arrival``): each
 # pod's request (``request``: its containers' sum, each container's once per replica,
 # or its largest init container's when larger), its tolerations (``tolerations``,
-# one series per toleration whatever the number of KSM replicas) and the GPU type it
-# selected (``nodeselectors``, only pods that selected one)
+# one series per toleration whatever the number of KSM replicas) and its nodeSelector
+# (``nodeselectors``: every key, the GPU type and a pool alike, one series a pod
+# whatever the number of KSM replicas, ``topk``; the metric name dropped, ``max``, as
+# Prometheus keeps it through ``last_over_time`` and VictoriaMetrics does not, and the
+# pod's names with it, the ``request`` part's and ``uid`` telling whose it is; a pod
+# selecting nothing has one too, its ids alone, which no matcher can leave out: KSM
+# writes the keys as label names)
 _ARRIVAL_REQUEST = (
     "max by (namespace, pod, uid, resource) ("
     "label_replace(sum by (namespace, pod, uid, resource) (max by (namespace, pod, "
@@ -447,8 +455,8 @@ _ARRIVAL_META = {
         "(last_over_time(kube_pod_tolerations[{arrivals}]))"
     ),
     "nodeselectors": (
-        "max by (uid, nodeselector_nvidia_com_gpu_product) (last_over_time("
-        'kube_pod_nodeselectors{nodeselector_nvidia_com_gpu_product!=""}[{arrivals}]))'
+        "topk by (uid) (1, max without (instance, namespace, pod) "
+        "(last_over_time(kube_pod_nodeselectors[{arrivals}])))"
     ),
 }
 # and their priority class (``info``), asked only with a ``--pending.priority-class``
@@ -703,6 +711,29 @@ def _scheduler_order(
     return sorted(uids, key=rank)
 
 
+def _readable(keys: Collection[str]) -> set[str]:
+    """Of a pod's nodeSelector ``keys`` (KSM's spelling), those KSM could have written as
+    a node label too (``[a-zA-Z0-9_]``, no longer than Kubernetes allows): the others no
+    node shows, so they are not asked."""
+    return {k for k in keys if len(k) <= MAX_KEY_CHARS and _LABEL_KEY.match(k)}
+
+
+def _arriving_keys(samples: Mapping[str, Sequence[Sample]]) -> list[frozenset[str]]:
+    """The nodeSelector key sets beyond the GPU type of the GPU pods arriving, each once,
+    those of the most pods first (then by their keys): the pods ``ARRIVALS`` shows
+    created in the window, or where KSM exports no ``kube_pod_created`` (``denylisted``:
+    their ``ARRIVALS_SEEN`` comes in the second round, with the node labels) every GPU
+    pod it shows in the window, those first seen in it among them."""
+    series = samples.get("ksm_arrivals", ())
+    _, selects = _selections(series, ("arrival", "nodeselectors"))
+    if not denylisted(samples):
+        arriving = {s.labels.get("uid") for s in series if s.labels.get("arrival") == "request"}
+        selects = {uid: pairs for uid, pairs in selects.items() if uid in arriving}
+    count = Counter(frozenset(_readable(pairs)) for pairs in selects.values())
+    count.pop(frozenset(), None)
+    return sorted(count, key=lambda keys: (-count[keys], sorted(keys)))
+
+
 def selector_plan(
     samples: Mapping[str, Sequence[Sample]],
     priorities: Mapping[str, int] | None = None,
@@ -715,8 +746,14 @@ def selector_plan(
     gated pods last), and a pod's keys are taken only if all of those not yet taken fit
     what is left of the cap; a pod whose keys do not is passed over (it will be rejected
     ``selector_not_read`` whatever else is read), and the pods behind it still get
-    their keys. The keys left are ``not_read``. Pure: ``parse`` makes the same plan from
-    the same answers.
+    their keys. The keys left are ``not_read``. Then, with what is left of the cap and
+    while some GPU pod waits, the keys of the pods arriving (``_arriving_keys``: the
+    most pods' first, each pod's all or none), so that arrivals pinned to a pool land in
+    that pool only (``queue_replay.Arrival.selector``); a key of theirs not read is not
+    held against any node (those arrivals may land anywhere), and is not ``not_read``
+    (no pending pod is rejected for it). Nothing waiting, the arrivals delay no pod, and
+    no query is asked for them. Pure: ``parse`` makes the same plan from the same
+    answers.
 
     Why so, rather than ranking keys: a pod selecting many keys (node-feature
     discovery's ``feature.node.kubernetes.io/...``) took places it could not fill, and
@@ -728,13 +765,14 @@ def selector_plan(
     count: Counter[str] = Counter()
     wanted: dict[str, set[str]] = {}
     for uid, pairs in selects.items():
-        keys = {k for k in pairs if len(k) <= MAX_KEY_CHARS and _LABEL_KEY.match(k)}
-        wanted[uid] = keys
-        count.update(keys)
+        wanted[uid] = _readable(pairs)
+        count.update(wanted[uid])
+    ordered = [wanted[uid] for uid in _scheduler_order(samples, wanted, priorities or {})]
+    arriving = _arriving_keys(samples) if _waiting(samples) else []
     read: set[str] = set()
     chars = 0
-    for uid in _scheduler_order(samples, wanted, priorities or {}):
-        new = wanted[uid] - read
+    for keys in [*ordered, *arriving]:
+        new = keys - read
         more = sum(_label_chars(k) for k in new)
         if len(read) + len(new) <= MAX_SELECTOR_KEYS and chars + more <= MAX_SELECTOR_CHARS:
             read |= new
@@ -805,7 +843,7 @@ def second_round(
 ) -> dict[str, str]:
     """The queries to ask once ``QUERIES``' answers are read, by part name (templates
     for ``render``; the cycle folds them into as few queries as hold them, ``batches``):
-    the node labels the pending pods select (``selector_plan`` with ``priorities``, as
+    the node labels the pending and arriving pods select (``selector_plan`` with ``priorities``, as
     ``parse`` is given them; ``node_label_parts``), when the pods without ``kube_pod_created`` were first seen
     Pending (``pending_since_query``) and, where KSM exports no ``kube_pod_created`` at
     all (``denylisted``), the GPU pods first seen in the arrival window
@@ -856,8 +894,9 @@ def node_labels_query(keys: Collection[str]) -> str | None:
     installs it: 100-200 ``feature.node.kubernetes.io`` keys) gets series of more
     labels than the answer's parser takes (``promparse``: 128), every one skipped, and
     a 19 MB answer every cycle for 1000 such nodes and two KSM replicas. Read after the
-    pods, as the keys are the pods', and not at all while no pending pod selects one
-    (the usual queue): one more query in the cycles that need it."""
+    pods, as the keys are the pods', and not at all while no pending or arriving pod
+    selects one, or no pod waits (the usual queue): one more query in the cycles that
+    need it."""
     if not keys:
         return None
     labels = ", ".join(NODE_LABEL_PREFIX + key for key in sorted(keys))
@@ -899,7 +938,8 @@ class ClusterQueue:
     ``dataclasses.replace``) holds the keys those show too. Each pending pod's
     ``selector`` is the pairs of its ``node_selector`` whose key some GPU node's labels
     show (``_checkable``); a pod with no ``node_selector`` keeps its ``selector`` as
-    given. ``selectors_unchecked``: the nodeSelector keys (KSM's spelling) of pending
+    given. Each arrival's ``selector`` likewise, from its ``node_selector``; its keys are
+    not counted below. ``selectors_unchecked``: the nodeSelector keys (KSM's spelling) of pending
     pods that no GPU node's labels show, each with the number of pending pods selecting
     it; not held against any node. ``selectors_checked``: the keys (sorted) that were.
     ``priorities_unknown``: the priority class names of pending pods that
@@ -937,7 +977,15 @@ class ClusterQueue:
             else p
             for p in self.pending
         )
+        # the arrivals' keys alike, not counted: the log names the pending pods' keys
+        arrivals = tuple(
+            replace(a, selector=_checkable(dict(a.node_selector), known, Counter(), set()))
+            if a.node_selector
+            else a
+            for a in self.arrivals
+        )
         object.__setattr__(self, "pending", pending)
+        object.__setattr__(self, "arrivals", arrivals)
         object.__setattr__(self, "selectors_unchecked", dict(unchecked))
         object.__setattr__(self, "selectors_checked", tuple(sorted(checked)))
 
@@ -1151,15 +1199,15 @@ class _PodRequests:
         return out
 
 
-# resource, units, tolerations, product
-ArrivalKey = tuple[str, int, tuple[Toleration, ...] | None, str, int]
+# resource, units, tolerations, product, priority, node selector
+ArrivalKey = tuple[str, int, tuple[Toleration, ...] | None, str, int, Selector]
 
 
 def _arrival_order(key: ArrivalKey) -> tuple:
     """A sort key for arrival shapes: by resource, units, then tolerations (unknown
-    ones last), then product, then priority."""
-    res, units, tols, product, priority = key
-    return (res, units, tols is None, tols or (), product, priority)
+    ones last), then product, then priority, then node selector."""
+    res, units, tols, product, priority, selector = key
+    return (res, units, tols is None, tols or (), product, priority, selector)
 
 
 def _selections(
@@ -1257,11 +1305,12 @@ def _arrivals(
     arrivals_seconds: float,
     extra: Collection[str] = (),
     priorities: Mapping[str, int] | None = None,
+    read: Collection[str] = (),
 ) -> tuple[Arrival, ...]:
     """GPU pods created in the window (``ARRIVALS``), or first seen in it where KSM
     exports no ``kube_pod_created`` (``ARRIVALS_SEEN``, the same ``request`` series) →
-    one ``Arrival`` per (resource, units, tolerations, product), at the rate such pods
-    were created.
+    one ``Arrival`` per (resource, units, tolerations, product, priority, node
+    selector), at the rate such pods were created.
 
     Each pod's tolerations come with it (``arrival="tolerations"``), so pods arriving
     later land only where the recent pods of their shape could: pods from outside a
@@ -1276,13 +1325,19 @@ def _arrivals(
     ``nodeselector_nvidia_com_gpu_product`` as for a pending pod), so on a cluster of
     several types the A100 pods arriving later take only A100 GPUs, not the H100s a
     queued H100 pod waits for. A pod that selected no type (or whose selectors KSM
-    does not show: ``kube_pod_nodeselectors`` is opt-in) gets "": any type.
+    does not show: ``kube_pod_nodeselectors`` is opt-in) gets "": any type. Its other
+    nodeSelector pairs (``Arrival.node_selector``: a pool, ``kubernetes.io/hostname``)
+    come with it too, those of the keys whose node labels the second round read
+    (``read``, ``selector_plan``), which ``ClusterQueue`` holds against the nodes as it
+    does a pending pod's: pods arriving pinned to team a's pool land there only, not in
+    team b's where a team-b pod waits. A key not read (past the cap, or nothing waiting)
+    is not held: a node read without it would otherwise be closed to them.
 
     And its priority (``arrival="info"``, ``kube_pod_info``'s ``priority_class``, valued
     by ``priorities``; none, or a class without a value: 0), by which the replay queues
     the pods arriving later ahead of waiting pods of lower priority (``Arrival``)."""
     tolerations = _pod_tolerations(series, Counter(), ("arrival", "tolerations"))
-    products, _ = _selections(series, ("arrival", "nodeselectors"))
+    products, others = _selections(series, ("arrival", "nodeselectors"))
     values = priorities or {}
     priority = {
         s.labels.get("uid", ""): values.get(s.labels.get("priority_class", ""), 0)
@@ -1299,10 +1354,12 @@ def _arrivals(
         if not uid or units is None or not is_gpu_resource(res, extra) or uid in seen:
             continue
         seen.add(uid)
-        shapes[(res, units, tolerations.get(uid), products.get(uid, ""), priority.get(uid, 0))] += 1
+        pairs = tuple(sorted((k, v) for k, v in others.get(uid, {}).items() if k in read))
+        product = products.get(uid, "")
+        shapes[(res, units, tolerations.get(uid), product, priority.get(uid, 0), pairs)] += 1
     return tuple(
-        Arrival(res, units, n / arrivals_seconds, product, tols, prio)
-        for (res, units, tols, product, prio), n in sorted(
+        Arrival(res, units, n / arrivals_seconds, product, tols, prio, node_selector=pairs)
+        for (res, units, tols, product, prio, pairs), n in sorted(
             shapes.items(), key=lambda kv: _arrival_order(kv[0])
         )
     )
@@ -1514,7 +1571,8 @@ def parse(
         s.labels.get("uid", ""): s.labels.get("type", "") for s in meta.get("restart_policy", ())
     }
     gated = {s.labels.get("uid", "") for s in meta.get("gated", ())}
-    not_read = selector_plan(samples, priorities).not_read
+    plan = selector_plan(samples, priorities)
+    not_read = plan.not_read
     # pods whose nodeSelector series the answer parser left out: what they select is
     # not known (SKIPPED_LABELS)
     unreadable = {
@@ -1608,7 +1666,11 @@ def parse(
 
     # without kube_pod_created, the GPU pods first seen in the window (denylisted)
     arrivals = _arrivals(
-        [*get("ksm_arrivals"), *get(ARRIVALS_SEEN_PART)], arrivals_seconds, extra, priorities
+        [*get("ksm_arrivals"), *get(ARRIVALS_SEEN_PART)],
+        arrivals_seconds,
+        extra,
+        priorities,
+        frozenset(plan.read),
     )
     return ClusterQueue(
         tuple(nodes),

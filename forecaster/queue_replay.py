@@ -77,8 +77,9 @@ every taint. Predicting instead that such pods fit no tainted node would be wron
 the clusters whose GPU nodes carry ``nvidia.com/gpu:NoSchedule`` and whose pods get
 the matching toleration from the ``ExtendedResourceToleration`` admission plugin. Pods
 arriving later (``Arrival``) tolerate what the recent pods they were measured on did,
-one arrival shape per distinct set: they take GPUs only where those pods could (a
-team's pool goes to the team's arrivals, not to everyone's); an arrival without
+and select the node labels those did (``Arrival.selector``), one arrival shape per
+distinct set: they take GPUs only where those pods could (a team's pool, tainted or
+chosen by nodeSelector, goes to the team's arrivals, not to everyone's); an arrival without
 tolerations tolerates nothing (untainted nodes only), one measured on pods whose
 tolerations are not known (None) every taint. A request made now tolerates what ``replay``'s
 ``request_tolerations`` says (the site's convention, ``--pending.request-toleration``),
@@ -482,6 +483,13 @@ class Arrival:
     as kube-scheduler's queue sorts by priority before creation time: priority-0 pods
     arriving while a backfill pod (a negative priority) waits take the GPUs that free
     before it does.
+
+    ``selector``, ``node_selector``: the recent pods' other nodeSelector pairs (a pool,
+    ``kubernetes.io/hostname``), as for a ``PendingPod``: they land only on nodes whose
+    labels hold every pair of ``selector`` (``selects``), which ``kube_state.ClusterQueue``
+    keeps from ``node_selector`` (every pair those pods selected) for the keys some
+    node's labels show. So pods arriving pinned to team a's pool take none of the GPUs
+    that free in team b's, which a team-b pod waits for.
     """
 
     resource: str
@@ -490,9 +498,8 @@ class Arrival:
     product: str = ""
     tolerations: tuple[Toleration, ...] | None = ()
     priority: int = 0
-    # KSM's arrivals keep the GPU type only (``kube_state._arrivals``): no other node
-    # label is selected; a class constant, read as ``PendingPod.selector`` is
-    selector: ClassVar[Selector] = ()
+    selector: Selector = ()
+    node_selector: Selector = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -1107,7 +1114,8 @@ def replay(
         candidates.append(cand)
         shape_of.append(shapes.of(it.resource, it.units, cand, largest))
     horizon = now + horizon_seconds
-    # arrivals land where the recent pods they were measured on could (their tolerations)
+    # arrivals land where the recent pods they were measured on could (their GPU type,
+    # node selector and tolerations)
     future: list[ArrivalShape] = []
     for a in arrivals:
         _, cand = lists.of(a.resource, a.product, a.tolerations, a.selector)

@@ -23,6 +23,7 @@ from gpu_eta.forecaster.queue_replay import (
     NO_SCHEDULABLE_NODE,
     PREDICTED,
     SCHEDULED,
+    Arrival,
     Node,
     PendingPod,
     Toleration,
@@ -2125,6 +2126,79 @@ def test_node_selector_keys_past_the_cap_are_read_pod_by_pod_in_queue_order():
         _selecting("urgent", 130, some),
     )
     assert set(kube_state.selector_plan(swapped).read) == {"pool", *more, "zone", "zz_rare"}
+
+
+def _arriving(uid: str, keys: dict[str, str], created: bool = True) -> list[Sample]:
+    """A GPU pod of the arrival window (``ARRIVALS``): its nodeSelector series, and its
+    request when ``created`` in the window (else one seen in it, created before)."""
+    selects = series(
+        uid=uid, arrival="nodeselectors", **{f"nodeselector_{k}": v for k, v in keys.items()}
+    )
+    if not created:
+        return [selects]
+    return [selects, sample(uid=uid, resource="nvidia_com_gpu", arrival="request")]
+
+
+def test_the_arrivals_node_selector_keys_are_read_after_the_pending_pods():
+    """The keys the pods arriving select are read with what the pending pods' leave of
+    the cap, the most pods' key sets first and each set all or none, and only while some
+    GPU pod waits (nothing waiting, they delay no pod: no query for them). 5 pods created
+    in the window select ``rack``, 2 select 119 feature keys (past the cap once
+    ``pool`` and ``rack`` are read); one seen in the window but created before it is no
+    arrival, its ``zone`` not read. A key of theirs not read is not held against any
+    node (the 2 pods arrive anywhere) nor counted ``not_read``: no pending pod selects
+    it, none is rejected for it."""
+    features = {f"feature_node_kubernetes_io_f{i:03d}": "true" for i in range(119)}
+    arrivals = [
+        *(s for i in range(5) for s in _arriving(f"r{i}", {"rack": "r1"})),
+        *(s for i in range(2) for s in _arriving(f"f{i}", features)),
+        *_arriving("older", {"zone": "z1"}, created=False),
+    ]
+    samples = _merged(
+        _selecting("first", 300, {"pool": "team-b"}),
+        {
+            "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="4")],
+            "ksm_arrivals": arrivals,
+        },
+    )
+    plan = kube_state.selector_plan(samples)
+    assert plan.read == ("pool", "rack") and plan.not_read == {}
+    assert kube_state.node_label_parts(plan.read).keys() == {kube_state.NODE_LABELS_PART}
+    labels = sample(node="n1", label_pool="team-b", label_rack="r2", label_zone="z1")
+    q = kube_state.parse({**samples, kube_state.NODE_LABELS_PART: [labels]}, NOW)
+    assert {(a.selector, round(a.rate_per_second * 3600)) for a in q.arrivals} == {
+        ((("rack", "r1"),), 5),
+        ((), 2),
+    }
+    assert q.rejected == {} and q.selectors_unchecked == {}
+    # the rack pods arriving fit no node: rack r1 is none's
+    assert not [n for a in q.arrivals if a.selector for n in q.nodes if selects(n, a.selector)]
+    # nothing waiting: no key of theirs is asked
+    idle = {k: v for k, v in samples.items() if k not in ("ksm_pods", "ksm_pod_meta")}
+    assert kube_state.selector_plan(idle) == kube_state.SelectorPlan()
+    assert kube_state.second_round(idle) == {}
+    # without kube_pod_created anywhere (denylisted), every GPU pod seen in the window may
+    # be one first seen in it (ARRIVALS_SEEN, asked in the same second round): theirs too
+    blind = {
+        **samples,
+        "ksm_pod_times": [],
+        "ksm_arrivals": [s for s in arrivals if s.labels["arrival"] != "request"],
+    }
+    assert kube_state.denylisted(blind)
+    assert kube_state.selector_plan(blind).read == ("pool", "rack", "zone")
+
+
+def test_arrivals_selector_keys_are_held_against_the_nodes_the_queue_ends_with():
+    """As a pending pod's: a key of the pods arriving that only a node kept as last read
+    shows (``last_seen``, through ``dataclasses.replace``) is held once it is added."""
+    gpu = "nvidia_com_gpu"
+    arrival = Arrival(gpu, 1, 1.0, node_selector=(("pool", "x"),))
+    read = ClusterQueue(nodes=(Node("g-1", {gpu: 4}, "T4", labels={}),), arrivals=(arrival,))
+    assert read.arrivals[0].selector == () and read.selectors_unchecked == {}
+    kept = Node("d-1", {gpu: 4}, "T4", labels={"pool": "x"})
+    filled = dataclasses.replace(read, nodes=(*read.nodes, kept))
+    assert filled.arrivals[0].selector == (("pool", "x"),)
+    assert filled.selectors_checked == ()
 
 
 # (first seen, minutes ago; phase then, and minutes ago it turned Running or

@@ -688,3 +688,60 @@ def test_one_replica_per_container_lets_a_pod_of_two_one_gpu_containers_start(
     settings = PendingSettings(n_samples=5, one_replica_per_pod=True)
     got = {p.pod: p.prediction.status for p in predict(q, {}, [3600.0], now, settings).pods}
     assert got == {"two-containers": PREDICTED, "one-container": NEVER_FITS, "init-two": NEVER_FITS}
+
+
+def test_pods_arriving_pinned_to_one_pool_take_no_gpu_of_another(prometheus_factory, ksm_target):
+    """Pools a and b of one GPU type (4 A100 each), told apart by ``pool``. Pool b: four
+    1-GPU team-b jobs created 2 h ago (before the arrival window), ending at +1/+2/+3/+4
+    h. Pool a: 20 1-GPU team-a pods with ``nodeSelector: {pool: team-a}`` created in the
+    last hour (4 running, the rest Succeeded). ``b/wants-b`` asks 4 GPUs with
+    ``nodeSelector: {pool: team-b}``: no pod arriving like team-a's may use pool b
+    (kube-scheduler's NodeAffinity filter), so it starts when pool b's last job ends,
+    about +4 h.
+
+    Checked against KSM ``pod.go`` (``kube_pod_nodeselectors``, every key). With the
+    arrivals' selector read as the GPU type alone, team-a's arrivals took each pool-b GPU
+    as it freed until the replay's 200-arrival cap: P10/P50/P90 +9.1/+24.7/+29.1 h."""
+    target, body = ksm_target
+    now = time.time()
+    a100 = "NVIDIA-A100-SXM4-80GB"
+    nodes = [
+        KsmNode("a-1", {GPU: 4}, {PRODUCT: a100, "pool": "team-a"}),
+        KsmNode("b-1", {GPU: 4}, {PRODUCT: a100, "pool": "team-b"}),
+    ]
+
+    def pinned(ns: str, name: str, phase: str, created: float, pool: str, node: str) -> KsmPod:
+        return KsmPod(ns, name, f"u-{name}", phase, created, {GPU: 1}, node=node,
+                      start_time=created + 10, node_selector={"pool": pool})  # fmt: skip
+
+    pool_b = [pinned("b", f"b-run-{i}", "Running", now - 7200, "team-b", "b-1") for i in range(4)]
+    # created 150 s apart over the last hour, the last 4 still running
+    phases = ["Succeeded"] * 16 + ["Running"] * 4
+    pool_a = [
+        pinned("a", f"a-job-{i}", phase, now - 3500 + i * 150, "team-a", "a-1")
+        for i, phase in enumerate(phases)
+    ]
+    wants = KsmPod(
+        "b", "wants-b", "uw", "Pending", now - 60, {GPU: 4}, node_selector={"pool": "team-b"}
+    )
+    body[0] = exposition(nodes, [*pool_b, *pool_a, wants], label_allowlist=(PRODUCT, "pool"))
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=1)
+    client = PromClient(prom.url)
+    now = time.time()
+    q = kube_state.parse(ksm_samples(client, now), now)
+    ends = {("b", f"b-run-{i}"): (now + 3600 * (i + 1),) * 3 for i in range(4)}
+    ends.update({("a", f"a-job-{i}"): (now + 1800,) * 3 for i in range(16, 20)})
+    # finished runs lasted 40 to 80 min (one length alone frees the GPUs of runs
+    # started together at one moment, which would hide the arrivals' share of them)
+    result = predict(q, ends, [2400.0, 3600.0, 4800.0], now, PendingSettings(n_samples=20))
+    (pod,) = result.pods
+    assert pod.prediction.status == PREDICTED
+    hours = [round((t - now) / 3600, 1) for t in pod.prediction.starts]
+    assert hours == [4.0, 4.0, 4.0]
+    # team-a's 20 pods arrive at 20 an hour pinned to their pool; wants-b, created in the
+    # window too, arrives behind itself
+    assert [(a.units, a.selector, round(a.rate_per_second * 3600)) for a in q.arrivals] == [
+        (1, (("pool", "team-a"),), 20),
+        (4, (("pool", "team-b"),), 1),
+    ]

@@ -10,7 +10,8 @@ history is backfilled at fixed times and read at a fixed time, so every answer i
 same in each run. The cluster holds each case a query part exists for: the site's own
 resource (``nvidia.com/a100-shared``, given with ``--pending.gpu-resource`` beside MIG
 profiles the built-in regex already matches), MIG slices, init containers and a
-sidecar, tolerations and taints, a node selector beyond the GPU type, a gated pod, a
+sidecar, tolerations and taints, a node selector beyond the GPU type (a pending pod's,
+an arriving pod's), a gated pod, a
 pod being deleted, a pod finished on a node the read lacks, a node whose device plugin
 is away, a cordoned node, a pod asking ``nvidia.com/gpu: 0``, a CPU pod, and pods
 created in the arrival window; and the same cluster without ``kube_pod_created``
@@ -37,6 +38,7 @@ HISTORY_SECONDS = 2 * 3600
 ARRIVALS_SECONDS = 3600.0
 PRIORITIES = {"high": 1000}  # --pending.priority-class high=1000
 PRODUCT = "nvidia.com/gpu.product"
+HOSTNAME = "kubernetes.io/hostname"
 SHARED = "nvidia.com/a100-shared"  # a time-slicing rename: the site's own resource
 MIG_1G = "nvidia.com/mig-1g.10gb"
 MIG_3G = "nvidia.com/mig-3g.40gb"
@@ -100,9 +102,10 @@ PODS = [
     KsmPod("ml", "cpu-only", "u-cpu", "Pending", _START + 1500, {"cpu": 4}),
     KsmPod("ml", "done", "u-done", "Succeeded", _START, {GPU: 1}, node="gone",
            start_time=_START + 10),
-    # created in the arrival window: the arrivals
+    # created in the arrival window: the arrivals (new-run pinned to its node by a key
+    # no pending pod selects: the second round reads it for the arrivals alone)
     _running("new-run", {GPU: 2}, "a100", AT - 1790, created=AT - 1800, tolerations=_TOLERATE,
-             node_selector={PRODUCT: "NVIDIA-A100-SXM4-80GB"}),
+             node_selector={PRODUCT: "NVIDIA-A100-SXM4-80GB", HOSTNAME: "a100"}),
     _pending("new-wait", AT - 600, {MIG_1G: 2}),
 ]
 # fmt: on
@@ -266,6 +269,12 @@ def test_the_queue_reads_answer_as_the_one_query_read_did(
         "new-wait",
     }
     assert {n.name for n in queue.nodes} >= {"a100", "mig", "shared", "upgrading"}
+    # the pods arriving select what new-run and new-wait did, node labels beyond the GPU
+    # type included
+    assert sorted((a.resource, a.units, a.selector) for a in queue.arrivals) == [
+        ("nvidia_com_gpu", 2, (("kubernetes_io_hostname", "a100"),)),
+        ("nvidia_com_mig_1g_10gb", 2, ()),
+    ]
 
 
 def test_without_a_priority_mapping_the_arrivals_read_no_pod_info(
