@@ -466,7 +466,7 @@ _ARRIVAL_INFO = (
 )
 
 
-def _arrivals(meta: Mapping[str, str]) -> str:
+def _arrivals_query(meta: Mapping[str, str]) -> str:
     """The ``ARRIVALS`` query reading ``meta`` (by ``arrival`` tag) for the GPU pods
     of the window beside their requests."""
     return (
@@ -477,8 +477,8 @@ def _arrivals(meta: Mapping[str, str]) -> str:
     )
 
 
-ARRIVALS = _arrivals({**_ARRIVAL_META, "info": _ARRIVAL_INFO})
-ARRIVALS_UNPRIORITISED = _arrivals(_ARRIVAL_META)
+ARRIVALS = _arrivals_query({**_ARRIVAL_META, "info": _ARRIVAL_INFO})
+ARRIVALS_UNPRIORITISED = _arrivals_query(_ARRIVAL_META)
 # Where KSM exports no ``kube_pod_created`` at all (OpenShift): the GPU pods first seen
 # in the arrival window, with their requests as ``ARRIVALS`` reads them (tagged
 # ``arrival="request"``: ``_arrivals`` takes them with the first round's tolerations and
