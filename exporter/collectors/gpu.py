@@ -140,12 +140,6 @@ def _codes_of(nvml: Any, names: Sequence[str]) -> set[int]:
     return {getattr(nvml, name) for name in names if hasattr(nvml, name)}
 
 
-def _gpu_instance(info: Any) -> Any:
-    """The GPU instance a process record is on (``gpuInstanceId``: a MIG GPU's
-    aggregate list gives each record's; the same value for every record of another)."""
-    return getattr(info, "gpuInstanceId", None)
-
-
 def _text(value: Any) -> str:
     """pynvml returns ``bytes`` or ``str`` depending on its version."""
     if isinstance(value, bytes):
@@ -777,13 +771,17 @@ class NvmlGpuSource:
         are left out where the driver has not got them (no symbol, NOT_SUPPORTED),
         and fail the list like the compute one otherwise.
 
-        While the MPS list names a client, a compute-list process that is none is the
-        MPS server (of that GPU instance, under MIG) (the device plugin's control daemon puts the GPU in
-        EXCLUSIVE_PROCESS mode: the server holds the one compute context and the
-        clients work through it). It is left out: it runs in the plugin's
-        mps-control-daemon pod, which holds no GPU, and kept it gave that pod a row
-        on every MPS GPU and made the GPU's real holder share it. Told by the lists,
-        not by its name: ``/proc/<pid>/comm`` holds 15 characters
+        While the MPS list names a client and the device is in EXCLUSIVE_PROCESS
+        compute mode (``_exclusive_process``), a compute-list process that is no
+        client is the MPS server: in that mode, which the device plugin's control
+        daemon sets, the server holds the one compute context and the clients work
+        through it. It is left out: it runs in the plugin's mps-control-daemon pod,
+        which holds no GPU, and kept it gave that pod a row on every MPS GPU and made
+        the GPU's real holder share it. In any other mode an MPS server and ordinary
+        CUDA processes share the device (a pod running its own MPS on a time-sliced
+        GPU; MIG instances, which cannot be set to EXCLUSIVE_PROCESS): the lists do
+        not tell them apart, so every process is kept. Told by the lists and the
+        mode, not by its name: ``/proc/<pid>/comm`` holds 15 characters
         (``nvidia-cuda-mps``, the control daemon's too) and is readable only where
         the exporter sees the host's ``/proc``, which this collector does not read.
         A server with no client left is not told apart (an idle process of the
@@ -801,14 +799,32 @@ class NvmlGpuSource:
         graphics = self._extra_process_list(handle, "nvmlDeviceGetGraphicsRunningProcesses")
         compute_pids = {int(i.pid) for i in compute}
         mps_pids = {int(i.pid) for i in mps}
-        # per GPU instance: a MIG GPU's aggregate lists give each record's
-        with_clients = {_gpu_instance(i) for i in mps}
-        servers = {int(i.pid) for i in compute if _gpu_instance(i) in with_clients} - mps_pids
+        servers: set[int] = set()
+        if mps_pids and self._exclusive_process(handle):
+            servers = compute_pids - mps_pids
         by_pid: dict[int, Any] = {}
         for info in (*compute, *mps, *graphics):
             if int(info.pid) not in servers:
                 by_pid.setdefault(int(info.pid), info)
         return list(by_pid.values()), frozenset(mps_pids - compute_pids)
+
+    def _exclusive_process(self, handle: Any) -> bool:
+        """Whether the device is in EXCLUSIVE_PROCESS compute mode, where a compute
+        process beside MPS clients can only be their server.
+
+        A mode NVML does not give (no such call, NOT_SUPPORTED — a MIG-enabled GPU's
+        own handle —, any other error) is not that mode: the processes are kept. A
+        server kept shows as a process of the pod it runs in; a workload dropped on
+        a guess would read its busy pod as idle, the worse mistake."""
+        nv = self._nvml
+        try:
+            mode = self._unless_absent(
+                "nvmlDeviceGetComputeMode", nv.nvmlDeviceGetComputeMode, handle
+            )
+        except nv.NVMLError as err:
+            log.debug("compute mode unavailable (%s): MPS server not told apart", err)
+            return False
+        return mode is not None and int(mode) == int(nv.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS)
 
     def _extra_process_list(self, handle: Any, name: str) -> Sequence[Any]:
         """An MPS or graphics process list: empty where the driver (or nvidia-ml-py)

@@ -54,6 +54,9 @@ class Dev:
     reserved: int = 300 * 2**20
     total: int = 16 * GIB
     mig_mode: int | None = None  # None: MIG not supported on this GPU
+    # nvmlDeviceGetComputeMode: DEFAULT unless set (nvidia-smi -c); the device plugin's
+    # MPS control daemon sets EXCLUSIVE_PROCESS on the GPUs it shares
+    compute_mode: int = real.NVML_COMPUTEMODE_DEFAULT
     migs: dict[int, Dev] = field(default_factory=dict)  # slot -> instance
     mig_slot_errors: dict[int, int] = field(default_factory=dict)  # slot -> NVML error code
     gpu_instance_id: int = 0
@@ -236,6 +239,16 @@ def fake_nvml(
         if dev.mig_mode is None:
             raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
         return [dev.mig_mode, dev.mig_mode]
+
+    def nvmlDeviceGetComputeMode(dev: Dev) -> int:
+        """pynvml's: the mode as an int (``NVML_COMPUTEMODE_*``). On a MIG-enabled GPU
+        "device must be MIG device handle" (NVML API reference): its own handle
+        answers NOT_SUPPORTED, and an instance cannot be set to EXCLUSIVE_PROCESS
+        ("not supported on a MIG-enabled device", go-nvml#61): it answers DEFAULT."""
+        check("nvmlDeviceGetComputeMode", dev)
+        if dev.mig_mode == real.NVML_DEVICE_MIG_ENABLE:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return int(dev.compute_mode)
 
     def nvmlDeviceGetMaxMigDeviceCount(dev: Dev) -> int:
         check("nvmlDeviceGetMaxMigDeviceCount", dev)
@@ -603,10 +616,11 @@ def test_mig_processes_are_listed_per_instance_without_the_monitor_privilege() -
     """The DaemonSet has no MIG monitor privilege: NVML refuses the MIG GPU's
     aggregate process lists (NO_PERMISSION) and gives each instance's on its MIG
     device handle. Every process is read, on its own GPU instance, once even where
-    two compute instances of one GPU instance both list it, except the MPS server
-    of instance 9 (41: a compute process beside an MPS client). The instance's sole
-    holder gets the instance's memory: NVML gives no figure for its MPS client, so its
-    processes' sum would leave that client out."""
+    two compute instances of one GPU instance both list it, the MPS server of
+    instance 9 (41: a compute process beside an MPS client) too, as a MIG instance
+    is never in EXCLUSIVE_PROCESS mode. The instance's sole holder gets the
+    instance's memory: NVML gives no figure for its MPS client, so its processes'
+    sum would leave that client out."""
     parent, ci_a, ci_b = _compute_instances_of_one_2g()
     ci_a.procs = [(31, 2 * GIB, 3)]
     ci_b.procs = [(31, 2 * GIB, 3), (32, GIB, 3)]
@@ -625,6 +639,7 @@ def test_mig_processes_are_listed_per_instance_without_the_monitor_privilege() -
     ] == [
         (31, parent.uuid, 3, 2 * GIB, None),
         (32, parent.uuid, 3, GIB, None),
+        (41, parent.uuid, 9, 512 * 2**20, None),
         (42, parent.uuid, 9, None, None),
     ]
     allocs = [Allocation("ml", "small", "nb", "nvidia.com/mig-1g.5gb", other.uuid)]
@@ -1357,7 +1372,8 @@ def test_mig_instances_publish_no_utilisation() -> None:
 
 
 def test_mps_clients_are_the_devices_processes_and_the_server_is_none() -> None:
-    """Under MPS (the device plugin's ``sharing.mps``) NVML lists the clients through
+    """Under MPS (the device plugin's ``sharing.mps``, its daemon setting the GPU to
+    EXCLUSIVE_PROCESS) NVML lists the clients through
     ``nvmlDeviceGetMPSComputeRunningProcesses``; the compute list holds the MPS
     server. Each client is a process of the device with its own memory; one without
     a utilisation sample of its own has an unknown share, not 0 (NVML may credit
@@ -1371,6 +1387,7 @@ def test_mps_clients_are_the_devices_processes_and_the_server_is_none() -> None:
         used=6 * GIB,
         procs=[(server, 512 * 2**20, 0)],
         mps_procs=[(c1, 2 * GIB, 0), (c2, 3 * GIB, 0)],
+        compute_mode=real.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
         samples=[(server, NOW_US - 1_000_000, 30), (c1, NOW_US - 1_000_000, 40)],
     )
     poll = NvmlGpuSource(fake_nvml([dev]), clock=lambda: NOW).poll()
@@ -1395,10 +1412,12 @@ def test_mps_clients_are_the_devices_processes_and_the_server_is_none() -> None:
     ]
 
 
-def test_an_mps_server_is_told_per_gpu_instance_in_a_mig_aggregate() -> None:
+def test_no_process_of_a_mig_aggregate_is_taken_for_an_mps_server() -> None:
     """A privileged caller reads a MIG GPU's processes from its aggregate lists, every
-    instance's in one: MPS clients on GPU instance 1 make its other compute process
-    the MPS server, not the ordinary process of GPU instance 5 beside it."""
+    instance's in one. A MIG-enabled GPU cannot be in EXCLUSIVE_PROCESS mode (NVML
+    answers NOT_SUPPORTED on its handle; the device plugin shares no MIG device
+    with MPS): MPS clients on GPU instance 1 leave its other compute process, the
+    server of a pod's own MPS, a process of the GPU like the one of instance 5."""
     server, client, plain = 500, 501, 600
     mps_instance = _mig_3g(b"NVIDIA A100-SXM4-40GB MIG 3g.20gb")
     mps_instance.procs = [(server, 256 * 2**20, 1)]
@@ -1413,6 +1432,7 @@ def test_an_mps_server_is_told_per_gpu_instance_in_a_mig_aggregate() -> None:
     parent = _a100_mig(migs={0: mps_instance, 1: other})
     poll = NvmlGpuSource(fake_nvml([parent], mig_monitor=True)).poll()
     assert sorted((p.pid, p.gpu_instance_id) for p in poll.processes) == [
+        (server, 1),
         (client, 1),
         (plain, 5),
     ]
@@ -1432,6 +1452,7 @@ def test_the_only_mps_client_is_its_gpus_sole_holder() -> None:
         procs=[(server, 300 * 2**20, 0)],
         mps_procs=[(client, 2 * GIB, 0)],
         samples=[(server, NOW_US - 100_000, 80)],
+        compute_mode=real.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
     )
     poll = NvmlGpuSource(fake_nvml([dev]), clock=lambda: NOW).poll()
     allocs = [Allocation("ml", "train", "trainer", "nvidia.com/gpu", f"{dev.uuid}::0")]
@@ -1478,7 +1499,13 @@ def test_mps_list_a_driver_lacks_or_refuses(
     list): its client 8 is the device's process, the compute list's 7 the MPS
     server. A driver with neither, or answering NOT_SUPPORTED, has no MPS client to
     list: the compute list stands, complete."""
-    dev = _gpu(0, procs=[(7, GIB, 0)], mps_procs=[(8, GIB, 0)], errors=errors)
+    dev = _gpu(
+        0,
+        procs=[(7, GIB, 0)],
+        mps_procs=[(8, GIB, 0)],
+        errors=errors,
+        compute_mode=real.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
+    )
     poll = NvmlGpuSource(fake_nvml([dev], missing=missing)).poll()
     assert [p.pid for p in poll.processes] == listed
     assert poll.process_list_failures == ()
@@ -1568,3 +1595,86 @@ def test_one_device_answering_not_supported_is_not_remembered_for_the_others() -
             (a100.uuid, 1, 5 * GIB),
         ]
     assert nv.calls.count("nvmlDeviceGetMigMode") == 4  # each GPU, each poll
+
+
+def _time_sliced_with_a_pods_own_mps(**kw) -> Dev:
+    """GPU 0 time-sliced between pod a, which runs its own MPS (server 100, client 101),
+    and pod b's plain CUDA process 200 (6 GiB, 80 % SM): the GPU is in DEFAULT
+    compute mode, where an MPS server and ordinary processes share it."""
+    return _gpu(
+        0,
+        util=90,
+        used=8 * GIB,
+        procs=[(100, 300 * 2**20, 0), (200, 6 * GIB, 0)],
+        mps_procs=[(101, 2 * GIB, 0)],
+        samples=[(200, NOW_US - 1_000, 80)],
+        **kw,
+    )
+
+
+def test_a_plain_process_beside_an_mps_server_is_kept_in_default_compute_mode() -> None:
+    """Only in EXCLUSIVE_PROCESS mode (what the device plugin's MPS daemon sets) is
+    every non-client compute process the MPS server. In DEFAULT mode pod b's process
+    was taken for the server and dropped: pod b, busy at 80 % with 6 GiB, read 0 and
+    0 — an idle holder, GpuEtaGpuAllocatedIdle firing."""
+    dev = _time_sliced_with_a_pods_own_mps()
+    poll = NvmlGpuSource(fake_nvml([dev]), clock=lambda: NOW).poll()
+    assert sorted(p.pid for p in poll.processes) == [100, 101, 200]
+    allocs = [
+        Allocation("ml", "a", "c", "nvidia.com/gpu", f"{dev.uuid}::0"),
+        Allocation("ml", "b", "c", "nvidia.com/gpu", f"{dev.uuid}::1"),
+    ]
+    pods = [
+        PodMeta("ml", "a", "ua", container_ids={"c": "a" * 64}),
+        PodMeta("ml", "b", "ub", container_ids={"c": "b" * 64}),
+    ]
+    containers = {
+        100: ContainerRef("a" * 64, "ua"),
+        101: ContainerRef("a" * 64, "ua"),
+        200: ContainerRef("b" * 64, "ub"),
+    }
+    rows = {r.pod: r for r in attribute(poll, allocs, pods, containers)}
+    assert rows["b"].utilization_ratio == pytest.approx(0.8)
+    assert rows["b"].memory_used_bytes == 6 * GIB
+
+
+@pytest.mark.parametrize(
+    ("missing", "error"),
+    [
+        ((), real.NVML_ERROR_NOT_SUPPORTED),
+        ((), real.NVML_ERROR_NO_PERMISSION),
+        ((), real.NVML_ERROR_UNKNOWN),
+        (("nvmlDeviceGetComputeMode",), None),
+    ],
+    ids=["not-supported", "no-permission", "unknown", "no-symbol"],
+)
+def test_a_compute_mode_nvml_does_not_give_drops_no_process(
+    missing: tuple[str, ...], error: int | None
+) -> None:
+    """The GPU in EXCLUSIVE_PROCESS mode, but NVML not saying so (an error, or a library
+    without the call): the mode is unknown and no process is dropped on a guess —
+    dropped, a workload made its busy pod read idle. The device still reads, and a
+    call the library lacks is asked once."""
+    errors = {} if error is None else {"nvmlDeviceGetComputeMode": error}
+    dev = _time_sliced_with_a_pods_own_mps(
+        compute_mode=real.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS, errors=errors
+    )
+    nv = fake_nvml([dev], missing=missing)
+    source = NvmlGpuSource(nv, clock=lambda: NOW)
+    for _ in range(2):
+        poll = source.poll()
+        assert poll.failures == () and poll.process_list_failures == ()
+        assert sorted(p.pid for p in poll.processes) == [100, 101, 200]
+    assert nv.calls.count("nvmlDeviceGetComputeMode") == (1 if missing else 2)
+
+
+def test_the_compute_mode_is_read_only_beside_mps_clients() -> None:
+    """In EXCLUSIVE_PROCESS mode the compute process beside the client is the server
+    and is left out; a device without MPS clients costs no compute-mode call."""
+    exclusive = real.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+    mps = _time_sliced_with_a_pods_own_mps(compute_mode=exclusive)
+    plain = _gpu(1, procs=[(300, GIB, 0)], compute_mode=exclusive)
+    nv = fake_nvml([mps, plain])
+    poll = NvmlGpuSource(nv, clock=lambda: NOW).poll()
+    assert [(p.device_uuid, p.pid) for p in poll.processes] == [(mps.uuid, 101), (plain.uuid, 300)]
+    assert nv.calls.count("nvmlDeviceGetComputeMode") == 1
