@@ -101,7 +101,8 @@ def _parse_path(path: str) -> ContainerRef | None:
         if match:
             pod_uid = _normalise_uid(match.group(1))
     if pod_uid is None and "kubepods" not in path and not runtime:
-        # A bare 64-hex directory outside kubepods: plain Docker (/docker/<id>) is
+        # A bare 64-hex directory outside kubepods: plain Docker (/docker/<id>, or
+        # /system.slice/<id> with the cgroupfs driver under that parent) is
         # still a container, and so is one right after ``..`` (a path relative to
         # the exporter's own container in a private cgroup namespace: a sibling
         # container of its pod, runtime unknown); anything else is not ours to guess.
