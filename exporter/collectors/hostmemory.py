@@ -8,8 +8,10 @@ reports it): usage minus inactive file cache, floored at 0.
 - cgroup v2 (``<cgroupfs>/cgroup.controllers`` exists): ``memory.current`` −
   ``inactive_file`` from ``memory.stat``; limit ``memory.max`` (``max`` = none).
 - cgroup v1 (``<cgroupfs>/memory/``): ``memory.usage_in_bytes`` −
-  ``total_inactive_file`` from ``memory.stat``; limit ``memory.limit_in_bytes``,
-  where the kernel's "unlimited" (a huge page-rounded value) means none.
+  ``total_inactive_file`` from ``memory.stat`` (hierarchical like the usage;
+  ``inactive_file`` leaves out a child cgroup's pages); limit
+  ``memory.limit_in_bytes``, where the kernel's "unlimited" (a huge page-rounded
+  value) means none.
 
 Finding a container's directory (relative to the v2 root or the v1 ``memory``
 hierarchy), tried in this order and cached per container id:
@@ -20,11 +22,13 @@ hierarchy), tried in this order and cached per container id:
    with qos ``burstable``, ``besteffort`` or none (guaranteed);
 3. otherwise (a kubelet nested under another slice, e.g. kind), the cgroup path
    of any process in that container, read from ``<procfs>/<pid>/cgroup`` (one scan
-   of ``<procfs>`` per poll, only when some container is still unfound). A container
-   no scan finds is looked for again after 15 s, then ever more rarely (doubling, at
-   most every 300 s): a sandboxed runtime's (Kata, gVisor) containers have no process
-   in the node's ``/proc``, and a scan of every ``/proc/<pid>/cgroup`` each poll for
-   them would cost the node a /proc walk per cycle for the pod's whole life.
+   of ``<procfs>`` per poll, only when some container is still unfound; on a v1 or
+   hybrid node the ``memory`` line's path, not the unified ``0::`` line's, which can
+   name a cgroup the memory hierarchy lacks). A container no scan finds is looked
+   for again after 15 s, then ever more rarely (doubling, at most every 300 s): a
+   sandboxed runtime's (Kata, gVisor) containers have no process in the node's
+   ``/proc``, and a scan of every ``/proc/<pid>/cgroup`` each poll for them would
+   cost the node a /proc walk per cycle for the pod's whole life.
 
 While this collector fails or hangs, the scheduler publishes no host memory at all
 rather than the last values read (the scheduler, where it sets ``keep_last``, says

@@ -21,8 +21,8 @@ from tests.support.kubeapi import make_pod
 
 CGROUP = Path(__file__).resolve().parents[2] / "fixtures" / "cgroup"
 META = json.loads((CGROUP / "expected.json").read_text())
-# containers 10 and 11 live in pods 0 and 1 (see the fixture generator's layout)
-POD_OF = {10: 0, 11: 1}
+# containers 10, 11 and 12 live in pods 0, 1 and 2 (see the fixture generator's layout)
+POD_OF = {10: 0, 11: 1, 12: 2}
 EMPTY_PROC = CGROUP / "no-such-proc"
 
 
@@ -59,6 +59,16 @@ def test_nested_kubelet_slice_is_found_through_proc() -> None:
     tree = str(CGROUP / "v2-nested")
     assert CgroupHostMemory(tree, str(EMPTY_PROC)).poll([pod_for(n)]) == ()
     source = CgroupHostMemory(tree, str(CGROUP / "proc-nested"))
+    assert source.poll([pod_for(n)]) == (HostMemory("ml", f"pod-{n}", "main", ws, limit),)
+
+
+def test_a_hybrid_nodes_v1_memory_line_is_followed_not_its_unified_line() -> None:
+    """A nested kubelet on a hybrid node (cgroup v1 controllers, and the unified
+    hierarchy's ``0::`` line last): the v1 memory hierarchy is read, so the path is the
+    memory line's. The unified line can name another cgroup (here a sub-cgroup
+    systemd made in the unified hierarchy only), which the memory hierarchy lacks."""
+    ((n, (ws, limit)),) = cases("v1-nested")
+    source = CgroupHostMemory(str(CGROUP / "v1-nested"), str(CGROUP / "proc-hybrid"))
     assert source.poll([pod_for(n)]) == (HostMemory("ml", f"pod-{n}", "main", ws, limit),)
 
 
@@ -162,8 +172,9 @@ def test_a_container_no_scan_finds_is_looked_for_with_backoff(
 ) -> None:
     """A running container of a sandboxed runtime (Kata, gVisor) has no process in the
     node's /proc: /proc is scanned for it at its first poll and then ever more rarely
-    (15 s, doubling to 300 s), not every cycle; a container found meanwhile by its path
-    is read at once, and the scan then finds nothing left to look for."""
+    (15 s, doubling to at most every 300 s), not every cycle; a container found
+    meanwhile by its path is read at once, and the scan then finds nothing left to
+    look for."""
     n_pids = 50
     cgroupfs, reads = node_without_the_container(tmp_path, monkeypatch, n_pids)
 
@@ -174,12 +185,13 @@ def test_a_container_no_scan_finds_is_looked_for_with_backoff(
     source = CgroupHostMemory(str(cgroupfs), str(tmp_path / "proc"), clock=lambda: now[0])
     pod = PodMeta("ml", "kata", "u-kata", phase="Running", container_ids={"main": "b" * 64})
     seen = []
-    for _ in range(700):  # 700 polls, 1 s apart
+    for _ in range(1400):  # 1,400 polls, 1 s apart
         assert source.poll([pod]) == ()
         seen.append(scans())
         now[0] += 1.0
-    # scans at t = 0, 15, 45, 105, 225, 465 (300 s cap from then on)
-    assert [t for t in range(1, 700) if seen[t] > seen[t - 1]] == [15, 45, 105, 225, 465]
+    # scans at t = 0, 15, 45, 105, 225, 465, then every 300 s (the cap; 480 s uncapped)
+    rescans = [t for t in range(1, 1400) if seen[t] > seen[t - 1]]
+    assert rescans == [15, 45, 105, 225, 465, 765, 1065, 1365]
     assert seen[0] == 1
     # a new container is scanned for at its first poll, whatever the other's backoff
     other = PodMeta("ml", "kata2", "u-kata2", phase="Running", container_ids={"main": "c" * 64})
