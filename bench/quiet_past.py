@@ -35,7 +35,7 @@ from gpu_eta.forecaster.runs import Run
 from gpu_eta.simulation.backfill import finished_runs, live_load_seconds, simulate_history
 from gpu_eta.simulation.cluster import ClusterConfig, Pod, warm_start
 
-MIN_LEFT_SECONDS = 10.0  # as tests/integration/test_demo.py scores the live demo
+MIN_LEFT_SECONDS = 10.0  # as tests/integration/test_demo_standalone.py scores the live demo
 AHEAD_SECONDS = 7200.0  # simulated past the window, so the runs scored have ended
 QUIET_PAST_SECONDS = 86400.0  # a day: the span the demo's history had before the live load
 PASTS = ("quiet", "live")

@@ -131,6 +131,9 @@ class StackConfig:
     progress_gone_grace: str = "10s"
     forecaster_interval_seconds: float = 5.0
     real_training: int = 0
+    # each real run's epochs (about 0.4 s of a core each): a test that needs a run's
+    # epochs and end in Prometheus sets a few, not the demo's two minutes of a core
+    real_training_epochs: int = REAL_TRAINING_EPOCHS
     workdir: Path | None = None
     ready_timeout_seconds: float = 60.0
     rules_file: Path | None = RULES_FILE
@@ -686,7 +689,13 @@ class Stack:
             OMP_NUM_THREADS="1",
         )
         proc = self._spawn(
-            [_python(), "-m", "gpu_eta.demo.realtrain", "--epochs", str(REAL_TRAINING_EPOCHS)],
+            [
+                _python(),
+                "-m",
+                "gpu_eta.demo.realtrain",
+                "--epochs",
+                str(self.config.real_training_epochs),
+            ],
             f"realtrain-{pod.name}",
             env,
         )

@@ -76,6 +76,7 @@ SLOW_FILES = (
     "tests/forecaster/test_evaluate.py",
     "tests/top/test_render.py",
     "tests/ops/test_manifests.py",
+    "tests/integration/test_demo_standalone.py",
     "tests/integration/test_demo.py",
     "tests/ops/test_chart.py",
     "tests/integration/test_forecaster_prometheus.py",

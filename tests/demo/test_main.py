@@ -658,7 +658,7 @@ def test_the_next_demo_removes_the_temp_dir_of_a_killed_one(monkeypatch, tmp_pat
     import sys
 
     from gpu_eta.demo.workdirs import parse_stat
-    from tests.integration.test_demo import SMALL, _children, _run_and_watch
+    from tests.integration.test_demo_standalone import SMALL, _children, _run_and_watch
 
     def _started_at(pid: int) -> int | None:
         """When ``pid`` started, while it runs (not a zombie); None once it is gone."""

@@ -1,10 +1,11 @@
-"""``demo_stack``: the whole demo (real exporters, Prometheus, forecaster) for a session;
+"""``demo_stack``: the whole demo (real exporters, Prometheus, forecaster) for a module;
 ``exporter_factory``: one ``python -m gpu_eta.exporter`` subprocess per call, stopped after the test.
 
-Session-scoped so every integration test that needs a live cluster shares one
-start (~10 s) instead of paying for its own. It is bounded: the stack is stopped at
-the end of the session, or after ``MAX_SECONDS`` at the latest, whichever comes
-first, and every child process is stopped by process group.
+Module-scoped so every test of a module that needs a live cluster shares one
+start (~10 s) instead of paying for its own. It is bounded: the stack is stopped after
+the module's last test, or after ``MAX_SECONDS`` at the latest, whichever comes
+first, and every child process is stopped by process group. It runs until that last
+test whether or not the tests between use it: keep it to modules whose tests all do.
 
 The yielded object is ``gpu_eta.demo.stack.Stack``: ``.prometheus_url``, ``.nodes`` (each
 with ``.name`` and ``.target``), ``.forecaster_url``, ``.processes()``, ``.driver``.
@@ -42,6 +43,9 @@ def demo_stack() -> Iterator[Stack]:
         scrape_interval="1s",
         forecaster_interval_seconds=3.0,
         real_training=1,
+        # a short real run (~4 s of a core, ended before the first test): its epochs and
+        # end are what tests read; the demo's 300 epochs cost ~80 s of a core per module
+        real_training_epochs=10,
         alertmanager_port=0,
         alert_for="5s",
     )
