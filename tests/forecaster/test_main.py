@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
 import subprocess
 import sys
@@ -29,16 +30,24 @@ from gpu_eta.launch.prometheus import free_port
 from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
 from tests.support.installed_tree import installed_tree
 from tests.support.net import dead_port, has_ipv6_loopback
+from tests.support.zygote import run_module
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+# the third-party libraries ``python -m gpu_eta.forecaster`` imports (~1.5 s of CPU a
+# process), imported once in a zygote (tests/support/zygote.py) that forks each run
+FORECASTER_PRELOAD = (
+    "import numpy, requests, requests.adapters, sklearn.exceptions, sklearn.ensemble",
+    "import statsmodels.robust.norms, statsmodels.robust.scale, statsmodels.tools.sm_exceptions",
+)
+
+
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gpu_eta.forecaster", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    """``python -m gpu_eta.forecaster ARGS``, run as its own process (forked from a
+    zygote that imported ``FORECASTER_PRELOAD``)."""
+    return run_module(
+        "gpu_eta.forecaster", list(args), FORECASTER_PRELOAD, dict(os.environ), timeout
     )
 
 

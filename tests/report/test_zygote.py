@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.support.zygote import Zygote, frameworks_of
+from tests.support.zygote import Zygote, frameworks_of, run_module
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +83,36 @@ def test_the_frameworks_a_script_imports() -> None:
     assert frameworks_of("import torch, lightning as L") == ("lightning",)
     assert frameworks_of("from transformers import Trainer") == ("transformers",)
     assert frameworks_of("import json  # keras later\nprint('keras')") == ()
+
+
+MODULE_RUNS = {
+    "usage error": ["serve", "--bogus"],
+    "runtime error": [
+        "once",
+        "--prometheus.url",
+        "http://127.0.0.1:9",
+        "--history.db",
+        "/dev/null/x",
+    ],
+    "help": ["--help"],
+}
+
+
+@pytest.mark.parametrize("name", list(MODULE_RUNS))
+def test_a_module_forked_ends_as_python_m_does(name: str) -> None:
+    """``run_module`` (the forecaster's CLI tests: ``python -m gpu_eta.forecaster``, its
+    numpy, scipy and scikit-learn imported once in a zygote): exit status, stdout and
+    stderr's last line equal a plain ``python -m``'s, with the module's own argv."""
+    args = MODULE_RUNS[name]
+    env = dict(os.environ)
+    forked = run_module("gpu_eta.forecaster", args, ("import json",), env, timeout=60)
+    alone = subprocess.run(
+        [sys.executable, "-m", "gpu_eta.forecaster", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert (forked.returncode, forked.stdout) == (alone.returncode, alone.stdout)
+    assert forked.stderr.strip().splitlines()[-1:] == alone.stderr.strip().splitlines()[-1:]
+    assert forked.returncode == {"usage error": 2, "runtime error": 1, "help": 0}[name]

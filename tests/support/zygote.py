@@ -155,7 +155,7 @@ def _kill(pid: int, killed: threading.Event) -> None:
     killed.set()
 
 
-_zygotes: dict[tuple[str, ...], Zygote] = {}
+_zygotes: dict[tuple[str, ...], Zygote] = {}  # by the statements each preloaded
 
 
 def frameworks_of(code: str) -> tuple[str, ...]:
@@ -179,13 +179,37 @@ def run_python(code: str, env: dict[str, str], timeout: float) -> subprocess.Com
         return subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout
         )
+    return _forked(code, tuple(FRAMEWORKS[name] for name in frameworks), env, timeout)
+
+
+def run_module(
+    module: str, args: list[str], preload: tuple[str, ...], env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    """``subprocess.run([python, "-m", module, *args], env=env, ...)``'s result (text
+    output captured), from the child of a zygote that ran ``preload`` (the third-party
+    libraries ``module`` imports, never ``module``'s own package: the child imports that
+    fresh, as ``python -m`` does). Why: a forecaster CLI test started ``python -m
+    gpu_eta.forecaster``, and each paid ~1.5 s of CPU importing numpy, scipy and
+    scikit-learn for a run of a fraction of that."""
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{module!r}, *{list(args)!r}]\n"
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+    )
+    return _forked(code, preload, env, timeout)
+
+
+def _forked(
+    code: str, preload: tuple[str, ...], env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    """``code`` run by a child of the zygote that ran ``preload`` with ``env`` (but for
+    ``RUNTIME_VARIABLES``); one started with another environment is replaced."""
     base = {k: v for k, v in env.items() if not RUNTIME_VARIABLES.fullmatch(k)}
-    zygote = _zygotes.get(frameworks)
+    zygote = _zygotes.get(preload)
     if zygote is None or zygote.env != base:
         if zygote is not None:
             zygote.close()
-        preload = tuple(FRAMEWORKS[name] for name in frameworks)
-        zygote = _zygotes[frameworks] = Zygote(preload, base)
+        zygote = _zygotes[preload] = Zygote(preload, base)
     return zygote.run(code, env, timeout)
 
 
