@@ -17,7 +17,8 @@ What runs, all on 127.0.0.1:
 
 Every child is started by ``gpu_eta.launch.processes`` (its own process group, output in
 ``logs/<name>.log``, ready on a 2xx answer, errors ending with the log's last lines)
-and is stopped by group: SIGTERM, then SIGKILL after a grace period. ``stop()`` is
+and is stopped by group: SIGTERM, then SIGKILL after a grace period (the services
+together, ``stop_processes``). ``stop()`` is
 idempotent and also registered with ``atexit``, so an exception, Ctrl-C or SIGTERM
 in the parent leaves nothing behind.
 """
@@ -44,7 +45,7 @@ from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.demo import workdirs
 from gpu_eta.demo.rules import write_fast_rules
 from gpu_eta.launch.alertmanager import AlertmanagerServer, start_alertmanager
-from gpu_eta.launch.processes import LaunchError, log_tail, spawn, wait_http
+from gpu_eta.launch.processes import LaunchError, log_tail, spawn, stop_processes, wait_http
 from gpu_eta.launch.prometheus import (
     PrometheusServer,
     ScrapeJob,
@@ -762,13 +763,12 @@ class Stack:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        for _, proc in self.trainers:
-            stop_process(proc)
-        stop_process(self.forecaster)
+        # together: each takes up to a second after its SIGTERM (stop_processes)
+        stop_processes(
+            [*(p for _, p in self.trainers), self.forecaster, *(n.process for n in self.nodes)]
+        )
         if self.ksm is not None:
             self.ksm.stop()
-        for node in self.nodes:
-            stop_process(node.process)
         stop_process(self.vmalert)
         if self.prometheus is not None:
             self.prometheus.stop()

@@ -201,20 +201,31 @@ def start_http(
 
 def stop_process(proc: subprocess.Popen | None, grace_seconds: float = 10.0) -> None:
     """SIGTERM the process group, SIGKILL it after ``grace_seconds``; reap the child."""
-    if proc is None:
-        return
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
+    stop_processes([proc], grace_seconds)
+
+
+def stop_processes(procs: Sequence[subprocess.Popen | None], grace_seconds: float = 10.0) -> None:
+    """``stop_process`` for each of ``procs`` at once: every group gets its SIGTERM
+    first, then each is waited for until one deadline ``grace_seconds`` away and
+    SIGKILLed past it. Why: a service sees SIGTERM at its next poll (up to a second)
+    and then finishes its work, so stopping the demo's parts one after another added
+    those waits up (three exporters and a forecaster: ~4 s)."""
+    running = [p for p in procs if p is not None]
+    for proc in running:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    for proc in running:
         try:
-            proc.wait(timeout=grace_seconds)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=5)
-    # children of the group that outlived their leader
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+        # children of the group that outlived their leader
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _indent(text: str) -> str:

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 import requests
 
-from gpu_eta.launch.processes import LaunchError, log_tail, spawn, start_http, wait_http
+from gpu_eta.launch.processes import (
+    LaunchError,
+    log_tail,
+    spawn,
+    start_http,
+    stop_processes,
+    wait_http,
+)
 from gpu_eta.launch.prometheus import free_port, stop_process
 from tests.support.net import dead_port
 
@@ -165,3 +172,32 @@ def test_listens_tells_the_process_holding_the_port(tmp_path: Path) -> None:
         assert listens(proc.pid, None) is None
     finally:
         stop_process(proc)
+
+
+def test_several_processes_stop_together_not_one_after_another(tmp_path: Path) -> None:
+    """``stop_processes``: each part of the demo takes up to a second to exit after its
+    SIGTERM (a service sees the signal at its next poll), and stopping them one by one
+    added those seconds up. All are signalled first, then waited for: three children
+    that each exit 1 s after SIGTERM stop in about 1 s, each group killed whole."""
+    script = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.0), sys.exit(0)))\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    time.sleep(0.1)\n"
+    )
+    procs = [spawn([sys.executable, "-c", script], tmp_path / f"child-{i}.log") for i in range(3)]
+    for i in range(3):
+        wait_until_logged(tmp_path / f"child-{i}.log", "ready")
+    started = time.monotonic()
+    stop_processes([*procs, None])
+    took = time.monotonic() - started
+    assert all(p.returncode == 0 for p in procs), [p.returncode for p in procs]
+    assert took < 2.5, took  # one after another: >= 3 s
+
+
+def wait_until_logged(log: Path, text: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, f"{text!r} not in {log}"
+        time.sleep(0.05)
