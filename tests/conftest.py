@@ -80,7 +80,6 @@ SLOW_FILES = (
     "tests/integration/test_demo.py",
     "tests/ops/test_chart.py",
     "tests/integration/test_forecaster_prometheus.py",
-    "tests/forecaster/test_main.py",
     "tests/forecaster/test_history_steps.py",
     "tests/top/test_top.py",
     "tests/forecaster/test_cycle_clock.py",
@@ -89,6 +88,7 @@ SLOW_FILES = (
     "tests/forecaster/test_cycle_restart_prometheus.py",
     "tests/report/test_client.py",
     "tests/report/test_callbacks.py",
+    "tests/forecaster/test_main.py",
 )
 
 

@@ -658,7 +658,7 @@ def test_the_next_demo_removes_the_temp_dir_of_a_killed_one(monkeypatch, tmp_pat
     import sys
 
     from gpu_eta.demo.workdirs import parse_stat
-    from tests.integration.test_demo_standalone import SMALL, _children, _run_and_watch
+    from tests.integration.test_demo_standalone import _children, _run_and_watch
 
     def _started_at(pid: int) -> int | None:
         """When ``pid`` started, while it runs (not a zombie); None once it is gone."""
@@ -679,9 +679,10 @@ def test_the_next_demo_removes_the_temp_dir_of_a_killed_one(monkeypatch, tmp_pat
     monkeypatch.setenv("TMPDIR", str(tmp))  # the demos' temporary directory
     not_ours = tmp / "gpu-eta-demo-notours1"
     (not_ours / "prometheus").mkdir(parents=True)
-    killed, reader, children = _run_and_watch(
-        [sys.executable, "-m", "gpu_eta.demo", *SMALL, "--quiet"]
-    )
+    # the smallest demo: a temporary directory and children are all this needs
+    small = ["--nodes", "1", "--warm-start", "0", "--history-days", "0", "--quiet"]
+    small += ["--prometheus-port", "0", "--forecaster-port", "0", "--alertmanager-port", "0"]
+    killed, reader, children = _run_and_watch([sys.executable, "-m", "gpu_eta.demo", *small])
     try:
         assert "gpu-eta demo running" in reader.text, reader.text[-3000:]
         children |= _children(killed.pid)
@@ -697,7 +698,7 @@ def test_the_next_demo_removes_the_temp_dir_of_a_killed_one(monkeypatch, tmp_pat
         assert time.monotonic() < deadline, [_cmdline(p) for p in left_running]
         time.sleep(0.2)
     assert left[0].is_dir()  # left behind by the kill
-    argv = [sys.executable, "-m", "gpu_eta.demo", *SMALL, "--quiet", "--seconds", "1"]
+    argv = [sys.executable, "-m", "gpu_eta.demo", *small, "--seconds", "1"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert not left[0].exists(), done.stderr[-3000:]
