@@ -199,7 +199,7 @@ def test_readme_command_with_seconds_exits_0_and_leaves_nothing(tmp_path: Path) 
     """``./demo.sh --seconds N`` run from another directory: a relative ``--workdir``
     is that directory's (demo.sh changed into the checkout, and the kept files landed
     there, untracked)."""
-    cmd = [str(REPO / "demo.sh"), "--seconds", "15", "--workdir", "kept", *SMALL]
+    cmd = [str(REPO / "demo.sh"), "--seconds", "5", "--workdir", "kept", *SMALL]
     proc, reader, children = _run_and_watch(cmd, cwd=tmp_path)
     try:
         code = proc.wait(timeout=120)
