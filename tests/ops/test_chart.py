@@ -1427,3 +1427,74 @@ def test_schedules_refused_say_what_is_wrong(schedule: str | None, message: str)
         _render_schedule(schedule)
     assert re.search(message, str(err.value)), str(err.value)
     assert f"forecaster.schedule: {json.dumps(schedule or '')}" in str(err.value)
+
+
+def _chart_without(tmp_path: Path, *links: str) -> Path:
+    """A copy of charts/gpu-eta without the symlinked directories LINKS: what a Flux
+    GitRepository artifact holds (Flux drops symlinks) or a copy not following links."""
+    copied = tmp_path / "gpu-eta"
+    shutil.copytree(CHART, copied)  # the links followed: the others stay whole
+    for link in links:
+        assert (CHART / link).is_symlink(), link
+        shutil.rmtree(copied / link)
+    return copied
+
+
+@pytest.mark.parametrize(
+    ("links", "values", "missing"),
+    [
+        (("dashboards", "rules"), {}, "rules/gpu-eta.rules.yaml"),
+        (("rules",), {}, "rules/gpu-eta.rules.yaml"),
+        (("rules",), {"prometheusRule": {"enabled": True}}, "rules/gpu-eta.rules.yaml"),
+        (("dashboards",), {}, "dashboards/*.json"),
+        (("dashboards",), {"prometheusRule": {"enabled": True}}, "dashboards/*.json"),
+    ],
+    ids=lambda v: "-".join(v) if isinstance(v, tuple) else None,
+)
+def test_a_chart_without_its_linked_dashboards_and_rules_fails_to_render(
+    tmp_path: Path, links: tuple[str, ...], values: dict, missing: str
+) -> None:
+    """charts/gpu-eta/dashboards and rules are symlinks to the repository's grafana/
+    and rules/; Helm reads a missing file as empty. A chart without them installed
+    without error, with no dashboards, an empty rules file and a PrometheusRule of
+    ``groups: null``: no alert ever. The render fails instead, naming what is missing
+    and the two ways to a complete chart."""
+    with pytest.raises(k8s.RenderError) as err:
+        k8s.helm_files(values, chart=_chart_without(tmp_path, *links))
+    message = str(err.value)
+    assert missing in message, message
+    assert "helm package" in message and "symlinks" in message, message
+
+
+def test_a_chart_without_its_links_renders_when_it_needs_neither(tmp_path: Path) -> None:
+    """With the dashboards, the rules ConfigMap and the PrometheusRule all turned off,
+    the chart reads neither directory: a copy without them renders."""
+    values = {"dashboards": {"enabled": False}, "rulesConfigMap": {"enabled": False}}
+    files = k8s.helm_files(values, chart=_chart_without(tmp_path, "dashboards", "rules"))
+    objects = [o for p, t in files.items() if p.endswith(".yaml") for o in k8s.load_documents(t)]
+    assert not [o for o in objects if o["kind"] == "PrometheusRule"]
+    assert not [o for o in objects if o["metadata"]["name"].startswith("gpu-eta-dashboard")]
+
+
+def test_helm_package_holds_the_linked_dashboards_and_rules(tmp_path: Path) -> None:
+    """``helm package`` follows the symlinks: the archive (what docs/deploy.md tells a
+    GitOps install to use) holds every dashboard and the rules, byte for byte, and
+    renders them."""
+    import tarfile
+
+    import helm_python
+
+    archive = Path(helm_python.package(str(CHART), destination=str(tmp_path)))
+    with tarfile.open(archive) as tar:
+        packed = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    expected = {f"gpu-eta/rules/{p.name}": p for p in (k8s.ROOT / "rules").glob("*.yaml")}
+    expected |= {f"gpu-eta/dashboards/{p.name}": p for p in (k8s.ROOT / "grafana").glob("*.json")}
+    expected.pop("gpu-eta/rules/kustomization.yaml")
+    assert len(expected) >= 5
+    for name, source in expected.items():
+        assert packed.get(name) == source.read_bytes(), name
+    files = k8s.helm_files({"prometheusRule": {"enabled": True}}, chart=archive)
+    objects = [o for p, t in files.items() if p.endswith(".yaml") for o in k8s.load_documents(t)]
+    boards = [o for o in objects if o["metadata"]["name"].startswith("gpu-eta-dashboard-")]
+    assert len(boards) == len(list((k8s.ROOT / "grafana").glob("*.json")))
+    assert find(objects, "PrometheusRule", "gpu-eta")["spec"]["groups"]

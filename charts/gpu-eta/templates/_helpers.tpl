@@ -144,7 +144,20 @@ A file of rules or a dashboard with the built-in GPU resource regex replaced by
 gpu-eta.gpuResourceRegex (.path: the file under the chart, .root: the top context).
 */}}
 {{- define "gpu-eta.withGpuResources" -}}
-{{- .root.Files.Get .path | replace (include "gpu-eta.builtinGpuResources" .root) (include "gpu-eta.gpuResourceRegex" .root) -}}
+{{- $text := .root.Files.Get .path -}}
+{{- if not $text }}{{ include "gpu-eta.failLinkedFiles" .path }}{{ end -}}
+{{- $text | replace (include "gpu-eta.builtinGpuResources" .root) (include "gpu-eta.gpuResourceRegex" .root) -}}
+{{- end -}}
+
+{{/*
+Fails the render naming a file of the chart's linked directories (the argument) that
+is missing or empty. dashboards/ and rules/ are symlinks to the repository's grafana/
+and rules/, and Helm reads a file it lacks as "": a chart without them (a Flux
+GitRepository artifact, which drops symlinks; a copy not following links) installed
+with no dashboards and a PrometheusRule of no groups, alerting on nothing.
+*/}}
+{{- define "gpu-eta.failLinkedFiles" -}}
+{{- fail (printf "the chart has no %s: charts/gpu-eta/dashboards and charts/gpu-eta/rules are symlinks to the repository's grafana/ and rules/, and this copy of the chart does not hold their files (Flux's GitRepository artifacts drop symlinks, as does a copy that does not follow them); install a packaged chart (helm package charts/gpu-eta follows the links; docs/deploy.md, \"GitOps\") or from a git checkout with its symlinks" .) -}}
 {{- end -}}
 
 {{- define "gpu-eta.validate" -}}
