@@ -1498,3 +1498,34 @@ def test_helm_package_holds_the_linked_dashboards_and_rules(tmp_path: Path) -> N
     boards = [o for o in objects if o["metadata"]["name"].startswith("gpu-eta-dashboard-")]
     assert len(boards) == len(list((k8s.ROOT / "grafana").glob("*.json")))
     assert find(objects, "PrometheusRule", "gpu-eta")["spec"]["groups"]
+
+
+SKU_TAINT = {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+
+
+def _exporter_tolerations(values: dict) -> list[dict]:
+    return pod_spec(find(k8s.helm_template(values), "DaemonSet", "gpu-eta-exporter"))["tolerations"]
+
+
+def test_extra_tolerations_join_the_defaults_and_tolerations_replace_them() -> None:
+    """A site's own GPU-node taint: ``exporter.extraTolerations`` adds its tolerations
+    after the defaults (nvidia.com/gpu NoSchedule and NoExecute), as given with
+    ``--set`` too; ``exporter.tolerations`` replaces the defaults (Helm replaces a list
+    whole), as docs/deploy.md says, so the exporter set only that would never be
+    scheduled on nodes tainted nvidia.com/gpu."""
+    defaults = _values(CHART / "values.yaml")["exporter"]["tolerations"]
+    assert {t["key"] for t in defaults} == {"nvidia.com/gpu"} and len(defaults) == 2
+    assert _exporter_tolerations({}) == defaults
+    added = {"exporter": {"extraTolerations": [SKU_TAINT]}}
+    assert _exporter_tolerations(added) == [*defaults, SKU_TAINT]
+    import helm_python
+
+    given = helm_python.parse_set_string(
+        "exporter.extraTolerations[0].key=sku,exporter.extraTolerations[0].operator=Equal,"
+        "exporter.extraTolerations[0].value=gpu,exporter.extraTolerations[0].effect=NoSchedule"
+    )
+    assert _exporter_tolerations(given) == [*defaults, SKU_TAINT]
+    assert _exporter_tolerations({"exporter": {"tolerations": [SKU_TAINT]}}) == [SKU_TAINT]
+    both = {"exporter": {"tolerations": [SKU_TAINT], "extraTolerations": [{"operator": "Exists"}]}}
+    assert _exporter_tolerations(both) == [SKU_TAINT, {"operator": "Exists"}]
+    assert not k8s.validate_all(k8s.helm_template(added))

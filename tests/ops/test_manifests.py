@@ -1579,3 +1579,35 @@ def test_the_documented_gpu_resource_sed_changes_every_regex(tmp_path: Path) -> 
     for name, count in before.items():
         text = (tmp_path / name).read_text()
         assert text.count(regex + "|nvidia_com_a100_shared") == count, name
+
+
+def test_docs_toleration_patch_keeps_the_exporters_defaults(tmp_path: Path) -> None:
+    """A site's own GPU-node taint, kustomize: a strategic-merge patch of the DaemonSet's
+    tolerations replaces the list (a PodSpec's tolerations have no merge key), so the
+    exporter lost nvidia.com/gpu's and was never scheduled on nodes tainted with it.
+    docs/deploy.md's JSON 6902 patch (``op: add`` at ``tolerations/-``) keeps them and
+    adds its own."""
+    base = build_overlay("plain-prometheus")
+    defaults = pod_spec(find(base, "DaemonSet", "gpu-eta-exporter"))["tolerations"]
+    assert {t["key"] for t in defaults} == {"nvidia.com/gpu"}
+    (snippet,) = _doc_yaml_blocks("/spec/template/spec/tolerations/-")
+    (patch,) = snippet["patches"]
+    added = yaml.safe_load(patch["patch"])[0]["value"]
+    body = {"resources": ["../gpu-eta/manifests/overlays/plain-prometheus"], **snippet}
+    objects = k8s.kustomize(k8s.overlay(tmp_path, body, name="json6902"))
+    assert pod_spec(find(objects, "DaemonSet", "gpu-eta-exporter"))["tolerations"] == [
+        *defaults,
+        added,
+    ]
+    merge = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "gpu-eta-exporter", "namespace": "gpu-eta"},
+        "spec": {"template": {"spec": {"tolerations": [added]}}},
+    }
+    body = {
+        "resources": ["../gpu-eta/manifests/overlays/plain-prometheus"],
+        "patches": [{"patch": yaml.safe_dump(merge)}],
+    }
+    objects = k8s.kustomize(k8s.overlay(tmp_path, body, name="strategic"))
+    assert pod_spec(find(objects, "DaemonSet", "gpu-eta-exporter"))["tolerations"] == [added]
