@@ -217,11 +217,12 @@ def test_scrape_intervals_follow_the_collection_and_cycle_intervals() -> None:
     }
     assert _scrape_intervals({"exporter": {"collectionInterval": 20}})["gpu-eta-exporter"] == "20s"
     overridden = k8s.helm_merge(
-        {"serviceMonitor": {"exporterInterval": "1m", "forecasterInterval": "5m"}}, follows
+        {"serviceMonitor": {"exporterInterval": "1m", "forecasterInterval": "2m"}}, follows
     )
-    assert _scrape_intervals(overridden) == {"gpu-eta-exporter": "1m", "gpu-eta-forecaster": "5m"}
+    assert _scrape_intervals(overridden) == {"gpu-eta-exporter": "1m", "gpu-eta-forecaster": "2m"}
     # at most 2m from a slower cycle: past Prometheus' 5-minute lookback the forecasts
-    # were absent half of each cycle; an interval that is set is taken as given
+    # were absent half of each cycle; an interval set above 2m fails
+    # (test_a_scrape_interval_set_above_2m_fails_the_install)
     slow = {"exporter": {"collectionInterval": "3m"}, "forecaster": {"cycleInterval": 300}}
     assert _scrape_intervals(slow) == {"gpu-eta-exporter": "2m", "gpu-eta-forecaster": "2m"}
     assert _scrape_intervals({"exporter": {"collectionInterval": "4m"}})["gpu-eta-exporter"] == "2m"
@@ -1529,3 +1530,96 @@ def test_extra_tolerations_join_the_defaults_and_tolerations_replace_them() -> N
     both = {"exporter": {"tolerations": [SKU_TAINT], "extraTolerations": [{"operator": "Exists"}]}}
     assert _exporter_tolerations(both) == [SKU_TAINT, {"operator": "Exists"}]
     assert not k8s.validate_all(k8s.helm_template(added))
+
+
+@pytest.mark.parametrize(
+    ("key", "interval"),
+    [
+        ("exporterInterval", "121s"),
+        ("exporterInterval", "200s"),
+        ("exporterInterval", "2m1s"),
+        ("exporterInterval", "5m"),
+        ("exporterInterval", "1h"),
+        ("exporterInterval", "1d"),
+        ("exporterInterval", "120001ms"),
+        ("forecasterInterval", "240s"),
+        ("forecasterInterval", "10m"),
+        ("forecasterInterval", 300),
+    ],
+)
+def test_a_scrape_interval_set_above_2m_fails_the_install(key: str, interval: str | int) -> None:
+    """``serviceMonitor.*Interval`` set above 2m: the alert rules cannot follow it (their
+    5m rate() windows need two samples, test_the_alerts_need_a_scrape_every_2m; a
+    series is answered only within 5 minutes of its last sample). The render fails
+    naming the key, the value, the limit and why, as it does for an interval derived
+    from the collection or cycle interval it caps at 2m instead."""
+    with pytest.raises(k8s.RenderError) as err:
+        _scrape_intervals({"serviceMonitor": {key: interval}})
+    message = str(err.value)
+    assert f"serviceMonitor.{key}: {json.dumps(str(interval))}" in message, message
+    assert "2m" in message and "GpuEtaExporterRefusingProgress" in message, message
+
+
+@pytest.mark.parametrize(
+    ("interval", "rendered"),
+    [("2m", "2m"), ("120s", "120s"), ("1m59s", "1m59s"), ("120000ms", "120000ms"), (90, "90s")],
+)
+def test_a_scrape_interval_set_at_most_2m_is_taken_as_given(
+    interval: str | int, rendered: str
+) -> None:
+    values = {"serviceMonitor": {"exporterInterval": interval, "forecasterInterval": interval}}
+    assert _scrape_intervals(values) == {
+        "gpu-eta-exporter": rendered,
+        "gpu-eta-forecaster": rendered,
+    }
+
+
+def test_a_derived_interval_in_milliseconds_is_capped_too() -> None:
+    """The 2m cap reads every unit: 150000ms (2.5 minutes) collected is scraped at 2m."""
+    values = {"exporter": {"collectionInterval": "150000ms", "collectionTimeout": "10s"}}
+    assert _scrape_intervals(values)["gpu-eta-exporter"] == "2m"
+
+
+@pytest.mark.parametrize(("seconds", "fires"), [(120, True), (200, False), (240, False)])
+def test_the_alerts_need_a_scrape_every_2m(tmp_path: Path, seconds: int, fires: bool) -> None:
+    """Why the chart refuses a scrape interval above 2m, with the real promtool and
+    rules: an exporter refusing 3 progress reports and skipping 3 log lines a second
+    all along fires GpuEtaExporterRefusingProgress and GpuEtaExporterSkippingLogRuns
+    when scraped every 2m; every 200 s or 240 s their 5m rate() windows often hold one
+    sample, the rates are absent at those evaluations, the `for: 20m` never completes
+    and neither alert fires."""
+    alerts = ("GpuEtaExporterRefusingProgress", "GpuEtaExporterSkippingLogRuns")
+    labels = 'job="gpu-eta-exporter",instance="n1",node="n1"'
+    samples = 5400 // seconds + 2  # past the 90 minutes evaluated
+    series = [
+        f'gpu_eta_exporter_progress_reports_total{{{labels},result="rate_limited"}}',
+        f'gpu_eta_exporter_log_lines_total{{{labels},result="too_many_runs"}}',
+    ]
+    test = {
+        "rule_files": [str(k8s.ROOT / "rules" / "gpu-eta.rules.yaml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": f"{seconds}s",
+                "input_series": [
+                    {"series": s, "values": f"0+{3 * seconds}x{samples}"} for s in series
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": 'count by (alertname) (ALERTS{alertstate="firing",'
+                        f'alertname=~"{"|".join(alerts)}"}})',
+                        "eval_time": "90m",
+                        "exp_samples": [
+                            {"labels": f'{{alertname="{a}"}}', "value": 1} for a in alerts
+                        ]
+                        if fires
+                        else [],
+                    }
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "interval_test.yaml"
+    path.write_text(yaml.safe_dump(test))
+    proc = promtool("test", "rules", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr

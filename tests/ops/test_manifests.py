@@ -1611,3 +1611,26 @@ def test_docs_toleration_patch_keeps_the_exporters_defaults(tmp_path: Path) -> N
     }
     objects = k8s.kustomize(k8s.overlay(tmp_path, body, name="strategic"))
     assert pod_spec(find(objects, "DaemonSet", "gpu-eta-exporter"))["tolerations"] == [added]
+
+
+def _prometheus_seconds(duration: str) -> float:
+    """A Prometheus duration (``1m30s``, ``500ms``) in seconds."""
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    assert re.fullmatch(r"([0-9]+(ms|s|m|h|d|w|y))+", duration), duration
+    return sum(int(n) * scale[u] for n, u in re.findall(r"([0-9]+)(ms|s|m|h|d|w|y)", duration))
+
+
+def test_every_servicemonitor_scrapes_at_most_every_2m() -> None:
+    """The rules' 5m rate() windows need two samples and Prometheus answers a series only
+    within 5 minutes of its last one (docs/scrape-tuning.md): every ServiceMonitor
+    endpoint of every overlay sets an interval of 2m or less (the chart refuses more:
+    test_chart.py)."""
+    assert _prometheus_seconds("1m30s") == 90 and _prometheus_seconds("500ms") == 0.5
+    seen = 0
+    for name in OVERLAYS:
+        for monitor in [o for o in build_overlay(name) if o["kind"] == "ServiceMonitor"]:
+            for endpoint in monitor["spec"]["endpoints"]:
+                seconds = _prometheus_seconds(endpoint["interval"])
+                assert seconds <= 120, (name, monitor["metadata"]["name"], seconds)
+                seen += 1
+    assert seen >= 2

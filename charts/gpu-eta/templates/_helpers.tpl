@@ -496,12 +496,15 @@ slower hides what changed between scrapes, so by default one value sets both. A 
 number is seconds, as the exporter's and forecaster's flags read it. Fails the render
 on a value Prometheus does not take ("1.5s", "15 s"), naming the key to set.
 
-The interval taken from .from is at most 2m: Prometheus answers a series only within
-5 minutes (its lookback) of its last sample, so a forecaster cycling every 10 minutes
-and scraped as often had every forecast absent half the time (GpuEtaDeadlineOverrun
-and GpuEtaPredictedLongOccupancy never held for their `for:`, GpuEtaForecasterDown's
-absent() true each cycle); at 2m a failed scrape still leaves no gap. Scraping the same
-cached values again costs little. An interval set (.set) is taken as given.
+At most 2m: Prometheus answers a series only within 5 minutes (its lookback) of its
+last sample, so a forecaster cycling every 10 minutes and scraped as often had every
+forecast absent half the time (GpuEtaDeadlineOverrun and GpuEtaPredictedLongOccupancy
+never held for their `for:`, GpuEtaForecasterDown's absent() true each cycle); and the
+alerts' 5m rate() windows need two samples: scraped every 200s or 240s,
+GpuEtaExporterRefusingProgress and GpuEtaExporterSkippingLogRuns never fired (promtool,
+tests/ops). At 2m a failed scrape still leaves no gap. An interval taken from .from is
+capped at 2m (scraping the same cached values again costs little); one set (.set)
+above it fails the render, naming the key, the value and why.
 */}}
 {{- define "gpu-eta.scrapeInterval" -}}
 {{- $key := ternary .setKey .fromKey (not (empty .set)) -}}
@@ -509,15 +512,21 @@ cached values again costs little. An interval set (.set) is taken as given.
 {{- if regexMatch "^[0-9]+$" $value -}}
 {{- $value = printf "%ss" $value -}}
 {{- end -}}
-{{- if and (empty .set) (regexMatch "^[0-9]+(s|m|h|d|w|y)$" $value) -}}
-{{- $n := regexFind "^[0-9]+" $value | atoi -}}
-{{- $unit := trimPrefix (toString $n) $value -}}
-{{- $seconds := mul $n (get (dict "s" 1 "m" 60 "h" 3600 "d" 86400 "w" 604800 "y" 31536000) $unit) -}}
-{{- if gt $seconds 120 }}{{ $value = "2m" }}{{ end -}}
-{{- end -}}
 {{- if not (regexMatch "^([0-9]+(ms|s|m|h|d|w|y))+$" $value) -}}
 {{- $hint := ternary "" (printf "; set %s to one" .setKey) (not (empty .set)) -}}
 {{- fail (printf "%s: %q is no Prometheus duration (whole units, like 15s or 1m) for a ServiceMonitor's interval%s" $key (toString (.set | default .from)) $hint) -}}
+{{- end -}}
+{{- $scale := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0 "w" 604800.0 "y" 31536000.0 -}}
+{{- $seconds := 0.0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" $value -1 -}}
+{{- $n := regexFind "^[0-9]+" . -}}
+{{- $seconds = addf $seconds (mulf ($n | float64) (get $scale (trimPrefix $n .))) -}}
+{{- end -}}
+{{- if gt $seconds 120.0 -}}
+{{- if not (empty .set) -}}
+{{- fail (printf "%s: %q is more than 2m between scrapes, which the alert rules cannot follow: their 5m rate() windows need two samples (GpuEtaExporterRefusingProgress and GpuEtaExporterSkippingLogRuns never fire at 200s), and Prometheus answers a series only within 5 minutes of its last sample; set at most 2m, like 1m or 120s (docs/scrape-tuning.md)" $key (toString .set)) -}}
+{{- end -}}
+{{- $value = "2m" -}}
 {{- end -}}
 {{- $value -}}
 {{- end -}}
