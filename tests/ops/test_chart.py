@@ -1623,3 +1623,41 @@ def test_the_alerts_need_a_scrape_every_2m(tmp_path: Path, seconds: int, fires: 
     path.write_text(yaml.safe_dump(test))
     proc = promtool("test", "rules", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("imagePullSecrets[0]=regcred", [{"name": "regcred"}]),
+        ("imagePullSecrets={regcred,mirror}", [{"name": "regcred"}, {"name": "mirror"}]),
+        ("imagePullSecrets[0].name=regcred", [{"name": "regcred"}]),
+        ("imagePullSecrets=regcred", [{"name": "regcred"}]),
+    ],
+)
+def test_image_pull_secrets_by_name_or_as_objects_reach_every_pod(
+    given: str, expected: list[dict]
+) -> None:
+    """``--set imagePullSecrets[0]=regcred`` gives a list of names; copied as it was
+    into the pod specs it made ``imagePullSecrets: [regcred]``, which Kubernetes refuses
+    (each item is a LocalObjectReference). Names become ``{name: …}``, objects stay as
+    given, and every pod of both forecaster modes gets them, valid to the schemas."""
+    import helm_python
+
+    for mode in ("deployment", "cronjob"):
+        values = k8s.helm_merge(helm_python.parse_set_string(given), {"forecaster": {"mode": mode}})
+        objects = k8s.helm_template(values)
+        specs = [pod_spec(o) for o in objects if pod_spec(o) is not None]
+        assert len(specs) >= 2
+        for spec in specs:
+            assert spec["imagePullSecrets"] == expected
+        assert not k8s.validate_all(objects)
+
+
+@pytest.mark.parametrize("item", ["", 5, ["regcred"], {"secret": "regcred"}, {"name": ""}])
+def test_an_image_pull_secret_neither_a_name_nor_a_reference_fails_the_install(item) -> None:
+    """An item that names no secret fails the render, naming it, as does a map given for
+    the list."""
+    with pytest.raises(k8s.RenderError, match=r"imagePullSecrets: .* is neither a secret name"):
+        k8s.helm_template({"imagePullSecrets": [item]})
+    with pytest.raises(k8s.RenderError, match=r"imagePullSecrets must be a list"):
+        k8s.helm_template({"imagePullSecrets": {"name": "regcred"}})

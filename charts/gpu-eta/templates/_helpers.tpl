@@ -16,8 +16,30 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ .repository }}:{{ .tag }}
 {{- end -}}
 
+{{/*
+The pods' imagePullSecrets: each item a secret's name (--set imagePullSecrets[0]=regcred
+gives one) written as {name: ...}, or already {name: ...}; a pod spec's items are
+LocalObjectReferences, and a bare name copied as it was made a pod spec Kubernetes
+refuses. One name alone (--set imagePullSecrets=regcred) is a list of it. Anything else
+fails the render.
+*/}}
 {{- define "gpu-eta.imagePullSecrets" -}}
-{{- with .Values.imagePullSecrets }}
+{{- $items := .Values.imagePullSecrets -}}
+{{- if kindIs "string" $items }}{{ $items = list $items }}{{ end -}}
+{{- if not (or (kindIs "slice" $items) (kindIs "invalid" $items)) -}}
+{{- fail (printf "imagePullSecrets must be a list of secret names or {name: <secret>}, not %s" (toJson $items)) -}}
+{{- end -}}
+{{- $refs := list -}}
+{{- range $items -}}
+{{- if and (kindIs "string" .) . -}}
+{{- $refs = append $refs (dict "name" .) -}}
+{{- else if and (kindIs "map" .) (kindIs "string" (get . "name")) (get . "name") -}}
+{{- $refs = append $refs . -}}
+{{- else -}}
+{{- fail (printf "imagePullSecrets: %s is neither a secret name nor {name: <secret>}; list names (--set imagePullSecrets[0]=regcred) or {name: regcred}" (toJson .)) -}}
+{{- end -}}
+{{- end -}}
+{{- with $refs }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
