@@ -4,7 +4,9 @@ Why: "better than the ETA I already have" must be shown on anyone's runs, withou
 cluster. Runs are replayed in time order. Every completed run is predicted at its
 start (0 %, history alone) and at the last epoch seen at 10, 25, 50, 75, 90 and 95 % of
 its planned epochs (``calibration.POINTS``), at the moment that epoch ended. Models learn only from runs that
-*finished before that moment* (a temporal split: nothing from the future leaks).
+*finished before that moment* (a temporal split: nothing from the future leaks), and
+the run is forecast with the features of its rows up to then (``feature_timeline``),
+not its whole run's (a batch size it ramped up to later, its mean GPU use).
 gpu-eta's model is refitted each time the history has grown by ``refit_fraction`` (5 %)
 or at least one run while small, at the end of the run that made it grow, so a
 backtest of thousands of runs takes seconds and the model a moment gets does not
@@ -72,6 +74,7 @@ from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
 from gpu_eta.forecaster.estimators.baselines import HistoryMatch
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.replay import replay_moments
+from gpu_eta.forecaster.feature_timeline import FeatureTimeline, seen_at
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.main import Parser, UsageError
 from gpu_eta.forecaster.planless import DurationsReplay
@@ -382,6 +385,7 @@ def backtest(
     progress: Progress | None = None,
     extra_baselines: Mapping[str, Estimator] | None = None,
     planless: Collection[RunKey] = frozenset(),
+    timelines: Mapping[RunKey, FeatureTimeline] | None = None,
 ) -> Backtest:
     """Replay ``runs`` in time order and score gpu-eta and the baselines.
 
@@ -405,6 +409,13 @@ def backtest(
     scored as the run of the epochs it did (``runs.own_work``), by every method, as the
     service's model reads it: its points are points of that work, and the predictions'
     ``epoch`` stays the file's.
+
+    A run is forecast with the features its rows up to the moment gave
+    (``feature_timeline.seen_at``): ``timelines`` (``RunsFile.timelines``) holds those
+    of the runs whose features changed over their rows, any other run's held from its
+    start. Without it (runs from elsewhere, with whole-run features only), a moment
+    leaves the run's measured means out (``replay.cut``). The runs that ended before
+    are history with their whole-run features.
     """
     extra = dict(extra_baselines or {})
     origins = {run_key(run): resume_point(run) for run in runs}
@@ -451,6 +462,8 @@ def backtest(
             fitted_k = k
         truth = run.last_timestamp - part.last_timestamp
         epoch = part.epochs_done + origins[key]  # as the file counts it
+        if timelines is not None:  # its features as its rows up to now gave them
+            part = seen_at(part, run, timelines.get(key), ts)
         if key in planless:
             fc = durations.forecast(part, ts)
             base = durations.configuration_median(part, ts)
@@ -1003,6 +1016,7 @@ def _main(argv: Sequence[str] | None, out: TextIO | None, err: TextIO | None) ->
                 window_seconds=args.predict_linear_window,
                 progress=progress,
                 planless=loaded.planless,
+                timelines=loaded.timelines,
             )
         finally:
             progress.close()

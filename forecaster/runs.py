@@ -150,6 +150,13 @@ regressor: the estimators read features by name (``pooled.REGRESSORS``,
 ``analog.identity``)."""
 
 
+MEASURED_FEATURES = ("gpu_utilization_ratio", "memory_utilization_ratio")
+"""The features a run measures as it goes, kept as means over the whole run (runs_csv,
+the history store): what a moment part-way through it had not yet measured, so a
+replayed moment leaves them out (``replay.truncate``) where only the whole-run value
+is known."""
+
+
 def as_seen_live(run: Run) -> Run:
     """``run`` with the plan it was forecast to while it ran: the plan it stated
     (feature ``epochs_planned_stated``, ``STATED_PLAN``) when that is past what it

@@ -59,7 +59,7 @@ import re
 import sys
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -73,6 +73,7 @@ from gpu_eta.common.progress_bound import (
 )
 from gpu_eta.common.text import first_of, utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.feature_timeline import FeatureTimeline, State, timeline
 from gpu_eta.forecaster.promparse import printable
 from gpu_eta.forecaster.runs import (
     STATED_PLAN,
@@ -136,14 +137,19 @@ MAX_ROWS = 5_000_000
 MAX_RUNS = 500_000
 # What the runs read may hold, estimated as they are read (``_Acc.held``): RUN_BYTES a
 # run, ROW_BYTES a progress point, FEATURE_BYTES a numeric feature, TEXT_BYTES plus its
-# length a text one. Why an estimate and a bound: MAX_RUNS and MAX_ROWS alone let 500,000
-# runs of 60 text columns hold ~9 GiB. Measured (CPython 3.11, peak RSS of the read less
-# the 17 MiB of its imports; each at or under the estimate): 50,000 runs × 11 rows, no
-# feature 132 MiB (2.7 KiB a run); 50,000 × 2 rows × 60 numbers 410 MiB (8.2 KiB);
-# 50,000 × 2 rows × 60 texts of ~200 characters 884 MiB (17.7 KiB); 450,000 runs × 11
-# rows × 4 features 1.48 GiB. The runs handed on are part of it: the replay adds its own.
+# length a text one, CHANGE_BYTES a row whose features differ from its run's row before
+# and ``_state_bytes`` each distinct set of a row's features. Why an estimate and a
+# bound: MAX_RUNS and MAX_ROWS alone let 500,000 runs of 60 text columns hold ~9 GiB.
+# Measured (CPython 3.11, peak RSS of the read less the 17 MiB of its imports; each at
+# or under the estimate): 50,000 runs × 11 rows, no feature 132 MiB (2.7 KiB a run);
+# 50,000 × 2 rows × 60 numbers 410 MiB (8.2 KiB); 50,000 × 2 rows × 60 texts of ~200
+# characters 884 MiB (17.7 KiB); 450,000 runs × 11 rows × 4 features 1.48 GiB. Python's
+# own allocations (tracemalloc) of 2,000 runs × 11 rows whose 4 features change on every
+# row: 10.4 KiB a run (18.3 KiB estimated). The runs handed on are part of it: the replay
+# adds its own.
 MAX_HELD_BYTES = 2 << 30
 RUN_BYTES = 1000
+CHANGE_BYTES = 250  # a row changing its run's features (``_Acc.changes``), its first too
 ROW_BYTES = 250
 FEATURE_BYTES = 130
 TEXT_BYTES = 70
@@ -202,6 +208,9 @@ class RunsFile:
     unread: tuple[tuple[int, str, int], ...] = ()
     # runs read without a plan (``plan_optional``): their plan is what they reached
     planless: frozenset[RunKey] = frozenset()
+    # the runs whose features changed over their rows: as they stood at each moment
+    # (``feature_timeline``); any other run's held from its first row on
+    timelines: Mapping[RunKey, FeatureTimeline] = field(default_factory=dict)
 
     def warning(self) -> str | None:
         """One line naming the skipped runs (at most ``MAX_NAMED``) and counting the
@@ -386,6 +395,10 @@ class _Acc:
     # value and for two runs interleaving under its key (``_collision``)
     constant: dict[str, dict[Feature, _Span]] = field(default_factory=dict)
     plan_line: int = 0  # the line that gave ``planned``
+    # (line, features) of each row whose features differ from the run's row before it,
+    # in file order: each row's features, for ``timelines`` (``_row_states``)
+    changes: list[tuple[int, State]] = field(default_factory=list)
+    bare: list[tuple[float, int]] = field(default_factory=list)  # rows without progress
 
 
 def _same_plan(known: float | None, planned: float | None) -> bool:
@@ -744,7 +757,9 @@ def _merge(into: _Acc, acc: _Acc) -> str | None:
     if into.planned is None and acc.planned is not None:
         into.planned, into.plan_line = acc.planned, acc.plan_line
     into.first_line = min(into.first_line, acc.first_line)
+    into.changes = _changes(sorted([*_row_states(into), *_row_states(acc)]))
     into.rows.extend(acc.rows)
+    into.bare.extend(acc.bare)
     for name, (total, count) in acc.sums.items():
         have = into.sums.get(name, (0.0, 0))
         into.sums[name] = (have[0] + total, have[1] + count)
@@ -1047,6 +1062,7 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
     runs: dict[_Key, _Acc] = {}
     bad: dict[_Key, SkippedRun] = {}
     held = 0  # bytes the runs in ``runs`` hold, estimated (``MAX_HELD_BYTES``)
+    states: dict[State, State] = {}  # each row's features (``_Acc.changes``), once a file
     bad_rows: list[SkippedRun] = []
     more_rows = 0
     n_rows = 0
@@ -1187,6 +1203,16 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
             acc.held += ROW_BYTES
             if big and acc.big is None:
                 acc.big = (line, ts)
+        else:
+            acc.bare.append((ts, line))
+            acc.held += ROW_BYTES
+        state = tuple(values)
+        if not acc.changes or acc.changes[-1][1] != state:
+            kept = states.setdefault(state, state)  # one copy a file: runs share them
+            if kept is state:
+                held += _state_bytes(state)
+            acc.changes.append((line, kept))
+            acc.held += CHANGE_BYTES
         for name, value in values:
             if name in CONSTANT_COLUMNS:
                 spans = acc.constant.setdefault(name, {})
@@ -1258,6 +1284,7 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
             continue
         if all(abs(t) > MAX_TIMESTAMP for _e, t, _ln in acc.rows):
             acc.rows = [(e, t / 1000, ln) for e, t, ln in acc.rows]
+            acc.bare = [(t / 1000, ln) for t, ln in acc.bare]
             n_ms, n_values = n_ms + 1, n_values + len(acc.rows)
         else:  # a millisecond time among seconds in one run
             del runs[key]
@@ -1269,15 +1296,22 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
         )
     assembled = []
     no_plan: set[_Key] = set()
+    changed: dict[_Key, FeatureTimeline] = {}
     for key in list(runs):
         acc = runs.pop(key)  # each run's rows freed as its Run is made: never both whole
         if acc.planned is None:
             no_plan.add(key)
         try:
-            assembled.append((key, _assemble(key, acc, plan_optional)))
+            run = _assemble(key, acc, plan_optional)
         except RunsCsvError as err:
             bad[key] = SkippedRun(key[3], err.line, err.reason)
+            continue
+        assembled.append((key, run))
+        found = _timeline(acc, run)
+        if found is not None:
+            changed[key] = found
     assembled = _qualified(assembled)
+    timelines = {run_key(run): changed[key] for key, run in assembled if key in changed}
     out = [run for _key, run in assembled]
     planless = frozenset(run_key(run) for key, run in assembled if key in no_plan)
     out.sort(key=lambda r: (r.start_timestamp, r.run_id, r.namespace, r.pod, r.container))
@@ -1291,7 +1325,9 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
             f"{MAX_COLUMNS} columns: the same columns read of each"
         )
     unread_t = tuple((ln, why, n) for ln, why, n in unread)
-    return RunsFile(out, skipped, more_rows, dict(dropped), tuple(notes), unread_t, planless)
+    return RunsFile(
+        out, skipped, more_rows, dict(dropped), tuple(notes), unread_t, planless, timelines
+    )
 
 
 def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float, float, int]]:
@@ -1450,6 +1486,52 @@ def _assemble(key: _Key, acc: _Acc, plan_optional: bool = False) -> Run:
         return validate_run(run)
     except RunError as err:  # pragma: no cover - the checks above are stricter
         raise RunsCsvError(acc.first_line, str(err)) from None
+
+
+def _state_bytes(state: State) -> int:
+    """What one row's features (``State``, kept once a file) may hold, estimated
+    (``MAX_HELD_BYTES``): a tuple, a ``(name, value)`` pair per value and the value."""
+    return TEXT_BYTES + sum(
+        TEXT_BYTES + (TEXT_BYTES + len(v) if isinstance(v, str) else FEATURE_BYTES)
+        for _n, v in state
+    )
+
+
+def _row_states(acc: _Acc) -> list[tuple[int, State]]:
+    """``(line, features)`` of each of ``acc``'s rows, in file order (``_Acc.changes``
+    holds them where they change)."""
+    lines = sorted([*(ln for _e, _t, ln in acc.rows), *(ln for _t, ln in acc.bare)])
+    out = []
+    k = -1
+    for line in lines:
+        while k + 1 < len(acc.changes) and acc.changes[k + 1][0] <= line:
+            k += 1
+        out.append((line, acc.changes[k][1] if k >= 0 else ()))
+    return out
+
+
+def _changes(states: Iterable[tuple[int, State]]) -> list[tuple[int, State]]:
+    """``states`` (in file order) where each differs from the one before."""
+    out: list[tuple[int, State]] = []
+    for line, state in states:
+        if not out or out[-1][1] != state:
+            out.append((line, state))
+    return out
+
+
+def _timeline(acc: _Acc, run: Run) -> FeatureTimeline | None:
+    """``run``'s features as they stood at each moment of ``acc``'s rows, or None where
+    they were the whole run's from its start on (no row changed them).
+
+    Why None: nearly every run gives its features on every row, alike; kept for each,
+    a timeline would hold its features twice for nothing."""
+    if len(acc.changes) <= 1:
+        return None  # one set of features, on every row
+    when = {ln: t for _e, t, ln in acc.rows} | {ln: t for t, ln in acc.bare}
+    found = timeline(((when[ln], ln, st) for ln, st in _row_states(acc)), CONSTANT_COLUMNS)
+    if found.times[:1] == (run.start_timestamp,) and len(found.times) == 1:
+        return None
+    return found
 
 
 def _strict(result: RunsFile) -> list[Run]:

@@ -4,7 +4,8 @@ Why a module: everything ``EtaModel.fit`` measures (the blend's weights, the cho
 among options, the calibration bins, the job shifts and widths) is measured on the
 same samples: the most recent finished runs cut at their start, at the last epoch
 seen at each of ``POINTS`` and once in their last interval, each forecast by parts
-built only from runs that ended before that moment (the job prior and analogs
+built only from runs that ended before that moment, and from what the run itself
+had measured by then (``cut``: no whole-run means; the job prior and analogs
 temporal, the pooled regression as it stood before the run: ``PriorEstimator.
 held_out``). ``evaluate`` scores the same moments (``replay_moments``) but the last
 interval's, so the backtest and the calibration cannot drift apart.
@@ -34,7 +35,7 @@ from gpu_eta.forecaster.estimators.blend import BlendEstimator, Components
 from gpu_eta.forecaster.estimators.choice import configuration, rate_candidates
 from gpu_eta.forecaster.estimators.prior import job_key
 from gpu_eta.forecaster.estimators.selfcheck import self_check
-from gpu_eta.forecaster.runs import Run, as_seen_live
+from gpu_eta.forecaster.runs import MEASURED_FEATURES, Run, as_seen_live
 
 
 def truncate(run: Run, point: float) -> Run:
@@ -42,8 +43,23 @@ def truncate(run: Run, point: float) -> Run:
     (within ``calibration.CUT_SLACK``), as it was seen live (``as_seen_live``)."""
     seen = as_seen_live(run)
     limit = cut_limit(point, seen.epochs_planned)
-    times = tuple(et for et in seen.epoch_times if et[0] <= limit)
-    return dataclasses.replace(seen, epoch_times=times, completed=None)
+    return cut(seen, tuple(et for et in seen.epoch_times if et[0] <= limit))
+
+
+def cut(seen: Run, times: tuple[tuple[float, float], ...]) -> Run:
+    """``seen`` (``as_seen_live``) as it stood at the last of ``times``, a prefix of its
+    points: running, without its measured means (``runs.MEASURED_FEATURES``).
+
+    Why without them: a finished run keeps only its whole-run mean GPU and memory use,
+    which a moment part-way had not measured yet (a run whose GPU idled in its second
+    half read that from its start). The pooled regression imputes them, as for a run
+    that reports none; its configuration and identity, known from its start, stay.
+    ``evaluate`` puts back what a runs file's rows up to the moment held
+    (``feature_timeline``)."""
+    features = seen.features
+    if any(name in features for name in MEASURED_FEATURES):
+        features = {k: v for k, v in features.items() if k not in MEASURED_FEATURES}
+    return dataclasses.replace(seen, epoch_times=times, completed=None, features=features)
 
 
 def replay_moments(run: Run) -> Iterator[tuple[float, Run]]:
@@ -94,7 +110,7 @@ def calibration_moments(run: Run) -> Iterator[tuple[float, Run]]:
         and run_point(times[1][0] / seen.epochs_planned, 2) == FIRST
         and all(len(part.epoch_times) != 2 for _p, part in moments)
     ):
-        yield FIRST, dataclasses.replace(seen, epoch_times=times[:2], completed=None)
+        yield FIRST, cut(seen, times[:2])
     late = [
         k
         for k in range(1, len(times) - 1)
@@ -103,7 +119,7 @@ def calibration_moments(run: Run) -> Iterator[tuple[float, Run]]:
     ]
     if late:
         k = late[len(late) // 2]
-        yield END, dataclasses.replace(seen, epoch_times=times[: k + 1], completed=None)
+        yield END, cut(seen, times[: k + 1])
 
 
 def run_bin(run: Run, has_analogs: bool) -> float:

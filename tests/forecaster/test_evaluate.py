@@ -686,3 +686,48 @@ def test_runs_resumed_from_a_checkpoint_are_scored_on_the_epochs_they_did() -> N
     evaluate.write_predictions(result.predictions, written)
     epochs = {float(row["epoch"]) for row in csv.DictReader(io.StringIO(written.getvalue()))}
     assert epochs and all(40.0 <= e < 50.0 for e in epochs)  # the file's epochs, as read
+
+
+def _ramp_file(path: Path, last_run_changes: bool) -> Path:
+    """30 runs of 10 epochs, fast (10 s, batch 64, GPU 90 % busy) or slow (30 s, batch
+    256, 30 % busy), then one more run ending last: fast throughout, or fast up to
+    epoch 5 and then slow (``last_run_changes``: a batch-size ramp, its GPU idling)."""
+    lines = [
+        "run_id,epoch,epochs_planned,timestamp_seconds,job_name,batch_size,gpu_utilization_ratio"
+    ]
+    t = 1_700_000_000.0
+    for i in range(31):
+        slow_run = i % 2 == 1 and i < 30
+        ts = t
+        for e in range(11):
+            slow = slow_run or (i == 30 and last_run_changes and e > 5)
+            batch, util = (256, 0.3) if slow else (64, 0.9)
+            lines.append(f"r{i},{e},10,{ts:.3f},train,{batch},{util}")
+            ts += 30.0 if slow else 10.0 + (i % 3)
+        t = ts + 5.0
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_run_is_forecast_from_its_rows_up_to_the_moment_not_its_whole_run(
+    tmp_path: Path,
+) -> None:
+    """The run that ends last, read from two files that differ only in its rows after
+    epoch 5 (a batch size ramped 64 -> 256, GPU use 0.9 -> 0.3): every forecast up to
+    epoch 5 was made from the same rows, so it is the same forecast. Built from the
+    whole run (its mean utilisation, its last batch size), the pooled regression read
+    the run's later behaviour from its start."""
+    got = {}
+    for changes in (False, True):
+        runs = _ramp_file(tmp_path / f"runs{changes}.csv", changes)
+        preds = tmp_path / f"pred{changes}.csv"
+        code, _out, err = run_cli("--runs", str(runs), "--predictions", str(preds))
+        assert code == 0, err
+        with preds.open() as fh:
+            got[changes] = {
+                float(r["epoch"]): (r["p10"], r["p50"], r["p90"])
+                for r in csv.DictReader(fh)
+                if r["run_id"] == "r30" and float(r["epoch"]) <= 5
+            }
+    assert set(got[True]) == {0.0, 1.0, 2.0, 5.0}  # start, 10, 25 and 50 %
+    assert got[True] == got[False]

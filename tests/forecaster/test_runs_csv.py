@@ -1175,9 +1175,54 @@ def test_what_the_runs_hold_is_estimated_and_bounded(
     path.write_text(_wide_runs(600, 20))
     per_run = runs_csv.RUN_BYTES + 2 * runs_csv.ROW_BYTES
     per_run += sum(runs_csv.TEXT_BYTES + len(f"{599}-{i}-") + 190 for i in range(20))
+    # the features of its rows, alike on both (``_Acc.changes``): a run's own texts
+    per_run += runs_csv.CHANGE_BYTES + runs_csv.TEXT_BYTES
+    per_run += sum(2 * runs_csv.TEXT_BYTES + len(f"{599}-{i}-") + 190 for i in range(20))
     result, peak = _read_traced(path)
     assert len(result.runs) == 600
     assert peak <= 600 * per_run, (peak, 600 * per_run)
     monkeypatch.setattr(runs_csv, "MAX_HELD_BYTES", 100 * per_run)
     with pytest.raises(RunsCsvError, match=r"would hold more than .* GiB of memory \(101 runs\)"):
         read_runs_file(path)
+
+
+def test_a_run_whose_rows_change_its_features_keeps_them_as_they_stood() -> None:
+    """What the rows up to each moment gave (``RunsFile.timelines``, by the runs'
+    ``RunKey``), for the backtest's forecasts part-way: a ramp read with its batch size
+    then, a mean with the rows so far, a row without progress at its time, a
+    millisecond clock in seconds, rows of a run moved to another node type or without
+    its job joined with it. A run whose rows all give the same features has none: they
+    are its whole run's from its start."""
+    text = (
+        f"{HEADER},job_name,node_type,batch_size,gpu_utilization_ratio\n"
+        "g,0,4,1000,llm,a100,64,0.9\ng,1,4,1100,llm,a100,64,0.7\n"
+        "g,,4,1150,llm,a100,,0.2\n"
+        "g,3,4,1300,llm,h100,256,0.2\ng,2,4,1200,,,128,\ng,4,4,1400,llm,h100,256,0.2\n"
+        "ms,0,2,1700000000000,x,a100,32,0.5\nms,1,2,1700000010000,x,a100,16,0.5\n"
+        "ms,2,2,1700000020000,x,a100,16,0.5\n"
+        "same,0,2,0,y,a100,8,0.5\nsame,1,2,10,y,a100,8,0.5\nsame,2,2,20,y,a100,8,0.5\n"
+    )
+    result = parse_text_file(text)
+    assert not result.skipped and {r.run_id for r in result.runs} == {"g", "ms", "same"}
+    by_id = {key[3]: found for key, found in result.timelines.items()}
+    assert set(by_id) == {"g", "ms"}
+    g = by_id["g"]
+    assert g.at(1000.0) == {
+        "job_name": "llm",
+        "node_type": "a100",
+        "batch_size": 64.0,
+        "gpu_utilization_ratio": 0.9,
+    }
+    assert g.at(1100.0)["gpu_utilization_ratio"] == pytest.approx(0.8)
+    assert g.at(1150.0)["gpu_utilization_ratio"] == pytest.approx(0.6)  # row without progress
+    assert g.at(1250.0)["batch_size"] == 128.0  # the row without a job, in its run
+    assert g.at(1400.0) == {
+        "job_name": "llm",
+        "node_type": "a100",
+        "batch_size": 256.0,
+        "gpu_utilization_ratio": pytest.approx(0.44),
+    }
+    whole = {r.run_id: r for r in result.runs}["g"].features
+    assert dict(g.at(1400.0)) == pytest.approx(dict(whole))  # the last moment: the whole run
+    assert by_id["ms"].times == (1_700_000_000.0, 1_700_000_010.0)
+    assert by_id["ms"].at(1_700_000_000.0)["batch_size"] == 32.0

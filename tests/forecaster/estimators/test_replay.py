@@ -223,3 +223,25 @@ def test_the_moments_a_run_is_replayed_at_do_not_depend_on_its_units() -> None:
         assert len(cuts) >= 2, run.run_id
         for k in (1e-9, 1e9):
             assert _cuts(scaled(run, k)) == cuts, (run.run_id, k)
+
+
+def test_a_replayed_moment_leaves_out_the_whole_runs_measured_means() -> None:
+    """A finished run keeps only its whole-run mean GPU and memory use (the history
+    store's), which a moment part-way did not know: a run whose GPU idled in its second
+    half replayed at 10 % with its whole-run mean read its future. Each moment leaves
+    them out (the pooled regression imputes them); its configuration and identity,
+    known from its start, stay; the finished run itself keeps them as history."""
+    run = make_run(
+        "r",
+        [10.0] * 40,
+        job_name="j",
+        batch_size=64.0,
+        gpus=2.0,
+        gpu_utilization_ratio=0.6,
+        memory_utilization_ratio=0.4,
+    )
+    moments = list(calibration_moments(run))
+    assert {p for p, _part in moments} >= {0.0, FIRST, 0.1, END}  # every kind of moment
+    for _point, part in moments:
+        assert dict(part.features) == {"job_name": "j", "batch_size": 64.0, "gpus": 2.0}
+    assert run.features["gpu_utilization_ratio"] == 0.6
