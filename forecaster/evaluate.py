@@ -79,7 +79,7 @@ from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.main import Parser, UsageError
 from gpu_eta.forecaster.planless import DurationsReplay
 from gpu_eta.forecaster.promparse import printable
-from gpu_eta.forecaster.runs import Run, RunKey, own_work, resume_point, run_key, thinned
+from gpu_eta.forecaster.runs import Run, RunKey, own_work, own_work_points, run_key, thinned
 from gpu_eta.forecaster.runs_csv import (
     STDIN,
     RunsCsvError,
@@ -418,7 +418,10 @@ def backtest(
     are history with their whole-run features.
     """
     extra = dict(extra_baselines or {})
-    origins = {run_key(run): resume_point(run) for run in runs}
+    # the file's progress of each point of the run's own work (``own_work_points``)
+    reported = {
+        run_key(run): tuple(run.epoch_times[i][0] for i in own_work_points(run)) for run in runs
+    }
     runs = [own_work(run) for run in runs]
     replay = Replay(runs, model_factory, refit_fraction)
     history_match = HistoryMatch().fit([])
@@ -461,7 +464,7 @@ def backtest(
             ended_by_identity.update(identity_key(r) for r in ended)
             fitted_k = k
         truth = run.last_timestamp - part.last_timestamp
-        epoch = part.epochs_done + origins[key]  # as the file counts it
+        epoch = reported[key][len(part.epoch_times) - 1]  # as the file counts it
         if timelines is not None:  # its features as its rows up to now gave them
             part = seen_at(part, run, timelines.get(key), ts)
         if key in planless:

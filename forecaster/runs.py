@@ -225,23 +225,40 @@ def own_work(run: Run) -> Run:
     ``predict``: every estimator), ``evaluate.backtest`` and the stall check's typical
     epoch; the stored run keeps what was reported.
     """
-    k = resume_index(run)
-    if k == 0:
+    kept = own_work_points(run)
+    if kept[0] == 0:
         return run
     times = run.epoch_times
-    origin = times[k][0]
+    origin = times[kept[0]][0]
     planned = run.epochs_planned - origin
-    if not planned > 0:
-        return run
-    rebased = [(0.0, times[0][1])]
-    for epoch, ts in times[k + 1 :]:
-        if epoch - origin > rebased[-1][0]:  # exact but for plans near 1e15 (merged)
-            rebased.append((epoch - origin, ts))
+    rebased = [(0.0, times[0][1]), *((times[i][0] - origin, times[i][1]) for i in kept[1:])]
     features = run.features
     stated = features.get(STATED_PLAN)
     if isinstance(stated, float | int) and not isinstance(stated, bool):
         features = MappingProxyType({**features, STATED_PLAN: stated - origin})
     return replace(run, epochs_planned=planned, epoch_times=tuple(rebased), features=features)
+
+
+def own_work_points(run: Run) -> tuple[int, ...]:
+    """The index in ``run.epoch_times`` of each point of ``own_work(run)``: its resume
+    point (``resume_index``) for its start, then each later point whose progress past
+    it is past the one kept before (exact but for plans near 1e15: merged). Every index
+    for a run ``own_work`` leaves as it is. Pure.
+
+    Why: a point's progress as the run reported it is ``run.epoch_times[i][0]``, not the
+    rebased progress plus the resume point (``(3.1 - 0.7) + 0.7`` is
+    ``3.1000000000000005``): ``evaluate`` writes the file's epochs, to join on them."""
+    times = run.epoch_times
+    k = resume_index(run)
+    origin = times[k][0]
+    if k == 0 or not run.epochs_planned - origin > 0:
+        return tuple(range(len(times)))
+    kept, done = [k], 0.0
+    for i in range(k + 1, len(times)):
+        if times[i][0] - origin > done:
+            kept.append(i)
+            done = times[i][0] - origin
+    return tuple(kept)
 
 
 def counts_steps(run: Run | RunUpdate) -> bool:

@@ -731,3 +731,28 @@ def test_a_run_is_forecast_from_its_rows_up_to_the_moment_not_its_whole_run(
             }
     assert set(got[True]) == {0.0, 1.0, 2.0, 5.0}  # start, 10, 25 and 50 %
     assert got[True] == got[False]
+
+
+def test_predictions_of_runs_resumed_at_a_fraction_join_the_runs_file(tmp_path: Path) -> None:
+    """Resumed at 0.7 of a plan of 4 (a row 0.7 at the start), then fractional epochs:
+    each prediction's epoch is the runs file's own, so the two files join on run_id +
+    epoch read as numbers. Rebased and added back, (3.1 - 0.7) + 0.7 is
+    3.1000000000000005, and 16 of 40 predictions joined no row."""
+    epochs = (0.9, 1.7, 1.8, 2.9, 3.1, 3.4, 3.6, 4.0)
+    lines = ["run_id,epoch,epochs_planned,timestamp_seconds,job_name"]
+    for i in range(8):
+        start = 1_700_000_000.0 + 1000.0 * i
+        lines += [f"r{i},0,4,{start},j", f"r{i},0.7,4,{start},j"]
+        lines += [f"r{i},{e},4,{start + 100.0 * (e - 0.7) + i:.3f},j" for e in epochs]
+    runs = tmp_path / "runs.csv"
+    runs.write_text("\n".join(lines) + "\n")
+    preds = tmp_path / "pred.csv"
+    code, _out, err = run_cli("--runs", str(runs), "--predictions", str(preds))
+    assert code == 0, err
+    with runs.open() as fh:
+        rows = {(r["run_id"], float(r["epoch"])) for r in csv.DictReader(fh)}
+    with preds.open() as fh:
+        written = [(r["run_id"], float(r["epoch"])) for r in csv.DictReader(fh)]
+    assert len(written) == 40
+    assert [w for w in written if w not in rows] == []
+    assert ("r0", 0.7) in written  # the start: the progress it resumed with

@@ -11,6 +11,7 @@ from gpu_eta.forecaster.runs import (
     STATED_PLAN,
     Run,
     own_work,
+    own_work_points,
     resume_point,
     validate_run,
 )
@@ -52,6 +53,9 @@ def test_the_resume_point_is_the_last_point_stamped_at_the_start() -> None:
     run = Run("c", 10.0, ((0.0, T0), (2.0, T0), (3.0, T0 + 0.0005), (4.0, T0 + 30.0)))
     assert resume_point(run) == 3.0
     assert own_work(run).epoch_times == ((0.0, T0), (1.0, T0 + 30.0))
+    # where each point of that work is in the run as reported: its start the resume
+    assert own_work_points(run) == (2, 3)
+    assert own_work_points(Run("f", 10.0, ((0.0, T0), (1.0, T0 + 1.0)))) == (0, 1)
 
 
 def test_a_run_resumed_at_its_plan_is_left_as_it_is() -> None:
