@@ -756,3 +756,20 @@ def test_predictions_of_runs_resumed_at_a_fraction_join_the_runs_file(tmp_path: 
     assert len(written) == 40
     assert [w for w in written if w not in rows] == []
     assert ("r0", 0.7) in written  # the start: the progress it resumed with
+
+
+def test_the_table_says_where_the_history_match_answered_fewer_moments() -> None:
+    """At 10-95 % gpu-eta and the rate baselines are scored on every moment, the history
+    match on those it could answer (a run of the file must have ended before): the file's
+    first run's moments are not among them. One ``n`` per point read as the history
+    match's too; the line under the table gives its own where it is fewer."""
+    code, out, err = run_cli("--runs", str(FIXTURES / "shared_tune.csv"))
+    assert code == 0, err
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:8]}
+    assert rows["10%"] == "10"
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("history_match:")]
+    assert "10%: 9 of 10" in line and "90%: 9 of 10" in line
+    assert "start" not in line and "95%" not in line  # where it answered every moment
+    code, out, _err = run_cli("--runs", str(FIXTURES / "shared_tune.csv"), "--json")
+    answered = {p["point"]: p["answered"]["history_match"] for p in json.loads(out)["points"]}
+    assert answered[0.1] == 9
