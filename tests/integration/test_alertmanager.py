@@ -91,6 +91,16 @@ def _hour_before(target: str, job: str, pod: str, path: Path, step: int = 15) ->
     return path
 
 
+def _still_alerting(target: str, prom, am) -> str:
+    """What each part holds of jupyter-dave when its alerts did not resolve: the
+    exporter's lines, Prometheus' ALERTS and Alertmanager's alerts."""
+    with urllib.request.urlopen(f"http://{target}/metrics", timeout=10) as answer:
+        lines = [ln for ln in answer.read().decode().splitlines() if "jupyter-dave" in ln]
+    alerts = [(a["labels"]["alertname"], a.get("endsAt"), a["status"]) for a in am.alerts()]
+    firing = prom.query('ALERTS{pod="jupyter-dave"}')
+    return f"exporter: {lines[:6]}; Prometheus ALERTS: {firing}; Alertmanager: {alerts}"
+
+
 def _ours(am) -> dict[str, dict]:
     """Active alerts about jupyter-dave by name."""
     return {
@@ -144,7 +154,10 @@ def test_alert_reaches_alertmanager_intact_and_resolves(
 
         # the cause ends: the notebook is gone, its series vanish, the alerts resolve
         _write(scenario, SCENARIO)
-        wait_until(lambda: not _ours(am), 90, what="the alerts resolved in Alertmanager")
+        try:
+            wait_until(lambda: not _ours(am), 90, what="the alerts resolved in Alertmanager")
+        except TimeoutError as err:  # say which part kept them: the source, or Alertmanager
+            raise AssertionError(_still_alerting(exporter.target, prom, am)) from err
         # resolved at the source too (not merely expired in Alertmanager)
         assert prom.query('ALERTS{pod="jupyter-dave"}') == []
         assert "jupyter-dave" not in am.amtool("alert", "query")
