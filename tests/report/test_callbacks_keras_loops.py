@@ -141,7 +141,9 @@ def test_a_held_end_and_an_open_reporter_hold_the_exit_one_second_in_all(listene
     held end's sender thread, still stopping, was given 0.1 s more (1.1 s). That last is
     read from the joins' own timeouts (``JOINED PAST``: how far past the exit deadline
     a sender's join may wait), not the clock at the end, which a loaded machine moved
-    85 ms past it with no join planned past it."""
+    85 ms past it with no join planned past it. A join's own timeout is computed a moment
+    before the join is called, so a loaded machine also moves that reading (11 ms in a
+    loaded rehearsal): it must stay under 50 ms, half the 0.1 s it guards against."""
     out = run(
         listener,
         """
@@ -168,7 +170,7 @@ atexit.register(lambda: stamps.append(time.monotonic()))  # runs first
 """,
     )
     took, past = (float(v) for v in out.split("EXIT HOOKS")[1].split()[0:4:3])
-    assert 0.9 < took < 1.6 and past < 0.01, out
+    assert 0.9 < took < 1.6 and past < 0.05, out
 
 
 def test_a_held_end_is_sent_at_exit_though_no_thread_may_start_there(listener):
