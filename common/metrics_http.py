@@ -11,23 +11,33 @@ Prometheus (or several) comes. ``render(accept)`` gets the request's ``Accept`` 
 and returns the body and its content type (the exporter always answers the text
 format 0.0.4, as node_exporter does; the forecaster negotiates OpenMetrics).
 
-Requests are handled in threads, at most ``MAX_CONNECTIONS`` connections at once (one
-more is closed as it is accepted, and counted), each socket read and write given
-``IO_TIMEOUT_SECONDS``: a client that sends half a request line and waits, or holds
-hundreds of connections open, holds that many threads only that long, not the
-process's threads and memory for ever (Prometheus scrapes over one or two kept-alive
-connections per server). A failing render is logged and answered 500 (never a
-traceback to the client), and request lines are logged at debug only.
+Requests are handled in threads, at most ``MAX_CONNECTIONS`` connections at once and
+``MAX_CONNECTIONS_PER_ADDRESS`` from one client address (one more is closed as it is
+accepted, and counted). A request's line and headers must be in within
+``IO_TIMEOUT_SECONDS`` of the connection's accept, or of the previous answer on a
+kept-alive connection, in all: each read is given what is left of that deadline
+(``_DeadlineReads``), not a timeout of its own that every byte starts over. Each write
+of an answer is given ``IO_TIMEOUT_SECONDS``. So a client that sends half a request
+and waits, or a byte every few seconds, holds a thread that long and no longer, and
+from one address it holds at most its share of them: Prometheus scrapes over one or
+two kept-alive connections per server, and several replicas and the kubelet's probes
+come from addresses of their own. A failing render is logged and answered 500 (never
+a traceback to the client), and request lines are logged at debug only.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import socket
+import sys
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from gpu_eta.common.connection_slots import ConnectionSlots
 from gpu_eta.common.listen_socket import listening_socket
 
 log = logging.getLogger(__name__)
@@ -36,6 +46,11 @@ Health = Callable[[], tuple[bool, str]]
 Render = Callable[[str], tuple[bytes, str]]
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 MAX_CONNECTIONS = 32
+# Why 8: Prometheus keeps one or two connections per target, a scrape that times out
+# may leave one more until the server notices, and the kubelet's liveness and
+# readiness probes come from the node's address; 8 leaves room for all of that
+# behind one address (a NAT) and still leaves 24 to the others.
+MAX_CONNECTIONS_PER_ADDRESS = 8
 IO_TIMEOUT_SECONDS = 10.0
 
 
@@ -61,33 +76,87 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self.refused = 0  # connections closed at accept: ``MAX_CONNECTIONS`` were open
+        self._slots = ConnectionSlots()
+        self._most = MAX_CONNECTIONS
+        self._most_per_address = MAX_CONNECTIONS_PER_ADDRESS
+        self.refused = 0  # connections closed at accept: over either cap
 
     def process_request(self, request: object, client_address: object) -> None:
-        """A thread for the connection while fewer than ``MAX_CONNECTIONS`` are open;
-        else it is closed at once."""
-        if not self._slots.acquire(blocking=False):
+        """A thread for the connection while fewer than ``MAX_CONNECTIONS`` are open
+        and fewer than ``MAX_CONNECTIONS_PER_ADDRESS`` from its address; else it is
+        closed at once."""
+        address = _address(client_address)
+        if not self._slots.admit(address, self._most, self._most_per_address):
             self.refused += 1
             if self.refused in (1, 10, 100) or self.refused % 1000 == 0:
                 log.warning(
-                    "metrics server: %d connection(s) refused: %d already open",
+                    "metrics server: %d connection(s) refused: %d open in all or %d from "
+                    "the address (the last from %s)",
                     self.refused,
-                    MAX_CONNECTIONS,
+                    self._most,
+                    self._most_per_address,
+                    address,
                 )
             self.shutdown_request(request)  # type: ignore[arg-type]
             return
         try:
             super().process_request(request, client_address)  # type: ignore[arg-type]
         except BaseException:
-            self._slots.release()
+            self._slots.release(address)
             raise
 
     def process_request_thread(self, request: object, client_address: object) -> None:
         try:
             super().process_request_thread(request, client_address)  # type: ignore[arg-type]
         finally:
-            self._slots.release()
+            self._slots.release(_address(client_address))
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client gone before its answer is written is logged at debug (socketserver's
+        default prints a traceback on stderr for each); anything else with its traceback."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.debug("metrics server: %s went away before its answer", _address(client_address))
+            return
+        log.exception("metrics server: serving %s failed", _address(client_address))
+
+
+def _address(client_address: object) -> str:
+    """The host part of a peer address (``(host, port)`` or IPv6's 4-tuple)."""
+    if isinstance(client_address, tuple) and client_address:
+        return str(client_address[0])
+    return str(client_address)
+
+
+class _DeadlineReads(io.RawIOBase):
+    """A connection's reads, each timed out at its request's ``deadline`` (monotonic
+    seconds) rather than after a timeout of its own; its writes keep the socket's own.
+
+    Why: ``BaseHTTPRequestHandler`` gives each socket read the handler's ``timeout``,
+    which every byte that arrives starts over: with it, a byte every few seconds keeps
+    a request line and its headers being read for as long as the client likes, and 32
+    such connections hold every thread, so /metrics, /healthz and /readyz answer nobody
+    and the failing liveness probe gets the pod restarted. ``deadline`` starts
+    ``timeout_seconds`` from now; the handler sets it again for each request.
+    """
+
+    def __init__(self, sock: socket.socket, timeout_seconds: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._write_timeout = timeout_seconds
+        self.deadline = time.monotonic() + timeout_seconds
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request not complete by its deadline")
+        self._sock.settimeout(left)
+        try:
+            return self._sock.recv_into(buffer)
+        finally:
+            self._sock.settimeout(self._write_timeout)  # the answer's writes
 
 
 class MetricsServer:
@@ -138,6 +207,11 @@ class MetricsServer:
         )
         self._thread.start()
 
+    @property
+    def refused(self) -> int:
+        """Connections closed as they were accepted (over a cap) since ``start``."""
+        return self._server.refused if self._server is not None else 0
+
     def serve(self) -> MetricsServer:
         """``start()``, returning the server (for ``with``-less one-liners)."""
         self.start()
@@ -157,10 +231,24 @@ class MetricsServer:
 def _handler(
     render: Render, health: Health, ready: Health, landing: bytes, name: str
 ) -> type[BaseHTTPRequestHandler]:
+    io_timeout = IO_TIMEOUT_SECONDS
+
     class Handler(BaseHTTPRequestHandler):
         server_version = name
         protocol_version = "HTTP/1.1"
-        timeout = IO_TIMEOUT_SECONDS  # each read and write; an idle kept-alive one too
+        timeout = io_timeout  # each write; reads go by the request's deadline
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile.close()  # the buffered reader over the socket's own reads
+            self._reads = _DeadlineReads(self.connection, io_timeout)
+            self.rfile = io.BufferedReader(self._reads)
+
+        def handle_one_request(self) -> None:
+            """The request line and headers within ``io_timeout`` of now: the accept,
+            or the previous answer on a kept-alive connection (idle time counts)."""
+            self._reads.deadline = time.monotonic() + io_timeout
+            super().handle_one_request()
 
         def do_GET(self) -> None:
             path = urlsplit(self.path).path

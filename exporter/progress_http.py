@@ -56,6 +56,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
+from gpu_eta.common.connection_slots import ConnectionSlots
 from gpu_eta.common.listen_socket import listening_socket
 from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.progress import (
@@ -1025,8 +1026,7 @@ class _Server:
         self.sock.setblocking(False)
         self.port = int(self.sock.getsockname()[1])
         self.loop = asyncio.new_event_loop()
-        self._open: dict[str, int] = {}
-        self._open_total = 0
+        self.slots = ConnectionSlots()  # open connections, in all and per address
         self.lingering = 0  # refused connections still open (see REFUSED_LINGER_SECONDS)
         self._ack_lock = threading.Lock()
         self._acks: list[tuple[_Ack, bool]] = []
@@ -1060,22 +1060,10 @@ class _Server:
             ack.conn.acked(ok, ack.text, ack.close)
 
     def admit(self, ip: str) -> bool:
-        if (
-            self._open_total >= MAX_CONNECTIONS
-            or self._open.get(ip, 0) >= MAX_CONNECTIONS_PER_ADDRESS
-        ):
-            return False
-        self._open_total += 1
-        self._open[ip] = self._open.get(ip, 0) + 1
-        return True
+        return self.slots.admit(ip, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS)
 
     def release(self, ip: str) -> None:
-        self._open_total -= 1
-        left = self._open.get(ip, 1) - 1
-        if left > 0:
-            self._open[ip] = left
-        else:
-            self._open.pop(ip, None)
+        self.slots.release(ip)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)

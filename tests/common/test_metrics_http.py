@@ -15,7 +15,7 @@ from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.readings import DeviceReading
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
-from tests.support.net import has_ipv6_loopback
+from tests.support.net import dribble_until_cut, has_ipv6_loopback, read_answer
 
 
 @pytest.fixture
@@ -110,15 +110,24 @@ def test_every_address_means_ipv4_and_ipv6_where_the_node_has_ipv6() -> None:
         only_v6.stop()
 
 
+def _started(
+    monkeypatch: pytest.MonkeyPatch, body: bytes = b"up 1\n", **limits: float
+) -> MetricsServer:
+    """A started server rendering ``body``, with the module's limits (read at start)
+    set first: ``MAX_CONNECTIONS=3`` and the like."""
+    for name, value in limits.items():
+        monkeypatch.setattr(metrics_http, name, value)
+    server = MetricsServer("127.0.0.1", 0, lambda accept: (body, TEXT_FORMAT))
+    server.start()
+    return server
+
+
 def test_connections_are_capped_and_idle_ones_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     """A client holding many connections with half a request line each: at most
     ``MAX_CONNECTIONS`` get a thread, the others are closed as they are accepted, and
     the held ones are closed after ``IO_TIMEOUT_SECONDS`` without a byte; then a scrape
     is answered again."""
-    monkeypatch.setattr(metrics_http, "MAX_CONNECTIONS", 3)
-    monkeypatch.setattr(metrics_http, "IO_TIMEOUT_SECONDS", 0.5)
-    server = MetricsServer("127.0.0.1", 0, lambda accept: (b"up 1\n", TEXT_FORMAT))
-    server.start()
+    server = _started(monkeypatch, MAX_CONNECTIONS=3, IO_TIMEOUT_SECONDS=0.5)
     held: list[socket.socket] = []
     try:
         before = threading.active_count()
@@ -139,6 +148,78 @@ def test_connections_are_capped_and_idle_ones_closed(monkeypatch: pytest.MonkeyP
             assert sock.recv(1) == b""  # the server gave up on the request line
         assert time.monotonic() - started < 2
         assert requests.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5).text == "up 1\n"
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()
+
+
+def test_a_request_dribbled_a_byte_at_a_time_is_cut_at_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The request line and headers must be in within ``IO_TIMEOUT_SECONDS`` of the
+    connection's accept (or its previous answer), however often bytes come: a byte
+    every so often held a thread for as long as the sender liked, and 32 such
+    connections took /metrics, /healthz and /readyz down for good."""
+    server = _started(monkeypatch, IO_TIMEOUT_SECONDS=1.0)
+    try:
+        cut_after = dribble_until_cut("127.0.0.1", server.port, 4.0, 0.25)
+        assert cut_after is not None, "a request dribbled over 4 s was still being read"
+        assert 0.9 <= cut_after < 1.8
+        assert requests.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5).text == "up 1\n"
+    finally:
+        server.stop()
+
+
+def test_a_slow_request_within_the_deadline_and_a_kept_alive_one_are_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each request of a kept-alive connection has a deadline of its own (counted from
+    the previous answer), and the answer's writes are not cut by what was left of the
+    request's reads. (Three requests take ~2.4 s: longer than one deadline.)"""
+    server = _started(monkeypatch, b"up 1\n" * 5000, IO_TIMEOUT_SECONDS=1.0)
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            for _ in range(3):
+                request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+                time.sleep(0.3)  # idle, kept alive (the first: just accepted)
+                for i in range(0, len(request), 4):  # then ~0.5 s of the 1 s left
+                    sock.sendall(request[i : i + 4])
+                    time.sleep(0.5 / (len(request) / 4))
+                answer = read_answer(sock)
+                assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
+                assert answer.endswith(b"up 1\n" * 5000)
+    finally:
+        server.stop()
+
+
+def test_one_address_holds_at_most_its_share_of_the_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client from one address cannot take every connection: past
+    ``MAX_CONNECTIONS_PER_ADDRESS`` its connections are closed at accept, and a
+    scrape from another address is answered while it holds its share."""
+    server = _started(monkeypatch, MAX_CONNECTIONS=6, MAX_CONNECTIONS_PER_ADDRESS=2)
+    held: list[socket.socket] = []
+    try:
+        for source in ("127.0.0.2",) * 5 + ("127.0.0.3",) * 2:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((source, 0))
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", server.port))
+            sock.sendall(b"GET /metrics HTTP/1.1\r\n")
+            held.append(sock)
+        time.sleep(0.2)
+        open_ones = []
+        for sock in held:
+            sock.settimeout(0.3)
+            try:
+                open_ones.append(sock.recv(1) != b"")
+            except TimeoutError:
+                open_ones.append(True)  # still held by the server
+        assert open_ones == [True, True, False, False, False, True, True]
+        assert requests.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5).text == "up 1\n"
+        assert server.refused == 3
     finally:
         for sock in held:
             sock.close()

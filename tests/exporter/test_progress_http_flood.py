@@ -237,7 +237,7 @@ def test_a_connection_closed_with_answers_unread_frees_its_slot(monkeypatch, how
         while lst._server.connections and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not lst._server.connections, "the slot is still held"
-        assert lst._server._open == {}
+        assert lst._server.slots.by_address() == {}
         timeouts = lst.counts()["timeout"]
         assert timeouts == (2 if how == "late" else 1), timeouts  # a 408 is counted too
     finally:

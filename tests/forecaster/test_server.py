@@ -5,12 +5,15 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import requests
 
+from gpu_eta.common import metrics_http
 from gpu_eta.forecaster.forecast import ForecastSet
 from gpu_eta.forecaster.promapi import PromAPIError
 from gpu_eta.forecaster.publish import ServiceState, make_registry
 from gpu_eta.forecaster.server import Service, metrics_server
+from tests.support.net import dribble_until_cut
 
 
 class ScriptedCycle:
@@ -87,6 +90,22 @@ def test_http_endpoints() -> None:
         assert om.text.rstrip().endswith("# EOF")
         assert requests.get(base + "/healthz", timeout=10).text == "ok\n"
         assert requests.get(base + "/nope", timeout=10).status_code == 404
+    finally:
+        srv.stop()
+
+
+def test_a_request_dribbled_a_byte_at_a_time_is_cut_at_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The forecaster's port (``serve``'s server) gives a request's line and headers
+    ``IO_TIMEOUT_SECONDS`` in all, not per byte: 32 connections sending a byte every
+    few seconds held every thread, and /healthz failing got the pod restarted."""
+    monkeypatch.setattr(metrics_http, "IO_TIMEOUT_SECONDS", 1.0)
+    srv = metrics_server(make_registry(ServiceState()), "127.0.0.1", 0).serve()
+    try:
+        cut_after = dribble_until_cut("127.0.0.1", srv.port, 4.0, 0.25)
+        assert cut_after is not None and cut_after < 1.8, cut_after
+        assert requests.get(f"http://127.0.0.1:{srv.port}/healthz", timeout=5).text == "ok\n"
     finally:
         srv.stop()
 

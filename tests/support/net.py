@@ -1,5 +1,5 @@
-"""Network facts of the machine the tests run on, a raw progress POST, and a loopback
-HTTP server for a handler class."""
+"""Network facts of the machine the tests run on, a raw progress POST, a request
+dribbled a byte at a time, and a loopback HTTP server for a handler class."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import random
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -81,6 +82,37 @@ def read_answer(sock: socket.socket) -> bytes:
             length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
             if len(body) >= length:
                 return data
+
+
+def dribble_until_cut(
+    host: str, port: int, for_seconds: float, every_seconds: float, source: str = "127.0.0.1"
+) -> float | None:
+    """Send a request that never ends (``GET /metrics`` then one header that grows by a
+    byte every ``every_seconds``) from ``source`` to ``host:port`` for at most
+    ``for_seconds``: how long after connecting the server closed or reset the
+    connection, else None (it still read on). What a client holding a server's threads
+    with half-sent requests does; the bytes keep any per-read timeout from expiring."""
+    request = b"GET /metrics HTTP/1.1\r\nX-Pad: " + b"a" * 100_000
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as conn:
+        conn.settimeout(5)
+        conn.bind((source, 0))
+        conn.connect((host, port))
+        started = time.monotonic()
+        sent = 0
+        while time.monotonic() - started < for_seconds:
+            try:
+                conn.sendall(request[sent : sent + 1])
+                sent += 1
+                conn.settimeout(every_seconds)
+                if conn.recv(4096) == b"":  # closed (an answer would be a refusal too)
+                    return time.monotonic() - started
+            except TimeoutError:
+                continue  # nothing from the server: the next byte
+            except OSError:  # reset
+                return time.monotonic() - started
+            else:
+                return time.monotonic() - started  # answered: the server gave up on it
+    return None
 
 
 @contextlib.contextmanager
