@@ -97,6 +97,9 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["once", "--prometheus.header", "X-Scope-OrgID"], "expected NAME=VALUE"),
         (["serve", "--prometheus.header", "X-A=a\nb"], "X-A: value holds a control"),
         (["once", "--prometheus.header", "Authorization=Bearer x"], "bearer-token-file"),
+        # a long query is POSTed as a form: a Content-Type of the user's replaced that
+        # encoding's, and Prometheus answered 400 "no expression found in input"
+        (["once", "--prometheus.header", "Content-Type=text/plain"], "Content-Type cannot be"),
         (["once", "--prometheus.timeout", "abc"], "invalid float value"),
         (["once", "--prometheus.timeout", "0"], "--prometheus.timeout must be > 0"),
         (["serve", "--prometheus.timeout", "inf"], "--prometheus.timeout must be > 0 and finite"),

@@ -268,6 +268,7 @@ def test_extra_headers_go_with_the_token_and_a_long_query_posted(
         ("Authorization=Bearer s3cret", "bearer-token-file"),
         ("host=prom.example", "cannot be set"),
         ("Accept-Encoding=br", "cannot be set"),
+        ("content-type=application/json", "content-type cannot be set"),
     ],
 )
 def test_a_bad_header_is_a_config_error_that_never_shows_its_value(
@@ -294,3 +295,5 @@ def test_the_client_refuses_bad_headers_given_in_code() -> None:
         PromClient("http://127.0.0.1:9", headers={"X-A": "a\nb"})
     with pytest.raises(PromAPIError, match="cannot be set"):
         PromClient("http://127.0.0.1:9", headers={"authorization": "Bearer x"})
+    with pytest.raises(PromAPIError, match="Content-Type cannot be set"):
+        PromClient("http://127.0.0.1:9", headers={"Content-Type": "application/json"})
