@@ -146,6 +146,21 @@ class Config:
                     f"{without_credentials(self.pushgateway_url)!r}: give them as "
                     "--pushgateway.basic-auth-user and --pushgateway.basic-auth-password-file"
                 )
+            # prometheus_client prefixes http:// to a URL not starting with http:// or
+            # https:// (case matters): ftp://pg became http://ftp://pg, failing only at
+            # the push, after the cycle had queried and written its history
+            scheme = (
+                self.pushgateway_url.partition("://")[0]
+                if "://" in self.pushgateway_url
+                else "http"
+            )
+            if scheme not in ("http", "https") or not pg.hostname:
+                raise ConfigError(
+                    "--pushgateway.url must be http(s)://host:port or host:port, got "
+                    f"{without_credentials(self.pushgateway_url)!r}"
+                )
+        if not self.pushgateway_job:  # the gateway answers 400: a group needs a job
+            raise ConfigError("--pushgateway.job must not be empty")
         # The other --prometheus.* values are checked where the flags are read, once
         # for serve, once and top (cli.prometheus_connection).
         for name, value in (

@@ -13,10 +13,10 @@ import pytest
 
 from gpu_eta.forecaster.config import ConfigError
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
-from gpu_eta.forecaster.main import build_parser, main
+from gpu_eta.forecaster.main import build_parser, config_from_args, main
 from gpu_eta.forecaster.publish import ServiceState
 from gpu_eta.forecaster.push import NO_AUTH, PushAuth, push_auth, push_metrics
-from tests.support.net import loopback_server
+from tests.support.net import dead_port, loopback_server
 
 
 @contextlib.contextmanager
@@ -161,3 +161,35 @@ def test_credentials_without_a_pushgateway_url_are_a_usage_error(tmp_path, capsy
     token.write_text("t\n")
     assert main(["once", "--pushgateway.bearer-token-file", str(token)]) == ExitCode.USAGE
     assert "need --pushgateway.url" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--pushgateway.url", "ftp://pg:9091"], "--pushgateway.url must be http(s)://host"),
+        (["--pushgateway.url", "HTTP://pg:9091"], "--pushgateway.url must be http(s)://host"),
+        (["--pushgateway.url", "http://:9091"], "--pushgateway.url must be http(s)://host"),
+        (["--pushgateway.url", "http://pg:9091", "--pushgateway.job", ""], "--pushgateway.job"),
+    ],
+)
+def test_bad_push_settings_stop_once_before_its_cycle(
+    flags: list[str], needle: str, tmp_path: Path, capsys
+) -> None:
+    """A push that cannot work is a usage error at start (one line, exit 2), before the
+    cycle queries Prometheus and writes its history: ``ftp://`` was pushed to as
+    ``http://ftp://…`` and an empty job got HTTP 400 from the gateway, each only after
+    the cycle (exit 1). ``HTTP://`` is refused too: prometheus_client prefixes
+    ``http://`` to any URL not starting with ``http://`` or ``https://``."""
+    db = tmp_path / "history.sqlite"
+    argv = ["once", "--prometheus.url", f"http://127.0.0.1:{dead_port()}", "--history.db", str(db)]
+    assert main([*argv, *flags]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
+    assert not db.exists()  # no cycle ran
+
+
+def test_a_plain_host_port_and_https_are_pushgateway_urls() -> None:
+    """The forms prometheus_client pushes to as given (``host:port`` gets ``http://``)."""
+    for url in ("pg:9091", "http://pg:9091", "https://pg.example/prefix"):
+        args = build_parser().parse_args(["once", "--pushgateway.url", url])
+        assert config_from_args(args).pushgateway_url == url
