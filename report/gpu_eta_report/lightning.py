@@ -7,6 +7,15 @@ pod's first process (``trainer.local_rank == 0``) reports, as ``client.other_ran
 decides for ``start()``: every pod of a multi-node job has its GPUs forecast. Hooks
 never raise into training.
 
+``Trainer(fast_dev_run=...)`` is not reported: a smoke test of one batch (or n) a
+stage, its loggers replaced by Lightning's ``DummyLogger`` and no checkpoint saved,
+as Lightning keeps it out of the run's own records. Reported, it was a run completed
+in seconds, in the configuration's history as a finished one, pulling its forecasts
+and durations down; an end not counted done would still be a run on the wire (and
+one of the pod's new runs the exporter caps). The sanity check (validation batches
+before training) calls no training hook, so it is no run of its own; a run under
+``limit_train_batches`` is a run of those batches (``num_training_batches``).
+
 The plan: ``max_epochs`` and the optimizer steps from where the run starts to
 ``max_epochs``, at most ``max_steps`` (``planned_run``): each epoch's batches over the
 gradient accumulation of that epoch; a run resumed from a checkpoint saved inside an
@@ -61,7 +70,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
+from gpu_eta_report.callback_state import ReportingCallbackState, log, never_raises
 
 try:
     from lightning.pytorch.callbacks import Callback as _Base
@@ -272,6 +281,9 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._abandon()
         if getattr(trainer, "local_rank", 0) != 0:  # each pod's first process (client.other_rank)
+            return
+        if getattr(trainer, "fast_dev_run", False):  # a smoke test, no run (module doc)
+            log.debug("gpu-eta: Trainer(fast_dev_run=...) is not reported")
             return
         batch_size = self.batch_size
         if batch_size is None:

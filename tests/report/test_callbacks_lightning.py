@@ -511,3 +511,28 @@ L.Trainer(max_epochs=3, max_steps=7, **QUIET, callbacks=[GpuEtaCallback()]).fit(
     assert (None, 7) in plans and all(plan in ((None, None), (None, 7)) for plan in plans)
     last = rows[-1]
     assert (last["epoch"], last["epochs"], last["step"], last["steps"]) == (1, None, 7, 7)
+
+
+@needs("lightning")
+def test_lightning_fast_dev_run_and_sanity_check_are_no_runs(journaling_listener):
+    """``fast_dev_run`` (``True``: one batch; ``3``: three) is a smoke test: Lightning
+    trains a few batches and skips its loggers and checkpoints. Reported, it was a run
+    completed in seconds (``(1, 1, 1, 1)``) and pulled the configuration's forecasts and
+    durations down. Neither is reported; nor is the sanity check, while a run with a
+    validation set, ``num_sanity_val_steps`` and ``limit_train_batches`` is one run,
+    planned at its limited batches (2 an epoch). One script, three trainings (run
+    ids)."""
+    run(
+        journaling_listener,
+        lightning_script()
+        + """
+for fast in (True, 3):
+    L.Trainer(max_epochs=10, fast_dev_run=fast, **QUIET,
+              callbacks=[GpuEtaCallback(run_id=f"fast-{fast}")]).fit(M(), data)
+class V(M):
+    def validation_step(self, b, i): self.log("val_loss", ((self.net(b[0]) - b[1]) ** 2).mean())
+L.Trainer(max_epochs=3, limit_train_batches=2, num_sanity_val_steps=2, **QUIET,
+          callbacks=[GpuEtaCallback(run_id="limited")]).fit(V(), data, data)
+""",
+    )
+    assert reached_by_run(journaling_listener) == {"limited": (3, 3, 6, 6)}
