@@ -5,6 +5,8 @@ How each training runs and is read: tests/support/callbacks.py.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from tests.support.callbacks import (
@@ -12,6 +14,7 @@ from tests.support.callbacks import (
     first_and_last,
     hf_script,
     needs,
+    reached_by_run,
     run,
     senders_seen,
 )
@@ -212,3 +215,80 @@ Trainer(model=M(), args=args(num_train_epochs=2), train_dataset=DS(),
 """,
     )
     assert len(listener.store.snapshot()) == 0
+
+
+@needs("transformers")
+def test_hf_max_steps_ending_an_epoch_plans_the_epochs_it_completes(journaling_listener, tmp_path):
+    """``max_steps`` a whole number of the Trainer's steps an epoch (4 batches, or 2
+    steps under ``gradient_accumulation_steps=2``) ends the run at an epoch's end: the
+    Trainer plans those epochs itself (``state.num_train_epochs``). With ``max_steps``
+    set no epochs were planned (``(2, None, 8, 8)``), as Lightning's callback plans
+    them; 6 steps at 4 an epoch end inside the second, still no epochs. One script,
+    three trainings (run ids)."""
+    run(
+        journaling_listener,
+        hf_script(tmp_path)
+        + """
+for run_id, changes in (("steps-8", dict(max_steps=8)), ("steps-6", dict(max_steps=6)),
+                        ("accumulated", dict(max_steps=6, gradient_accumulation_steps=2))):
+    Trainer(model=M(), args=args(**changes), train_dataset=DS(),
+            callbacks=[GpuEtaCallback(run_id=run_id)]).train()
+""",
+    )
+    assert reached_by_run(journaling_listener) == {
+        "steps-8": (2, 2, 8, 8),
+        "steps-6": (1, None, 6, 6),
+        "accumulated": (3, 3, 6, 6),
+    }
+
+
+@pytest.mark.parametrize(
+    ("max_steps_arg", "epochs_arg", "max_steps", "steps_per_epoch", "epochs"),
+    [
+        (-1, 2, 8, 4, 2),  # bound by epochs
+        (-1, 1.5, 6, 4, None),  # ends inside the second
+        (-1, sys.maxsize, 6, 6, None),  # streamed data
+        (8, 3, 8, 4, 2),  # max_steps at an epoch's end
+        (6, 3, 6, 4, None),  # inside one
+        (6, 3, 6, None, None),  # batches unknown (streamed)
+        (8.0, 3, 8.0, 4, 2),  # a float the Trainer accepts
+        ("8", 3, 8, 4, None),  # no number: no plan, no exception
+        (-1, "2", 8, 4, None),
+        (None, None, None, None, None),
+        (True, 3, 1, 4, None),
+    ],
+)
+def test_planned_epochs(max_steps_arg, epochs_arg, max_steps, steps_per_epoch, epochs):
+    from gpu_eta_report.hf import planned_epochs
+
+    assert planned_epochs(max_steps_arg, epochs_arg, max_steps, steps_per_epoch) == epochs
+
+
+@needs("transformers")
+def test_hf_arguments_that_are_no_number_warn_once_and_still_report(listener):
+    """A ``TrainingArguments.max_steps`` that is no number (``"8"``: a string from a
+    configuration) made the first hook raise, swallowed, so the run was never
+    reported. The Trainer itself refuses one before training, so the hooks are driven
+    here as a caller of ``TrainerCallback`` with its own arguments would: the run is
+    reported at the Trainer state's steps, with one line of warning."""
+    out = run(
+        listener,
+        """
+import logging, sys
+from types import SimpleNamespace as NS
+logging.basicConfig(stream=sys.stdout, format="LOG %(message)s")
+from gpu_eta_report.hf import GpuEtaCallback
+cb = GpuEtaCallback()
+args = NS(max_steps="8", num_train_epochs=3, per_device_train_batch_size=16, world_size=1)
+state = NS(max_steps=8, global_step=0, epoch=0.0, is_local_process_zero=True)
+cb.on_train_begin(args, state, None, train_dataloader=range(4))
+for step in range(1, 9):
+    state.global_step, state.epoch = step, step / 4
+    cb.on_step_end(args, state, None)
+cb.on_train_end(args, state, None)
+""",
+    )
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (0, None, 8, 8)
+    warned = [line for line in out.splitlines() if line.startswith("LOG gpu-eta")]
+    assert warned == ["LOG gpu-eta: TrainingArguments.max_steps='8' is no number, not planned"]
