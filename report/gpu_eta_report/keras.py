@@ -28,7 +28,8 @@ the run's plan stays.
 An epoch that ``model.stop_training`` ends before its last batch (``stopped_inside``:
 ``TerminateOnNaN``) is not counted done, and states no plan; where Keras does not know
 the steps an epoch, only a stop this callback sees at a batch end (set by a callback
-listed before it) is taken for one: an epoch stopped at its end (``EarlyStopping``) is
+listed before it), or a stop with the epoch's loss NaN or infinite (``TerminateOnNaN``
+listed after it), is taken for one: an epoch stopped at its end (``EarlyStopping``) is
 whole, however many batches it had.
 
 A loop of fits, one epoch each (``for e in range(15): model.fit(..., epochs=e + 1,
@@ -49,10 +50,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
@@ -139,8 +142,22 @@ if hasattr(os, "register_at_fork"):  # not on Windows
     os.register_at_fork(after_in_child=_forget_deferred_in_forked_child)
 
 
+def loss_not_finite(logs: Mapping[str, Any] | None) -> bool:
+    """Whether an epoch's ``logs`` hold a NaN or infinite ``loss``: what
+    ``TerminateOnNaN`` stops a training for (the epoch's loss is the mean of its
+    batches', so one NaN batch leaves it NaN). Pure."""
+    try:
+        return not math.isfinite(float((logs or {})["loss"]))
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def stopped_inside(
-    stop_training: object, batches: int, steps: int | None, set_in_batch: bool
+    stop_training: object,
+    batches: int,
+    steps: int | None,
+    set_in_batch: bool,
+    loss_nan: bool = False,
 ) -> bool:
     """Whether an epoch ended because ``model.stop_training`` was set inside it (a
     callback's ``on_train_batch_end``: ``TerminateOnNaN``), before its last batch: Keras
@@ -153,13 +170,14 @@ def stopped_inside(
     and an epoch of fewer batches with the flag set was cut. Where Keras does not know
     them, an epoch's batches vary as its data does (a stream shorter this epoch than
     the last, then stopped at its end, is whole), so only the flag seen set at one of
-    this callback's batch ends (``set_in_batch``: by a callback listed before it) tells
-    a cut. Pure."""
+    this callback's batch ends (``set_in_batch``: by a callback listed before it), or
+    set with the epoch's loss NaN or infinite (``loss_nan``: ``TerminateOnNaN`` listed
+    after it), tells a cut. Pure."""
     if stop_training is not True:
         return False
     if steps:
         return batches < steps
-    return set_in_batch
+    return set_in_batch or loss_nan
 
 
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
@@ -291,6 +309,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
             batches,
             self._steps_per_epoch,
             stop_seen,
+            loss_not_finite(logs),
         )
         if batches:
             if self._counted is None:  # the first epoch that counted: those done before

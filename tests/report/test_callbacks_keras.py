@@ -68,6 +68,27 @@ def test_stopped_inside(stop_training, batches, steps, set_in_batch, cut):
 
 
 @needs("keras")
+@pytest.mark.parametrize(
+    ("logs", "nan"),
+    [
+        ({"loss": float("nan")}, True),
+        ({"loss": float("-inf")}, True),
+        ({"loss": 0.5, "val_loss": float("nan")}, False),  # the training loss only
+        ({}, False),
+        (None, False),
+        ({"loss": "n/a"}, False),
+    ],
+)
+def test_loss_not_finite(logs, nan):
+    from gpu_eta_report.keras import loss_not_finite, stopped_inside
+
+    assert loss_not_finite(logs) is nan
+    # steps unknown: a stop with a NaN loss is a cut; steps known, the batches decide
+    assert stopped_inside(True, 4, None, False, loss_not_finite(logs)) is nan
+    assert stopped_inside(True, 10, 10, False, loss_not_finite(logs)) is False
+
+
+@needs("keras")
 def test_keras_callback(listener):
     run(
         listener,
@@ -174,6 +195,40 @@ for run_id in ("stopper-first", "stopper-last", "inside"):
         "stopper-first": [(5, None), (5, 50), (5, 38)],
         "stopper-last": [(5, None), (5, 50), (5, 38)],
         "inside": [(5, None)],
+    }
+
+
+@needs("keras")
+def test_keras_terminate_on_nan_cuts_an_epoch_of_unknown_steps_in_either_order(
+    journaling_listener,
+):
+    """A real ``TerminateOnNaN`` on a stream without a length (Keras' ``params["steps"]``
+    None) whose fourth batch is NaN: it stops the training inside the first epoch.
+    Listed after this callback, it sets ``model.stop_training`` after this callback's
+    batch hook, so the stop was read as one at the epoch's end and the 4 batches a
+    whole epoch (``(1, 5, 4, 20)``, its length the plan); the epoch's loss, NaN in its
+    logs, tells the cut. Not done, no plan, in either order."""
+    run(
+        journaling_listener,
+        keras_script(samples=320)
+        + STREAM
+        + """
+x[96:128] = np.nan  # the fourth batch of every epoch
+for run_id in ("nan-first", "nan-last"):
+    n = keras.models.clone_model(m); n.compile(optimizer="sgd", loss="mse")
+    stop, cb = keras.callbacks.TerminateOnNaN(), GpuEtaCallback(
+        batch_size=32, min_interval_seconds=0, run_id=run_id)
+    n.fit(stream(10), epochs=5, verbose=0,
+          callbacks=[stop, cb] if run_id == "nan-first" else [cb, stop])
+""",
+    )
+    assert reached_by_run(journaling_listener) == {
+        "nan-first": (0, 5, 4, None),
+        "nan-last": (0, 5, 4, None),
+    }
+    assert plans_by_run(journaling_listener) == {
+        "nan-first": [(5, None)],
+        "nan-last": [(5, None)],
     }
 
 
