@@ -52,9 +52,23 @@ NS = 'namespace=~"$namespace"'
 JOB = 'namespace="$namespace", pod="$pod"'
 
 
+def once_per_device(expr: str) -> str:
+    """``expr`` once per device, labelled ``device`` (``"<gpu>"``, ``"<gpu> MIG <GPU_I_ID>"``).
+
+    Why the max: a device's series come once per scrape (an exporter scraped by two jobs)
+    and, from dcgm-exporter in Kubernetes mode, once per pod sharing the GPU; drawn as
+    they come they are several lines under one legend name. Why ``device``: a MIG GPU's
+    instances share ``gpu``, and a legend naming ``GPU_I_ID`` shows the label's name on a
+    whole GPU (Grafana renders a missing label as its name).
+    """
+    joined = f'label_join(max by ({DEVICE}) ({expr}), "device", " MIG ", "gpu", "GPU_I_ID")'
+    return f'label_replace({joined}, "device", "$1", "device", "(.*) MIG ")'
+
+
 def dcgm_per_gpu(metric: str, scale: str) -> str:
-    """DCGM device series with our ``node`` label, joined on UUID and gpu index."""
-    return (
+    """DCGM device series with our ``node`` label, joined on UUID and gpu index, once per
+    device (``once_per_device``)."""
+    return once_per_device(
         f"{metric} {scale} * on (UUID, gpu) group_left (node) "
         f"max by (UUID, gpu, node) (gpu_eta_gpu_info{{{NODE}}})"
     )
@@ -651,15 +665,23 @@ def cluster_overview() -> dict:
             "runs, DCGM_FI_DEV_GPU_UTIL (joined on UUID and gpu). Without DCGM only the "
             "gpu-eta lines appear.",
             "percentunit",
-            q(f"gpu_eta_gpu_utilization_ratio{{{NODE}}}", "{{node}}/{{gpu}} gpu-eta", "A"),
-            q(dcgm_per_gpu("DCGM_FI_DEV_GPU_UTIL", "/ 100"), "{{node}}/{{gpu}} DCGM", "B"),
+            q(
+                once_per_device(f"gpu_eta_gpu_utilization_ratio{{{NODE}}}"),
+                "{{node}}/{{device}} gpu-eta",
+                "A",
+            ),
+            q(dcgm_per_gpu("DCGM_FI_DEV_GPU_UTIL", "/ 100"), "{{node}}/{{device}} DCGM", "B"),
         ),
         ts(
             "GPU memory used: gpu-eta and DCGM",
             "Device memory in use; DCGM_FI_DEV_FB_USED (MiB) converted to bytes.",
             "bytes",
-            q(f"gpu_eta_gpu_memory_used_bytes{{{NODE}}}", "{{node}}/{{gpu}} gpu-eta", "A"),
-            q(dcgm_per_gpu("DCGM_FI_DEV_FB_USED", "* 1048576"), "{{node}}/{{gpu}} DCGM", "B"),
+            q(
+                once_per_device(f"gpu_eta_gpu_memory_used_bytes{{{NODE}}}"),
+                "{{node}}/{{device}} gpu-eta",
+                "A",
+            ),
+            q(dcgm_per_gpu("DCGM_FI_DEV_FB_USED", "* 1048576"), "{{node}}/{{device}} DCGM", "B"),
         ),
     ]
     return finish(board, panels)

@@ -1025,3 +1025,69 @@ def test_running_jobs_table_honours_the_node_variable(tmp_path) -> None:
         assert found[".*", ref] == found["(n1|n2)", ref] == set(runs), ref
     assert found["n1", "A"] == {"on-n1"} and found["n2", "A"] == {"on-n2"}
     assert found[".*", "A"] == {"on-n1", "on-n2"}
+
+
+def render_legend(template: str, labels: dict[str, str]) -> str:
+    """Grafana's legend rendering (renderLegendFormat): ``{{label}}`` becomes the label's
+    value, or the label's own name when the series has no such label."""
+    return re.sub(r"\{\{\s*(.+?)\s*\}\}", lambda m: labels.get(m.group(1)) or m.group(1), template)
+
+
+@pytest.mark.slow
+def test_device_panels_draw_each_device_once(tmp_path: Path) -> None:
+    """The Cluster overview's utilisation and memory panels, gpu-eta and DCGM lines, on a
+    real Prometheus: n1's whole GPU 0, scraped by two jobs and shared by two pods
+    (dcgm-exporter in Kubernetes mode reports it once per pod), and m1's MIG GPU 0 with
+    instances 1 and 2 (DCGM_FI_DEV_FB_USED per instance, as dcgm-exporter reports MIG).
+    Each device is one line with a name of its own, at its value: not a line per scrape
+    or per pod under one name, not two instances under one name."""
+    end = int(time.time()) // STEP * STEP - STEP
+    devices = {  # (node, gpu, UUID, GPU_I_ID): (utilisation, memory used MiB)
+        ("n1", "0", "GPU-n1-0", ""): (0.75, 20480),
+        ("m1", "0", "GPU-m1-0", "1"): (0.25, 4096),
+        ("m1", "0", "GPU-m1-0", "2"): (0.25, 8192),
+    }
+    lines = []
+    for t in range(end - 1800, end + 1, STEP):
+        for (node, gpu, uuid, instance), (util, mib) in devices.items():
+            mig = f',GPU_I_ID="{instance}"' if instance else ""
+            for job in ("a", "b"):
+                ours = f'job="{job}",node="{node}",gpu="{gpu}",UUID="{uuid}"{mig}'
+                lines.append(f'gpu_eta_gpu_info{{{ours},model="A100"}} 1 {t}')
+                lines.append(f"gpu_eta_gpu_utilization_ratio{{{ours}}} {util} {t}")
+                lines.append(f"gpu_eta_gpu_memory_used_bytes{{{ours}}} {mib * 1048576} {t}")
+            for pod in ("p1", "p2") if not instance else ("",):
+                who = f',namespace="ml",pod="{pod}",container="c"' if pod else ""
+                dcgm = f'job="dcgm",gpu="{gpu}",UUID="{uuid}",Hostname="{node}"{mig}{who}'
+                if not instance:  # DCGM has no utilisation for a MIG instance
+                    lines.append(f"DCGM_FI_DEV_GPU_UTIL{{{dcgm}}} {util * 100} {t}")
+                lines.append(f"DCGM_FI_DEV_FB_USED{{{dcgm}}} {mib} {t}")
+    expected = {
+        "GPU utilisation: gpu-eta and DCGM": {
+            "n1/0 gpu-eta": 0.75,
+            "m1/0 MIG 1 gpu-eta": 0.25,
+            "m1/0 MIG 2 gpu-eta": 0.25,
+            "n1/0 DCGM": 0.75,
+        },
+        "GPU memory used: gpu-eta and DCGM": {
+            "n1/0 gpu-eta": 20480 * 1048576,
+            "m1/0 MIG 1 gpu-eta": 4096 * 1048576,
+            "m1/0 MIG 2 gpu-eta": 8192 * 1048576,
+            "n1/0 DCGM": 20480 * 1048576,
+            "m1/0 MIG 1 DCGM": 4096 * 1048576,
+            "m1/0 MIG 2 DCGM": 8192 * 1048576,
+        },
+    }
+    board = json.loads((ROOT / "grafana" / "cluster-overview.json").read_text())
+    with backfilled(tmp_path, lines) as prom:
+        stack = PromAt(prom, float(end))
+        drawn = {}
+        for title in expected:
+            (panel,) = (p for p in _panels(board) if p["title"] == title)
+            names = []
+            for target in panel["targets"]:
+                for s in stack.instant(interpolate(target["expr"], {"node": ".*"})):
+                    names.append(render_legend(target["legendFormat"], s.labels))
+                    drawn.setdefault(title, {})[names[-1]] = s.value
+            assert sorted(names) == sorted(set(names)), f"{title}: one name, several lines: {sorted(names)}"
+    assert drawn == expected
