@@ -172,6 +172,14 @@ def free_at(quantile: str) -> str:
     )
 
 
+def time_until_free(quantile: str) -> str:
+    """Seconds until each held device is predicted free (``free_at``), 0 once that time
+    has passed while its holders still hold it: the forecaster's times are as of its last
+    cycle (a CronJob's every 5 min, a stale forecaster's older), so a due device would
+    read negative, a countdown past zero. As the running jobs' remaining time reads."""
+    return f"clamp_min(({free_at(quantile)}) - time(), 0)"
+
+
 # a run's share of its plan, in epochs or else in steps
 _DONE_SHARE = (
     "gpu_eta_training_epoch{{{sel}}} / gpu_eta_training_epochs_planned{{{sel}}}"
@@ -439,9 +447,10 @@ def cluster_overview() -> dict:
         "From the forecaster: when every pod on the device is predicted to be done, median. "
         + per_device
         + " A line that falls one second per second is a forecast that holds; jumps are "
-        "revisions. The interval is in the 'GPU free at' table.",
+        "revisions; 0 is a device past its predicted time and still held. The interval is "
+        "in the 'GPU free at' table.",
         "s",
-        q(f"({free_at('0.5')}) - time()", "{{node}}/{{device}}"),
+        q(time_until_free("0.5"), "{{node}}/{{device}}"),
     )
     model = (
         f"* on ({DEVICE}) group_left (model, mig_profile) "
@@ -466,7 +475,8 @@ def cluster_overview() -> dict:
         .description(
             "Predicted time until each held device is free, median. "
             + per_device
-            + " Devices nobody holds are not listed (see 'Free GPUs')."
+            + " 0: past its predicted time and still held. Devices nobody holds are not "
+            "listed (see 'Free GPUs')."
         )
         .datasource(DS)
         .unit("s")
@@ -475,7 +485,7 @@ def cluster_overview() -> dict:
         .orientation(common.VizOrientation.HORIZONTAL)
         .with_target(
             q(
-                f"sort(({free_at('0.5')}) - time())",
+                f"sort({time_until_free('0.5')})",
                 "{{node}} GPU {{device}}",
                 "A",
                 instant=True,

@@ -1089,5 +1089,38 @@ def test_device_panels_draw_each_device_once(tmp_path: Path) -> None:
                 for s in stack.instant(interpolate(target["expr"], {"node": ".*"})):
                     names.append(render_legend(target["legendFormat"], s.labels))
                     drawn.setdefault(title, {})[names[-1]] = s.value
-            assert sorted(names) == sorted(set(names)), f"{title}: one name, several lines: {sorted(names)}"
+            assert sorted(names) == sorted(set(names)), (
+                f"{title}: one name, several lines: {sorted(names)}"
+            )
     assert drawn == expected
+
+
+@pytest.mark.slow
+def test_time_until_free_panels_never_count_below_zero(tmp_path: Path) -> None:
+    """The Cluster overview's countdowns to a held device's free time, on a real
+    Prometheus: the forecaster's last cycle (a CronJob pushes every 5 min) put n1's GPU 0
+    free 60 s before the moment shown, and its pod still holds it: the device is due,
+    0 s to go, as the running jobs' remaining time reads; not -60 s."""
+    end = int(time.time()) // STEP * STEP - STEP
+    gpu = 'job="a",node="n1",gpu="0",UUID="GPU-n1-0"'
+    lines = []
+    for t in range(end - 1800, end + 1, STEP):
+        lines.append(f'gpu_eta_gpu_info{{{gpu},model="A100"}} 1 {t}')
+        lines.append(
+            f'gpu_eta_gpu_predicted_free_timestamp_seconds{{{gpu},quantile="0.5"}} {end - 60} {t}'
+        )
+    board = json.loads((ROOT / "grafana" / "cluster-overview.json").read_text())
+    titles = (
+        "Time until each held device is free (P50) over time",
+        "Free at (P50), per held device",
+    )
+    with backfilled(tmp_path, lines) as prom:
+        stack = PromAt(prom, float(end))
+        shown = {}
+        for title in titles:
+            (panel,) = (p for p in _panels(board) if p["title"] == title)
+            (target,) = panel["targets"]
+            shown[title] = [
+                s.value for s in stack.instant(interpolate(target["expr"], {"node": ".*"}))
+            ]
+    assert shown == {title: [0.0] for title in titles}
