@@ -81,12 +81,21 @@ def dcgm_for_pod(metric: str, scale: str) -> str:
     (off unless ``-k``), only when its pod mapping works, and as ``exported_pod`` when
     scraped without honorLabels. Our allocation names the devices; ``UUID`` (and
     ``GPU_I_ID`` under MIG, absent on whole GPUs on both sides) is on every DCGM series.
-    The max folds a device DCGM reports once per pod sharing it, or scraped twice.
+    The max folds a device DCGM reports once per pod sharing it, or scraped twice;
+    labelled ``device`` (``once_per_device``).
     """
-    return (
+    return once_per_device(
         f"max by (gpu, UUID, GPU_I_ID) ({metric}) {scale} "
         f"and on (UUID, GPU_I_ID) gpu_eta_pod_gpu_allocated{{{JOB}}}"
     )
+
+
+def pod_per_device(metric: str) -> str:
+    """$pod's ``metric`` (a ``gpu_eta_pod_gpu_*`` series) per device it holds, summed over
+    its containers (two containers may each hold a time-sliced replica of one GPU: the
+    pod's share is both), each container's series once however many scrapes bring it;
+    labelled ``device`` as ``once_per_device`` does."""
+    return once_per_device(f"sum by ({DEVICE}) (max by ({DEVICE}, container) ({metric}{{{JOB}}}))")
 
 
 # One device is a whole GPU or one MIG instance: GPU_I_ID is part of the key (empty
@@ -815,27 +824,31 @@ def training_job() -> dict:
             "The pod's own share (from its processes' NVML samples), the whole device's "
             "busy ratio, and DCGM_FI_DEV_GPU_UTIL for the same devices when DCGM runs.",
             "percentunit",
-            q(f"gpu_eta_pod_gpu_utilization_ratio{{{JOB}}}", "pod on GPU {{gpu}}", "A"),
+            q(pod_per_device("gpu_eta_pod_gpu_utilization_ratio"), "pod on GPU {{device}}", "A"),
             q(
-                f"gpu_eta_gpu_utilization_ratio and on ({DEVICE}) "
-                f"gpu_eta_pod_gpu_allocated{{{JOB}}}",
-                "device {{gpu}}",
+                once_per_device(
+                    f"gpu_eta_gpu_utilization_ratio and on ({DEVICE}) "
+                    f"gpu_eta_pod_gpu_allocated{{{JOB}}}"
+                ),
+                "device {{device}}",
                 "B",
             ),
-            q(dcgm_for_pod("DCGM_FI_DEV_GPU_UTIL", "/ 100"), "DCGM device {{gpu}}", "C"),
+            q(dcgm_for_pod("DCGM_FI_DEV_GPU_UTIL", "/ 100"), "DCGM device {{device}}", "C"),
         ),
         ts(
             "GPU memory",
             "Memory held by the pod's processes, the device's size, and DCGM's framebuffer use.",
             "bytes",
-            q(f"gpu_eta_pod_gpu_memory_used_bytes{{{JOB}}}", "pod on GPU {{gpu}}", "A"),
+            q(pod_per_device("gpu_eta_pod_gpu_memory_used_bytes"), "pod on GPU {{device}}", "A"),
             q(
-                f"gpu_eta_gpu_memory_total_bytes and on ({DEVICE}) "
-                f"gpu_eta_pod_gpu_allocated{{{JOB}}}",
-                "device {{gpu}} total",
+                once_per_device(
+                    f"gpu_eta_gpu_memory_total_bytes and on ({DEVICE}) "
+                    f"gpu_eta_pod_gpu_allocated{{{JOB}}}"
+                ),
+                "device {{device}} total",
                 "B",
             ),
-            q(dcgm_for_pod("DCGM_FI_DEV_FB_USED", "* 1048576"), "DCGM device {{gpu}} used", "C"),
+            q(dcgm_for_pod("DCGM_FI_DEV_FB_USED", "* 1048576"), "DCGM device {{device}} used", "C"),
         ),
         ts(
             "Host memory",

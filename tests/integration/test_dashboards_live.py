@@ -31,7 +31,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -1033,6 +1033,24 @@ def render_legend(template: str, labels: dict[str, str]) -> str:
     return re.sub(r"\{\{\s*(.+?)\s*\}\}", lambda m: labels.get(m.group(1)) or m.group(1), template)
 
 
+def drawn_lines(
+    stack: PromAt, filename: str, titles: Iterable[str], values: dict[str, str]
+) -> dict[str, dict[str, float]]:
+    """Per panel title: each line the panel draws now, by its legend name, at its value;
+    fails when two of a panel's lines would share a name (Grafana draws both)."""
+    board = json.loads((ROOT / "grafana" / filename).read_text())
+    drawn: dict[str, dict[str, float]] = {}
+    for title in titles:
+        (panel,) = (p for p in _panels(board) if p["title"] == title)
+        names = []
+        for target in panel["targets"]:
+            for s in stack.instant(interpolate(target["expr"], values)):
+                names.append(render_legend(target["legendFormat"], s.labels))
+                drawn.setdefault(title, {})[names[-1]] = s.value
+        assert sorted(names) == sorted(set(names)), f"{title}: one name, several lines: {names}"
+    return drawn
+
+
 @pytest.mark.slow
 def test_device_panels_draw_each_device_once(tmp_path: Path) -> None:
     """The Cluster overview's utilisation and memory panels, gpu-eta and DCGM lines, on a
@@ -1078,20 +1096,10 @@ def test_device_panels_draw_each_device_once(tmp_path: Path) -> None:
             "m1/0 MIG 2 DCGM": 8192 * 1048576,
         },
     }
-    board = json.loads((ROOT / "grafana" / "cluster-overview.json").read_text())
     with backfilled(tmp_path, lines) as prom:
-        stack = PromAt(prom, float(end))
-        drawn = {}
-        for title in expected:
-            (panel,) = (p for p in _panels(board) if p["title"] == title)
-            names = []
-            for target in panel["targets"]:
-                for s in stack.instant(interpolate(target["expr"], {"node": ".*"})):
-                    names.append(render_legend(target["legendFormat"], s.labels))
-                    drawn.setdefault(title, {})[names[-1]] = s.value
-            assert sorted(names) == sorted(set(names)), (
-                f"{title}: one name, several lines: {sorted(names)}"
-            )
+        drawn = drawn_lines(
+            PromAt(prom, float(end)), "cluster-overview.json", expected, {"node": ".*"}
+        )
     assert drawn == expected
 
 
@@ -1124,3 +1132,72 @@ def test_time_until_free_panels_never_count_below_zero(tmp_path: Path) -> None:
                 s.value for s in stack.instant(interpolate(target["expr"], {"node": ".*"}))
             ]
     assert shown == {title: [0.0] for title in titles}
+
+
+@pytest.mark.slow
+def test_training_job_device_panels_draw_each_device_once(tmp_path: Path) -> None:
+    """The Training job's GPU utilisation and memory panels on a real Prometheus, every
+    gpu-eta series scraped by two jobs: ml/p holds MIG instances 1 and 2 of m1's GPU 0
+    (DCGM reports memory per instance, no utilisation), ml/q holds n1's whole GPU 0,
+    shared with ml/r (dcgm-exporter in Kubernetes mode reports it once per pod). Each
+    device is one line per target with a name of its own, at its value."""
+    end = int(time.time()) // STEP * STEP - STEP
+    mib = 1048576
+    held = {  # (pod, node, UUID, GPU_I_ID): (pod's use, device's use, pod's MiB, DCGM MiB)
+        ("p", "m1", "GPU-m1-0", "1"): (0.25, 0.25, 1024, 2048),
+        ("p", "m1", "GPU-m1-0", "2"): (0.5, 0.5, 3072, 4096),
+        ("q", "n1", "GPU-n1-0", ""): (0.25, 0.75, 5120, 20480),
+        ("r", "n1", "GPU-n1-0", ""): (0.5, 0.75, 15360, 20480),
+    }
+    lines = []
+    for t in range(end - 1800, end + 1, STEP):
+        for (pod, node, uuid, instance), (pod_use, use, pod_mib, used_mib) in held.items():
+            mig = f',GPU_I_ID="{instance}"' if instance else ""
+            for job in ("a", "b"):
+                device = f'job="{job}",node="{node}",gpu="0",UUID="{uuid}"{mig}'
+                row = f'{device},namespace="ml",pod="{pod}",container="c"'
+                lines.append(f"gpu_eta_gpu_utilization_ratio{{{device}}} {use} {t}")
+                lines.append(f"gpu_eta_gpu_memory_total_bytes{{{device}}} {40 * GIB} {t}")
+                lines.append(f"gpu_eta_pod_gpu_allocated{{{row}}} 1 {t}")
+                lines.append(f"gpu_eta_pod_gpu_utilization_ratio{{{row}}} {pod_use} {t}")
+                lines.append(f"gpu_eta_pod_gpu_memory_used_bytes{{{row}}} {pod_mib * mib} {t}")
+            dcgm = f'job="dcgm",gpu="0",UUID="{uuid}"{mig},namespace="ml",pod="{pod}"'
+            if not instance:
+                lines.append(f"DCGM_FI_DEV_GPU_UTIL{{{dcgm}}} {use * 100} {t}")
+            lines.append(f"DCGM_FI_DEV_FB_USED{{{dcgm}}} {used_mib} {t}")
+    # the backfill wants one line per sample: the device series of n1 come twice (q and r)
+    lines = sorted(set(lines))
+    util, memory = "GPU utilisation: the pod, its devices, and DCGM", "GPU memory"
+    expected = {
+        "p": {
+            util: {
+                "pod on GPU 0 MIG 1": 0.25,
+                "pod on GPU 0 MIG 2": 0.5,
+                "device 0 MIG 1": 0.25,
+                "device 0 MIG 2": 0.5,
+            },
+            memory: {
+                "pod on GPU 0 MIG 1": 1024 * mib,
+                "pod on GPU 0 MIG 2": 3072 * mib,
+                "device 0 MIG 1 total": 40 * GIB,
+                "device 0 MIG 2 total": 40 * GIB,
+                "DCGM device 0 MIG 1 used": 2048 * mib,
+                "DCGM device 0 MIG 2 used": 4096 * mib,
+            },
+        },
+        "q": {
+            util: {"pod on GPU 0": 0.25, "device 0": 0.75, "DCGM device 0": 0.75},
+            memory: {
+                "pod on GPU 0": 5120 * mib,
+                "device 0 total": 40 * GIB,
+                "DCGM device 0 used": 20480 * mib,
+            },
+        },
+    }
+    with backfilled(tmp_path, lines) as prom:
+        stack = PromAt(prom, float(end))
+        drawn = {
+            pod: drawn_lines(stack, "training-job.json", want, {"namespace": "ml", "pod": pod})
+            for pod, want in expected.items()
+        }
+    assert drawn == expected
