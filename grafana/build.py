@@ -878,13 +878,16 @@ def forecaster_quality() -> dict:
 
     # One line per forecaster however many jobs scrape it: a forecaster sets no label of
     # its own, so each query aggregates by instance, the pod's address every Kubernetes
-    # job gives alike (a CronJob's pushed series carry none: one forecaster), dropping
+    # job gives alike (a CronJob's pushed series carry none: one forecaster, "cronjob"), dropping
     # what each job adds (job, service, endpoint, the pod's labels), and takes the worse
     # of two scrapes that disagree (a cycle apart), as its alerts do (docs/alerts.md).
     # A per-run series is counted once per forecaster publishing it.
     def per_forecaster(metric: str, labels: str = "", agg: str = "max") -> str:
-        """``agg`` of ``metric`` by instance (and ``labels``) over its scrapes."""
-        return f"{agg} by (instance{', ' + labels if labels else ''}) ({metric})"
+        """``agg`` of ``metric`` by instance (and ``labels``) over its scrapes; a CronJob's
+        pushed series, which carry no instance, as instance ``cronjob``: every legend here
+        names the instance, and Grafana shows a missing label's name ("instance cycle")."""
+        by_instance = f"{agg} by (instance{', ' + labels if labels else ''}) ({metric})"
+        return f'label_replace({by_instance}, "instance", "cronjob", "instance", "")'
 
     def runs_per_forecaster(metric: str, labels: str = "") -> str:
         """``metric``'s runs, one series each per forecaster (and ``labels``)."""
@@ -1014,7 +1017,8 @@ def forecaster_quality() -> dict:
                     "rate(gpu_eta_forecaster_job_errors_total[$__rate_interval])", "reason"
                 )
                 # a reason of its own: the legend names one
-                + ' or on () label_replace(vector(0), "reason", "none", "", "")',
+                + ' or on () label_replace(label_replace(vector(0), "reason", "none", "", ""),'
+                ' "instance", "every forecaster", "", "")',
                 "{{instance}} {{reason}}",
                 min_step=FORECASTER_SCRAPE,
             ),

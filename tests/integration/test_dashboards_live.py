@@ -1201,3 +1201,43 @@ def test_training_job_device_panels_draw_each_device_once(tmp_path: Path) -> Non
             for pod, want in expected.items()
         }
     assert drawn == expected
+
+
+def legends_naming_missing_labels(stack: PromAt) -> list[str]:
+    """Every target's legend names only labels each of its series carries (Grafana shows a
+    missing label's name instead): the target and the first line it draws wrongly."""
+    wrong = []
+    for path in FILES:
+        board = json.loads(path.read_text())
+        values = next(_variable_choices(board, stack))
+        for panel, target in _targets(board):
+            named = re.findall(r"\{\{\s*(.+?)\s*\}\}", target.get("legendFormat", ""))
+            for s in stack.instant(interpolate(target["expr"], values)) if named else ():
+                if not all(s.labels.get(label) for label in named):
+                    legend = render_legend(target["legendFormat"], s.labels)
+                    wrong.append(f"{path.name} {panel['title']} [{target['refId']}]: {legend}")
+                    break
+    return wrong
+
+
+def test_legends_name_labels_their_series_carry(contract_prometheus: PromAt) -> None:
+    assert legends_naming_missing_labels(contract_prometheus) == []
+
+
+@pytest.mark.slow
+def test_legends_name_labels_of_pushed_forecasts(tmp_path: Path) -> None:
+    """The forecaster's CronJob pushes to a Pushgateway, scraped with honor_labels: its
+    series carry no ``instance`` (pushed without one, the Pushgateway's empty value is
+    dropped), so a legend naming ``instance`` would show the word "instance"."""
+    end = int(time.time()) // STEP * STEP - STEP
+    pushed = contract_openmetrics(end).replace('instance="forecaster:9844",', "")
+    assert 'instance="forecaster' not in pushed
+    data = tmp_path / "series.om"
+    data.write_text(pushed)
+    server = start_prometheus([], backfill_files=[data])
+    prom = client(server.url)
+    try:
+        assert legends_naming_missing_labels(PromAt(prom, float(end))) == []
+    finally:
+        prom.close()
+        server.stop()

@@ -974,7 +974,12 @@ _FORECASTER_SCRAPES = {
         [("servicemonitor", 1), ("kubernetes-pods", 1), ("servicemonitor", 2)],
         ("10.0.0.1:9844", "10.0.0.2:9844"),
     ),
-    "pushed-twice": (_PUSHGATEWAY_JOBS, [("servicemonitor", 0), ("kubernetes-pods", 0)], ("",)),
+    # pushed series carry no instance: the dashboard names their forecaster "cronjob"
+    "pushed-twice": (
+        _PUSHGATEWAY_JOBS,
+        [("servicemonitor", 0), ("kubernetes-pods", 0)],
+        ("cronjob",),
+    ),
 }
 
 
@@ -1003,7 +1008,8 @@ def test_forecaster_quality_draws_one_line_per_forecaster(tmp_path: Path, case: 
     forecasters (replicas, each with its own history), one scraped by one job or by two
     (a ServiceMonitor beside a kubernetes-pods job, each adding its own labels, both
     naming the pod's address as instance), the other by one; and on the CronJob's
-    forecaster pushed to a Pushgateway two jobs scrape (no instance): one line per
+    forecaster pushed to a Pushgateway two jobs scrape (no instance: named "cronjob", not
+    left to Grafana's legend, which shows a missing label's name): one line per
     forecaster, named by its instance, at the value one scrape gives; rates count each
     forecaster once; runs are counted once per forecaster that forecasts them. "Since
     last good cycle" is the newest good cycle of any forecaster."""
@@ -1125,7 +1131,8 @@ def test_forecasts_elsewhere_list_each_run_once_however_the_forecaster_is_scrape
 
 def test_job_errors_read_none_until_the_first_error(tmp_path: Path) -> None:
     """gpu_eta_forecaster_job_errors_total appears only after the first error: until
-    then "Job errors by reason" draws 0 under the reason its legend names, none."""
+    then "Job errors by reason" draws 0 under the reason and instance its legend names,
+    none of every forecaster."""
     (expr,) = _table_targets("forecaster-quality.json", "Job errors by reason").values()
     series = [
         (f'gpu_eta_forecaster_queries_total{{instance="10.0.0.1:9844",{extra}}}', "0+15")
@@ -1134,7 +1141,11 @@ def test_job_errors_read_none_until_the_first_error(tmp_path: Path) -> None:
             'job="kubernetes-pods",result="success"',
         )
     ]
-    _promtool_eval(tmp_path, series, [(expr, [{"labels": '{reason="none"}', "value": 0}])])
+    _promtool_eval(
+        tmp_path,
+        series,
+        [(expr, [{"labels": '{instance="every forecaster", reason="none"}', "value": 0}])],
+    )
 
 
 def test_unresolved_allocations_panel_says_holders_unknown() -> None:
