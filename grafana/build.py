@@ -806,15 +806,18 @@ def training_job() -> dict:
             "no epoch ended).",
             "s",
             q(
+                # each run once however many jobs scrape its exporter (as the rest below)
+                "max by (namespace, pod, container, run_id) ("
                 f"(gpu_eta_training_epoch_end_timestamp_seconds{{{JOB}}} - gpu_eta_training_run_start_timestamp_seconds{{{JOB}}})"
                 f" / (gpu_eta_training_epoch{{{JOB}}}"
-                f" - (gpu_eta_training_start_epoch{{{JOB}}} or gpu_eta_training_epoch{{{JOB}}} * 0) > 0)",
+                f" - (gpu_eta_training_start_epoch{{{JOB}}} or gpu_eta_training_epoch{{{JOB}}} * 0) > 0))",
                 "mean so far {{run_id}}",
                 "A",
             ),
             q(
+                "max by (namespace, pod, container, run_id) ("
                 f"delta(gpu_eta_training_epoch_end_timestamp_seconds{{{JOB}}}[15m])"
-                f" / (delta(gpu_eta_training_epoch{{{JOB}}}[15m]) > 0)",
+                f" / (delta(gpu_eta_training_epoch{{{JOB}}}[15m]) > 0))",
                 "last 15 min {{run_id}}",
                 "B",
             ),
@@ -854,14 +857,26 @@ def training_job() -> dict:
             "Host memory",
             "Working set (usage minus inactive file cache, what the OOM killer looks at) and the limit.",
             "bytes",
-            q(f"gpu_eta_pod_memory_working_set_bytes{{{JOB}}}", "{{container}} working set", "A"),
-            q(f"gpu_eta_pod_memory_limit_bytes{{{JOB}}}", "{{container}} limit", "B"),
+            # the worse of two scrapes: the larger working set, the smaller limit
+            q(
+                f"max by (container) (gpu_eta_pod_memory_working_set_bytes{{{JOB}}})",
+                "{{container}} working set",
+                "A",
+            ),
+            q(
+                f"min by (container) (gpu_eta_pod_memory_limit_bytes{{{JOB}}})",
+                "{{container}} limit",
+                "B",
+            ),
         ),
         ts(
             "Reported values (loss, accuracy…)",
             "Free-form numbers the training code reports with its progress.",
             "none",
-            q(f"gpu_eta_training_value{{{JOB}}}", "{{name}} {{run_id}}"),
+            q(
+                f"max by (container, run_id, name) (gpu_eta_training_value{{{JOB}}})",
+                "{{name}} {{run_id}}",
+            ),
         ),
     ]
     return finish(board, panels)
