@@ -762,9 +762,11 @@ def training_job() -> dict:
     panels = [
         st(
             "Progress",
-            "Epochs (or steps) done / planned.",
+            "Epochs (or steps) done / planned, of the latest run.",
             "percentunit",
-            PROGRESS.format(sel=JOB),
+            # one value: over the range each run is a series, and a notebook's ended run
+            # (one run per container is kept at a time) would show its last value beside
+            f"max({PROGRESS.format(sel=JOB)})",
             now=False,
         ),
         st(

@@ -1290,3 +1290,27 @@ def test_no_line_is_drawn_twice_when_exporters_are_scraped_twice(tmp_path: Path)
         prom.close()
         server.stop()
     assert not twice, "\n".join(twice)
+
+
+@pytest.mark.slow
+def test_progress_stat_shows_the_latest_run_alone(tmp_path: Path) -> None:
+    """The Training job's "Progress" stat over the dashboard's range (it shows each
+    series' last value) on a real Prometheus: a notebook pod whose first run ended at
+    its plan 40 min ago and whose second run is a quarter done draws one value, the
+    second run's, not one per run (the first run's 100 % beside it)."""
+    end = int(time.time()) // STEP * STEP - STEP
+    switch = end - 2400
+    lines = []
+    for t in range(end - 3600, end + 1, STEP):
+        run, done = ("r1", min(1.0, (t - end + 3600) / 1200)) if t < switch else ("r2", 0.25)
+        labels = f'job="a",namespace="ml",pod="nb",container="c",run_id="{run}"'
+        lines.append(f"gpu_eta_training_epoch{{{labels}}} {done * 40} {t}")
+        lines.append(f"gpu_eta_training_epochs_planned{{{labels}}} 40 {t}")
+    board = json.loads((ROOT / "grafana" / "training-job.json").read_text())
+    (panel,) = (p for p in _panels(board) if p["title"] == "Progress")
+    (target,) = panel["targets"]
+    assert not target.get("instant")  # a range: the stat shows each series' last value
+    expr = interpolate(target["expr"], {"namespace": "ml", "pod": "nb"})
+    with backfilled(tmp_path, lines) as prom:
+        shown = [s.points[-1][1] for s in prom.range(expr, end - 3600, end, 60)]
+    assert shown == [0.25]
