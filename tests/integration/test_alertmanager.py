@@ -152,6 +152,18 @@ def test_alert_reaches_alertmanager_intact_and_resolves(
         listed = am.amtool("alert", "query", "alertname=GpuEtaGpuAllocatedIdle", "-o", "extended")
         assert "jupyter-dave" in listed and "am-node" in listed
 
+        # Prometheus can fire both from the backfilled hour alone, before its first scrape
+        # of the exporter (its scrape manager starts a few seconds after it): removing the
+        # pod then marks nothing stale, and the backfill's last samples keep the alerts
+        # firing for the 5-min lookback. So the live series must have been scraped first.
+        wait_until(
+            lambda: prom.query(
+                "count_over_time(gpu_eta_pod_gpu_allocated_since_timestamp_seconds"
+                '{pod="jupyter-dave"}[20s])'  # the backfill ends a minute before the test
+            ),
+            60,
+            what="a live scrape of the notebook's series",
+        )
         # the cause ends: the notebook is gone, its series vanish, the alerts resolve
         _write(scenario, SCENARIO)
         try:
