@@ -77,8 +77,6 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._slots = ConnectionSlots()
-        self._most = MAX_CONNECTIONS
-        self._most_per_address = MAX_CONNECTIONS_PER_ADDRESS
         self.refused = 0  # connections closed at accept: over either cap
 
     def process_request(self, request: object, client_address: object) -> None:
@@ -86,15 +84,15 @@ class _Server(ThreadingHTTPServer):
         and fewer than ``MAX_CONNECTIONS_PER_ADDRESS`` from its address; else it is
         closed at once."""
         address = _address(client_address)
-        if not self._slots.admit(address, self._most, self._most_per_address):
+        if not self._slots.admit(address, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS):
             self.refused += 1
             if self.refused in (1, 10, 100) or self.refused % 1000 == 0:
                 log.warning(
                     "metrics server: %d connection(s) refused: %d open in all or %d from "
                     "the address (the last from %s)",
                     self.refused,
-                    self._most,
-                    self._most_per_address,
+                    MAX_CONNECTIONS,
+                    MAX_CONNECTIONS_PER_ADDRESS,
                     address,
                 )
             self.shutdown_request(request)  # type: ignore[arg-type]
