@@ -1243,24 +1243,15 @@ def test_legends_name_labels_of_pushed_forecasts(tmp_path: Path) -> None:
         server.stop()
 
 
-def scraped_twice(openmetrics: str) -> str:
-    """``openmetrics`` with every exporter series also as a second job scraping the same
-    exporters brings it (a ServiceMonitor beside a kubernetes-pods job)."""
+def scraped_twice(openmetrics: str) -> list[str]:
+    """The samples of ``openmetrics`` with every exporter series also as a second job
+    scraping the same exporters brings it (a ServiceMonitor beside a kubernetes-pods job)."""
     samples = [line for line in openmetrics.splitlines() if line and not line.startswith("#")]
-    again = [
+    return samples + [
         line.replace('job="gpu-eta-exporter"', 'job="kubernetes-pods"')
         for line in samples
         if 'job="gpu-eta-exporter"' in line
     ]
-    lines = sorted(
-        samples + again,
-        key=lambda line: (
-            line.split("{", 1)[0],
-            line.split(" ", 1)[0],
-            int(line.rsplit(" ", 1)[1]),
-        ),
-    )
-    return "\n".join(lines) + "\n# EOF\n"
 
 
 @pytest.mark.slow
@@ -1269,12 +1260,8 @@ def test_no_line_is_drawn_twice_when_exporters_are_scraped_twice(tmp_path: Path)
     bar panel draws two lines under one legend name (one per scrape), for any choice
     of the dashboards' variables."""
     end = int(time.time()) // STEP * STEP - STEP
-    data = tmp_path / "series.om"
-    data.write_text(scraped_twice(contract_openmetrics(end)))
-    server = start_prometheus([], backfill_files=[data])
-    prom = client(server.url)
     twice = []
-    try:
+    with backfilled(tmp_path, scraped_twice(contract_openmetrics(end))) as prom:
         stack = PromAt(prom, float(end))
         for path in FILES:
             board = json.loads(path.read_text())
@@ -1286,9 +1273,6 @@ def test_no_line_is_drawn_twice_when_exporters_are_scraped_twice(tmp_path: Path)
                     names = [render_legend(target["legendFormat"], s.labels) for s in found]
                     if len(names) != len(set(names)):
                         twice.append(f"{path.name} {panel['title']} [{target['refId']}] {values}")
-    finally:
-        prom.close()
-        server.stop()
     assert not twice, "\n".join(twice)
 
 
