@@ -1232,15 +1232,9 @@ def test_legends_name_labels_of_pushed_forecasts(tmp_path: Path) -> None:
     end = int(time.time()) // STEP * STEP - STEP
     pushed = contract_openmetrics(end).replace('instance="forecaster:9844",', "")
     assert 'instance="forecaster' not in pushed
-    data = tmp_path / "series.om"
-    data.write_text(pushed)
-    server = start_prometheus([], backfill_files=[data])
-    prom = client(server.url)
-    try:
+    samples = [line for line in pushed.splitlines() if line and not line.startswith("#")]
+    with backfilled(tmp_path, samples) as prom:
         assert legends_naming_missing_labels(PromAt(prom, float(end))) == []
-    finally:
-        prom.close()
-        server.stop()
 
 
 def scraped_twice(openmetrics: str) -> list[str]:
