@@ -1529,7 +1529,7 @@ def _timeline(acc: _Acc, run: Run) -> FeatureTimeline | None:
         return None  # one set of features, on every row
     when = {ln: t for _e, t, ln in acc.rows} | {ln: t for t, ln in acc.bare}
     found = timeline(((when[ln], ln, st) for ln, st in _row_states(acc)), CONSTANT_COLUMNS)
-    if found.times[:1] == (run.start_timestamp,) and len(found.times) == 1:
+    if found.times == (run.start_timestamp,):  # one set, from the run's start
         return None
     return found
 
