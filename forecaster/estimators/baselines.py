@@ -20,7 +20,6 @@ import numpy as np
 from gpu_eta.forecaster.estimators.base import (
     InsufficientData,
     NotFittedError,
-    intervals,
     remaining_epochs,
 )
 from gpu_eta.forecaster.estimators.prior import job_key
@@ -71,10 +70,9 @@ class TqdmEma(_RateBaseline):
         self.alpha = alpha
 
     def per_epoch(self, run: Run) -> float:
-        _per_epoch, widths, _ends = intervals(run)
-        if len(widths) == 0:
+        if len(run.epoch_times) < 2:
             raise InsufficientData("tqdm EMA needs one epoch interval")
-        times = np.diff(np.asarray(run.epoch_times, dtype=float)[:, 1])
+        widths, times = np.diff(np.asarray(run.epoch_times, dtype=float), axis=0).T
         ema_units = ema_seconds = 0.0
         beta = 1.0 - self.alpha
         for units, seconds in zip(widths, times, strict=True):
