@@ -977,9 +977,10 @@ class ClusterQueue:
             else p
             for p in self.pending
         )
-        # the arrivals' keys alike, not counted: the log names the pending pods' keys
+        # the arrivals' pairs alike, their keys not counted: the log names the pending
+        # pods' keys
         arrivals = tuple(
-            replace(a, selector=_checkable(dict(a.node_selector), known, Counter(), set()))
+            replace(a, selector=tuple(sorted(kv for kv in a.node_selector if kv[0] in known)))
             if a.node_selector
             else a
             for a in self.arrivals
