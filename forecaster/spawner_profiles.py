@@ -442,13 +442,15 @@ def merged(levels: Sequence[Mapping[str, Any]], key: str) -> tuple[dict[str, Any
     Returns the entries left and whether a level's value is given at spawn time (a
     callable, whose answer may set any entry no level inside it names)."""
     decided: dict[str, Any] = {}
+    given_later = False
     for level in levels:
         value = overrides(level).get(key) or {}
         if not isinstance(value, Mapping):
-            return {k: v for k, v in decided.items() if v is not None}, True
+            given_later = True
+            break
         for name, entry in value.items():
             decided.setdefault(str(name), entry)
-    return {k: v for k, v in decided.items() if v is not None}, False
+    return {k: v for k, v in decided.items() if v is not None}, given_later
 
 
 def gpu_count(name: str, value: object) -> int:
