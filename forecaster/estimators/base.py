@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
-from sklearn.exceptions import NotFittedError as _SkNotFittedError
 
 from gpu_eta.common.progress_bound import NEGLIGIBLE_PROGRESS_SHARE
 from gpu_eta.forecaster.errors import ForecasterError
@@ -51,8 +50,14 @@ LOG_ODDS_90 = math.log(9.0)
 NEGLIGIBLE_LOG_ODDS = -40.0
 
 
-class NotFittedError(ForecasterError, _SkNotFittedError):
-    """``predict`` was called before ``fit`` (scikit-learn's error, so both catch it)."""
+class NotFittedError(ForecasterError, ValueError, AttributeError):
+    """``predict`` was called before ``fit``.
+
+    The bases are scikit-learn's ``NotFittedError``'s, so code written for its
+    estimators catches this one the same way; it does not derive from that class,
+    because importing ``sklearn.exceptions`` loads scikit-learn with scipy (1-4 s) at
+    every forecaster start, and the service's default pooled model never uses it.
+    """
 
 
 class InsufficientData(ForecasterError):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from gpu_eta.forecaster.estimators import BASELINES, estimator_names, make_estimator
@@ -35,6 +38,29 @@ def test_fit_returns_self(name: str) -> None:
 def test_predict_before_fit_raises(name: str) -> None:
     with pytest.raises(NotFittedError):
         build(name).predict(RUNS[0], RUNS[0].last_timestamp)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_predict_before_fit_is_caught_as_scikit_learns_error_is(name: str) -> None:
+    """scikit-learn's NotFittedError is a ValueError and an AttributeError."""
+    for caught in (ValueError, AttributeError):
+        with pytest.raises(caught):
+            build(name).predict(RUNS[0], RUNS[0].last_timestamp)
+
+
+def test_the_service_starts_without_loading_scikit_learn() -> None:
+    """The default pooled model is statsmodels' RLM: scikit-learn (with scipy, 1-4 s
+    here) is imported only by the ``hgb`` option, not at every forecaster start."""
+    code = (
+        "import sys\n"
+        "import gpu_eta.forecaster.cycle, gpu_eta.forecaster.server\n"
+        "import gpu_eta.forecaster.publish, gpu_eta.forecaster.estimators\n"
+        "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 @pytest.mark.parametrize("name", NAMES)
