@@ -36,7 +36,11 @@ anything else is "no estimate": another ``node_selector`` key (a pool, GKE's
 ``cloud.google.com/gke-accelerator``, whose names are not mapped to GPU types), a
 required node or pod (anti-)affinity, a placing ``extra_pod_config`` key, a
 toleration beyond the hub's own and ``Exists`` on its GPU resource's taint, or two
-GPU resources at once (``gpu_model``, ``check_placement``). A count the forecaster
+GPU resources at once (``gpu_model``, ``check_placement``). What the spawner itself
+sets (its node_selector keys, required affinities, placing ``extra_pod_config`` keys,
+tolerations: z2jh's ``matchNodePurpose: require`` affinity) applies to every profile
+alike and is taken to admit the site's GPU nodes: only what a profile or a choice
+adds or changes beyond it is "no estimate". A count the forecaster
 does not publish (3, 5...) takes the next published size up. Profiles without GPUs
 are left alone, and so is one whose resources are a callable (KubeSpawner calls an
 override value that is one with the spawner, at spawn time: the hook cannot know its
@@ -539,7 +543,8 @@ def gpu_model(levels: Sequence[Mapping[str, Any]], resource: str) -> str | None:
     selector, given_later = merged(levels, "node_selector")
     if given_later:
         raise SpawnTimeValue("node_selector given at spawn time (not a mapping)")
-    others = [key for key in selector if key != PRODUCT_LABEL]
+    hubs, _ = merged(levels[-1:], "node_selector")
+    others = [key for key in selector if key != PRODUCT_LABEL and not hubs_own(selector, hubs, key)]
     if others:
         raise NotForecast(
             f"node_selector {', '.join(others)}: starts are forecast by GPU type "
@@ -559,31 +564,53 @@ def innermost(levels: Sequence[Mapping[str, Any]], key: str) -> Any:
     return []
 
 
+def as_list(value: Any) -> Any:
+    """A tuple as the list it stands for (a list value KubeSpawner's traits hold), anything
+    else as it is: what two affinities are compared as."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def hubs_own(merged_values: Mapping[str, Any], hubs: Mapping[str, Any], key: str) -> bool:
+    """Whether ``key``'s merged value is the hub's own (the spawner's, ``levels[-1]``):
+    set by no profile or choice, or set again to what the hub has."""
+    return key in hubs and merged_values.get(key) == hubs[key]
+
+
 def check_placement(levels: Sequence[Mapping[str, Any]], resource: str) -> None:
     """NotForecast (SpawnTimeValue for a callable) when something besides the GPU type
-    decides where the pod may run: a required node or pod (anti-)affinity, a placing
-    ``extra_pod_config`` key, or a toleration other than the hub's own (the spawner's,
-    ``levels[-1]``: z2jh gives one to every user pod, and the forecaster is told what
-    user pods tolerate with ``--pending.request-toleration``) and the one for the GPU
-    resource's own taint (``Exists`` on its name, what the forecaster's request
-    tolerates by default). A toleration narrows nothing, but lets the pod onto nodes
-    the forecast leaves out (a team's pool): its start is not the one published."""
+    and the hub's own placement decides where the pod may run: a required node or pod
+    (anti-)affinity or a placing ``extra_pod_config`` key other than the hub's, or a
+    toleration other than the hub's own and the one for the GPU resource's own taint
+    (``Exists`` on its name, what the forecaster's request tolerates by default). A
+    toleration narrows nothing, but lets the pod onto nodes the forecast leaves out (a
+    team's pool): its start is not the one published.
+
+    Why the hub's own (the spawner's, ``levels[-1]``) is left out: it applies to every
+    profile alike and is taken to admit the site's GPU nodes. z2jh's
+    ``matchNodePurpose: require`` gives the spawner itself a required node affinity
+    (hub.jupyter.org/node-purpose In [user]), and its tolerations every user pod;
+    read as any other, every GPU profile showed "no estimate". A profile or choice
+    emptying the hub's (``[]``, a None entry) widens it: still the start shown."""
+    hub = overrides(levels[-1])
     for key in REQUIRED_AFFINITIES:
         value = innermost(levels, key)
         if callable(value):
             raise SpawnTimeValue(f"{key} given at spawn time")
-        if value:
-            raise NotForecast(f"{key} set: starts are forecast for any node of the GPU type")
+        if value and as_list(value) != as_list(hub.get(key) or []):
+            raise NotForecast(
+                f"{key} set beyond the hub's own: starts are forecast for any node of the GPU type"
+            )
     pod, given_later = merged(levels, "extra_pod_config")
     if given_later:
         raise SpawnTimeValue("extra_pod_config given at spawn time (not a mapping)")
-    placing = [key for key in POD_PLACEMENT if pod.get(key)]
+    hubs_pod, _ = merged(levels[-1:], "extra_pod_config")
+    placing = [key for key in POD_PLACEMENT if pod.get(key) and not hubs_own(pod, hubs_pod, key)]
     if placing:
-        raise NotForecast(f"extra_pod_config {', '.join(placing)} set")
+        raise NotForecast(f"extra_pod_config {', '.join(placing)} set beyond the hub's own")
     tolerations = innermost(levels, "tolerations")
     if callable(tolerations):
         raise SpawnTimeValue("tolerations given at spawn time")
-    hubs = overrides(levels[-1]).get("tolerations") or []
+    hubs = hub.get("tolerations") or []
     for toleration in tolerations:
         if toleration not in hubs and not tolerates_own_taint(toleration, resource):
             raise NotForecast(f"tolerates {toleration!r}, beyond the hub's own tolerations")

@@ -1244,9 +1244,8 @@ def test_a_profile_placed_by_more_than_its_gpu_type_has_no_estimate(
     It showed the earliest start of any type, or of its type elsewhere: "T4 (GKE) — free
     now" from a free A100 while the T4s were 5 h away, "free now" for a pool whose
     A100s were all held. Such a profile is "no estimate" (one INFO line each), as the
-    hub's own node_selector or affinity makes every GPU profile; the hub's own
-    tolerations (z2jh's, on every user pod) and one for the GPU resource's own taint do
-    not change it."""
+    hub's own tolerations (z2jh's, on every user pod) and one for the GPU resource's own
+    taint do not change it (the hub's own placement: the test below)."""
     now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
     starts = {("nvidia_com_gpu", A100, 1): now, ("nvidia_com_gpu", T4, 1): now + 5 * 3600}
     affinity = [{"matchExpressions": [{"key": "dedicated", "operator": "In", "values": ["a"]}]}]
@@ -1277,15 +1276,6 @@ def test_a_profile_placed_by_more_than_its_gpu_type_has_no_estimate(
     ]
     assert [r.levelno for r in caplog.records] == [logging.INFO] * 7
     assert "cloud.google.com/gke-accelerator" in caplog.records[0].getMessage()
-
-    # the hub's own node_selector or required affinity: every GPU profile
-    for hub in ({"node_selector": {"pool": "i"}}, {"node_affinity_required": affinity}):
-        (a100,) = annotate([profile("A100", 1, A100)], starts, now, UTC, defaults=hub)
-        assert a100["display_name"] == "A100 — no estimate"
-    # a profile's None removes the hub's key, as KubeSpawner's merge does
-    hub = {"node_selector": {"pool": "i"}}
-    (a100,) = annotate([gpu_profile("A100", node_selector={"pool": None})], starts, now, UTC, hub)
-    assert a100["display_name"] == "A100 — free now"
 
 
 def test_a_pool_offered_as_a_choice_is_estimated_on_the_choice() -> None:
@@ -1331,6 +1321,120 @@ def test_the_hubs_placement_values_are_read_from_the_spawner() -> None:
     assert got["node_affinity_required"] == affinity
     assert got["extra_pod_config"] == {"nodeName": "n"}
     assert "pod_affinity_required" not in got
+
+
+# z2jh's scheduling.userPods.nodeAffinity.matchNodePurpose: require, as its
+# jupyterhub_config.py appends it to c.KubeSpawner.node_affinity_required
+NODE_PURPOSE_USER = {
+    "matchExpressions": [
+        {"key": "hub.jupyter.org/node-purpose", "operator": "In", "values": ["user"]}
+    ]
+}
+
+
+def z2jh_spawner(release: str = "jupyterhub", **traits: object) -> types.SimpleNamespace:
+    """A KubeSpawner as Zero to JupyterHub's jupyterhub_config.py configures it (chart
+    defaults, ``scheduling.podPriority.enabled: true`` and ``matchNodePurpose: require``;
+    ``traits`` as a site's ``singleuser`` values set more): ``scheduler_name`` the user
+    scheduler's (``get_name("user-scheduler")``, ``<release>-user-scheduler``),
+    ``priority_class_name`` its default priority class (``get_name("priority")``,
+    ``<release>-default-priority``, value 0 by default), the node-purpose affinity
+    appended to ``node_affinity_required``, ``scheduling.userPods.tolerations`` as
+    ``tolerations``; KubeSpawner's own defaults for the rest."""
+    spawner = types.SimpleNamespace(
+        extra_resource_limits={},
+        extra_resource_guarantees={},
+        node_selector={},
+        extra_pod_config={},
+        node_affinity_required=[NODE_PURPOSE_USER],
+        pod_affinity_required=[],
+        pod_anti_affinity_required=[],
+        tolerations=list(Z2JH_TOLERATIONS),
+        scheduler_name=f"{release}-user-scheduler",
+        priority_class_name=f"{release}-default-priority",
+    )
+    for key, value in traits.items():
+        setattr(spawner, key, value)
+    return spawner
+
+
+def names_shown(shown: list[dict]) -> list[str]:
+    return [p["display_name"] for p in shown]
+
+
+def choice_names(shown: dict, option: str) -> list[str]:
+    return [c["display_name"] for c in shown["profile_options"][option]["choices"].values()]
+
+
+def test_the_hubs_own_placement_keeps_every_profiles_estimate(
+    prometheus_answer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """z2jh's ``matchNodePurpose: require`` gives the spawner itself a required node
+    affinity (hub.jupyter.org/node-purpose In [user]), which KubeSpawner merges under
+    every profile: read as any required affinity, every GPU profile showed "no
+    estimate". What the hub itself sets (node_selector keys, required affinities,
+    placing extra_pod_config keys) applies to every profile alike and is taken to admit
+    the site's GPU nodes; only what a profile or a choice adds or changes beyond it is
+    "no estimate" (one INFO line each), and one removing it keeps its estimate."""
+    url, body = prometheus_answer
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    body[0] = query_answers([(A100, 1, now + 3600), (T4, 1, now)])
+    pool = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["interactive"]}]}
+    apart = [{"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "host"}]
+    choices = {
+        "any": {"display_name": "Any pool"},
+        "interactive": {
+            "display_name": "Interactive",
+            "kubespawner_override": {"node_affinity_required": [pool]},
+        },
+    }
+    profiles = [
+        profile("A100", 1, A100),
+        profile("Any GPU", 1),
+        gpu_profile("The hub's affinity again", node_affinity_required=[NODE_PURPOSE_USER]),
+        gpu_profile("Interactive pool", node_affinity_required=[NODE_PURPOSE_USER, pool]),
+        gpu_profile("Apart", pod_anti_affinity_required=apart),
+        gpu_profile("No node purpose", node_affinity_required=[]),
+        {**profile("Pick a pool", 1), "profile_options": {"pool": {"choices": choices}}},
+    ]
+    hook = profile_list_hook(profiles, url, tz=UTC, clock=lambda: now)
+    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.spawner_profiles"):
+        shown = spawn_page(hook, z2jh_spawner())
+    assert names_shown(shown) == [
+        "A100 — ~10:00 UTC",
+        "Any GPU — free now",
+        "The hub's affinity again — free now",
+        "Interactive pool — no estimate",
+        "Apart — no estimate",
+        "No node purpose — free now",
+        "Pick a pool",
+    ]
+    assert choice_names(shown[6], "pool") == ["Any pool — free now", "Interactive — no estimate"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert [r.levelno for r in caplog.records] == [logging.INFO] * 3, messages
+    assert "node_affinity_required" in messages[0] and "pod_anti_affinity" in messages[1]
+
+    # a hub's own node_selector and placing extra_pod_config (z2jh's
+    # singleuser.nodeSelector, singleuser.extraPodConfig): the same
+    hub = z2jh_spawner(
+        node_selector={"pool": "gpu"},
+        extra_pod_config={"affinity": {"nodeAffinity": {"x": 1}}, "nodeSelector": {"zone": "a"}},
+    )
+    profiles = [
+        profile("A100", 1, A100),
+        gpu_profile("Other pool", node_selector={"pool": "team"}),
+        gpu_profile("Any pool", node_selector={"pool": None}),
+        gpu_profile("Pinned", extra_pod_config={"nodeName": "gpu-7"}),
+        gpu_profile("Other zone", extra_pod_config={"nodeSelector": {"zone": "b"}}),
+    ]
+    hook = profile_list_hook(profiles, url, tz=UTC, clock=lambda: now)
+    assert names_shown(spawn_page(hook, hub)) == [
+        "A100 — ~10:00 UTC",
+        "Other pool — no estimate",
+        "Any pool — free now",
+        "Pinned — no estimate",
+        "Other zone — no estimate",
+    ]
 
 
 def test_a_mig_profile_zeroing_the_hubs_gpu_is_estimated_for_its_slice() -> None:
