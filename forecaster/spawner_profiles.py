@@ -40,7 +40,10 @@ GPU resources at once (``gpu_model``, ``check_placement``). What the spawner its
 sets (its node_selector keys, required affinities, placing ``extra_pod_config`` keys,
 tolerations: z2jh's ``matchNodePurpose: require`` affinity) applies to every profile
 alike and is taken to admit the site's GPU nodes: only what a profile or a choice
-adds or changes beyond it is "no estimate". A count the forecaster
+adds or changes beyond it is "no estimate". So is a ``scheduler_name`` or
+``priority_class_name`` (or ``extra_pod_config`` ``schedulerName``,
+``priorityClassName``, ``priority``) other than the hub's own: the forecaster predicts
+a request placed by the default scheduler at priority 0 (``check_scheduling``). A count the forecaster
 does not publish (3, 5...) takes the next published size up. Profiles without GPUs
 are left alone, and so is one whose resources are a callable (KubeSpawner calls an
 override value that is one with the spawner, at spawn time: the hook cannot know its
@@ -524,8 +527,22 @@ REQUIRED_AFFINITIES = (
     "pod_affinity_required",
     "pod_anti_affinity_required",
 )
-# extra_pod_config keys (the pod spec's) that choose or widen the nodes a pod may use
-POD_PLACEMENT = ("nodeName", "nodeSelector", "affinity", "tolerations")
+# KubeSpawner's values naming who places the pod and in which order: the forecaster
+# predicts a request placed by the default scheduler at priority 0
+# (forecaster/queue_replay.py, docs/pending.md step 5)
+SCHEDULING = ("scheduler_name", "priority_class_name")
+DEFAULT_SCHEDULER = "default-scheduler"
+# extra_pod_config keys (the pod spec's) that choose or widen the nodes a pod may use, or
+# name its scheduler or priority
+POD_PLACEMENT = (
+    "nodeName",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "schedulerName",
+    "priorityClassName",
+    "priority",
+)
 
 
 def gpu_model(levels: Sequence[Mapping[str, Any]], resource: str) -> str | None:
@@ -600,6 +617,7 @@ def check_placement(levels: Sequence[Mapping[str, Any]], resource: str) -> None:
             raise NotForecast(
                 f"{key} set beyond the hub's own: starts are forecast for any node of the GPU type"
             )
+    check_scheduling(levels)
     pod, given_later = merged(levels, "extra_pod_config")
     if given_later:
         raise SpawnTimeValue("extra_pod_config given at spawn time (not a mapping)")
@@ -614,6 +632,34 @@ def check_placement(levels: Sequence[Mapping[str, Any]], resource: str) -> None:
     for toleration in tolerations:
         if toleration not in hubs and not tolerates_own_taint(toleration, resource):
             raise NotForecast(f"tolerates {toleration!r}, beyond the hub's own tolerations")
+
+
+def check_scheduling(levels: Sequence[Mapping[str, Any]]) -> None:
+    """NotForecast (SpawnTimeValue for a callable) when a profile or choice names a
+    ``scheduler_name`` or ``priority_class_name`` other than the hub's own (the
+    spawner's, ``levels[-1]``); the default scheduler named, or either emptied, is
+    what the forecast assumes.
+
+    Why: the forecaster predicts a request made now by the default scheduler at
+    priority 0, queued behind every pending pod of its priority. Another scheduler
+    (Volcano, a scheduler with gangs or quotas) places the pod by rules the forecast
+    does not model, and another priority class puts it before or behind pods the
+    forecast has ahead of it. z2jh sets both on the spawner itself (its user
+    scheduler, ``<release>-user-scheduler``, which only scores fitting nodes otherwise;
+    ``<release>-default-priority``, value 0 by default): every profile has them."""
+    hub = overrides(levels[-1])
+    for key in SCHEDULING:
+        value = innermost(levels, key)
+        if callable(value):
+            raise SpawnTimeValue(f"{key} given at spawn time")
+        if not value or value == hub.get(key):
+            continue
+        if key == "scheduler_name" and value == DEFAULT_SCHEDULER:
+            continue
+        raise NotForecast(
+            f"{key} {value!r}, not the hub's own ({hub.get(key) or 'unset'}): starts are "
+            "forecast for the default scheduler at priority 0"
+        )
 
 
 def tolerates_own_taint(toleration: object, resource: str) -> bool:
@@ -658,7 +704,7 @@ def parts_named(item: Any, gpu_resources: Sequence[str] = ()) -> frozenset[str]:
         pod = override.get("extra_pod_config") or {}
         if not isinstance(pod, Mapping) or any(k in pod for k in POD_PLACEMENT):
             named.add(PLACE)
-        if any(k in override for k in (*REQUIRED_AFFINITIES, "tolerations")):
+        if any(k in override for k in (*REQUIRED_AFFINITIES, "tolerations", *SCHEDULING)):
             named.add(PLACE)
         return frozenset(named)
     except Exception:  # cannot be read: it may set any
@@ -883,23 +929,27 @@ SPAWNER_LISTS = (*REQUIRED_AFFINITIES, "tolerations")
 
 
 def spawner_defaults(spawner: object) -> dict[str, Any]:
-    """The spawner's own ``SPAWNER_MAPPINGS`` and ``SPAWNER_LISTS`` (the hub's
-    ``c.KubeSpawner.extra_resource_limits``, ``tolerations`` …), as an override holds
-    them, those of their kind; {} without a spawner. Never raises.
+    """The spawner's own ``SPAWNER_MAPPINGS``, ``SPAWNER_LISTS`` and ``SCHEDULING``
+    (the hub's ``c.KubeSpawner.extra_resource_limits``, ``tolerations``,
+    ``scheduler_name`` …), as an override holds them, those of their kind; {} without
+    a spawner. Never raises.
 
     Why: KubeSpawner merges a profile's override dicts into the spawner's, so a hub
     giving every server a GPU by default, its profiles picking the type, asks for that
     GPU in each: read from the profiles alone, none had an estimate. Its placement
-    (a node_selector, a required affinity) is every profile's too, and its tolerations
-    are the ones every profile has without changing where it may run."""
+    (a node_selector, a required affinity, tolerations), scheduler and priority class
+    are every profile's too: what a profile sets is judged against them
+    (``check_placement``, ``check_scheduling``)."""
     out: dict[str, Any] = {}
-    for key in (*SPAWNER_MAPPINGS, *SPAWNER_LISTS):
+    for key in (*SPAWNER_MAPPINGS, *SPAWNER_LISTS, *SCHEDULING):
         try:
             value = getattr(spawner, key, None)
             if key in SPAWNER_MAPPINGS and isinstance(value, Mapping):
                 out[key] = dict(value)
             elif key in SPAWNER_LISTS and isinstance(value, (list, tuple)) and value:
                 out[key] = list(value)
+            elif key in SCHEDULING and isinstance(value, str) and value:
+                out[key] = value
         except Exception:  # an odd spawner costs its defaults, not the page
             continue
     return out

@@ -1437,6 +1437,83 @@ def test_the_hubs_own_placement_keeps_every_profiles_estimate(
     ]
 
 
+def test_a_scheduler_or_priority_class_beyond_the_hubs_own_has_no_estimate(
+    prometheus_answer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The forecaster predicts a request made now by the default scheduler at priority 0,
+    behind every pending pod of its priority (docs/pending.md, step 5). z2jh sets both
+    on the spawner itself (its user scheduler, a kube-scheduler scoring otherwise; its
+    default priority class, value 0 by default): every profile has them, and they keep
+    the estimates. A profile or choice naming another scheduler (``scheduler_name``,
+    ``extra_pod_config`` ``schedulerName``) or priority (``priority_class_name``,
+    ``priorityClassName``, ``priority``) is placed or ordered by something the forecast
+    does not model: "no estimate", one INFO line naming it. The default scheduler
+    named, or the hub's own named again, keeps the estimate."""
+    url, body = prometheus_answer
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    body[0] = query_answers([(A100, 1, now + 3600)])
+    backfill = {
+        "display_name": "Backfill",
+        "kubespawner_override": {"priority_class_name": "backfill"},
+    }
+    queue = {"choices": {"normal": {"display_name": "Normal"}, "backfill": backfill}}
+    profiles = [
+        profile("A100", 1, A100),
+        gpu_profile("Volcano", scheduler_name="volcano"),
+        gpu_profile("Urgent", priority_class_name="high-priority"),
+        gpu_profile(
+            "Hub's own",
+            scheduler_name="jupyterhub-user-scheduler",
+            priority_class_name="jupyterhub-default-priority",
+        ),
+        gpu_profile("Default scheduler", scheduler_name="default-scheduler"),
+        gpu_profile("Pod spec scheduler", extra_pod_config={"schedulerName": "volcano"}),
+        gpu_profile("Pod spec priority", extra_pod_config={"priorityClassName": "high"}),
+        gpu_profile("Pod spec value", extra_pod_config={"priority": 1000}),
+        {**profile("Queue", 1, A100), "profile_options": {"queue": queue}},
+    ]
+    hook = profile_list_hook(profiles, url, tz=UTC, clock=lambda: now)
+    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.spawner_profiles"):
+        shown = spawn_page(hook, z2jh_spawner())
+    assert names_shown(shown) == [
+        "A100 — ~10:00 UTC",
+        "Volcano — no estimate",
+        "Urgent — no estimate",
+        "Hub's own — ~10:00 UTC",
+        "Default scheduler — ~10:00 UTC",
+        "Pod spec scheduler — no estimate",
+        "Pod spec priority — no estimate",
+        "Pod spec value — no estimate",
+        "Queue",
+    ]
+    assert choice_names(shown[8], "queue") == ["Normal — ~10:00 UTC", "Backfill — no estimate"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert [r.levelno for r in caplog.records] == [logging.INFO] * 6, messages
+    for message, named in zip(
+        messages,
+        (
+            "scheduler_name 'volcano'",
+            "priority_class_name 'high-priority'",
+            "extra_pod_config schedulerName set",
+            "extra_pod_config priorityClassName set",
+            "extra_pod_config priority set",
+            "priority_class_name 'backfill'",
+        ),
+        strict=True,
+    ):
+        assert named in message
+
+    # a KubeSpawner setting neither (the default scheduler, priority 0): the same
+    plain = hub_spawner()
+    assert names_shown(spawn_page(hook, plain))[:5] == [
+        "A100 — ~10:00 UTC",
+        "Volcano — no estimate",
+        "Urgent — no estimate",
+        "Hub's own — no estimate",
+        "Default scheduler — ~10:00 UTC",
+    ]
+
+
 def test_a_mig_profile_zeroing_the_hubs_gpu_is_estimated_for_its_slice() -> None:
     """A hub giving every server ``{"nvidia.com/gpu": "1"}`` and a MIG profile that
     takes it back (``"0"``, or None which removes it) and asks for a slice: KubeSpawner
