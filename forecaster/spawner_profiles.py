@@ -52,7 +52,9 @@ profile, or one the hook cannot read at all, costs its own estimate only, logged
 one line. When a ``profile_options`` choice sets the GPU count, type or placement
 (its override, merged into the profile's), the estimates go after the names of that
 option's choices, each for its own request, and none after the profile's
-(``annotate_one``). When Prometheus cannot be read, does not answer within the
+(``annotate_one``); an enabled ``unlisted_choice`` gets its own after the name the form
+lists it by, ``display_name_in_choices`` ("Other..."): "no estimate" where the value
+the user types sets the GPU count, type or placement (``annotate_unlisted``). When Prometheus cannot be read, does not answer within the
 timeout (2 s: the query runs in a thread, never in the hub's event loop, and gives up
 by then too, status line and headers included: ``fetch``), answers an error status
 (its connection closed there and then: ``open_answer``), or something else answers (a
@@ -721,8 +723,101 @@ def option_parts(option: Any, gpu_resources: Sequence[str] = ()) -> frozenset[st
     items = list(choices.values()) if isinstance(choices, Mapping) else []
     unlisted = option.get("unlisted_choice")
     if isinstance(unlisted, Mapping) and unlisted.get("enabled"):
-        items.append(unlisted)
+        try:
+            items.append(unlisted_item(unlisted, gpu_resources))
+        except Exception:  # the value typed sets part of the request, or it cannot be read
+            return frozenset((COUNT, TYPE, PLACE))
     return frozenset().union(*(parts_named(item, gpu_resources) for item in items))
+
+
+# What KubeSpawner's form shows for an enabled ``unlisted_choice`` in its option's
+# drop-down when its ``display_name_in_choices`` is unset (``_get_initialized_profile_list``)
+OTHER_CHOICE = "Other..."
+# Two values to type that differ in every character: an override rendered with each
+# differs wherever the value typed goes (``{value}``, ``{value[0]}`` ...)
+TYPED = ("a" * 32, "b" * 32)
+
+
+class OtherFieldsAsWritten(dict[str, str]):
+    """What ``str.format_map`` reads ``{value}`` from: any other field (``{username}``)
+    stays as written, as in KubeSpawner's own rendering."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def with_typed(item: Any, value: str) -> Any:
+    """``item`` as KubeSpawner renders an ``unlisted_choice``'s override for a typed
+    ``value`` (``recursive_format``): ``{value}`` replaced in every string, keys too,
+    through lists, sets and dicts; anything else (a callable) as it is. Raises what
+    ``str.format_map`` raises for a string it cannot render (ValueError, IndexError)."""
+    if isinstance(item, str):
+        return item.format_map(OtherFieldsAsWritten(value=value))
+    if isinstance(item, list):
+        return [with_typed(i, value) for i in item]
+    if isinstance(item, set):
+        return {with_typed(i, value) for i in item}
+    if isinstance(item, dict):
+        return {with_typed(k, value): with_typed(v, value) for k, v in item.items()}
+    return item
+
+
+def typed_settings(
+    one: Mapping[str, Any], other: Mapping[str, Any], gpu_resources: Sequence[str] = ()
+) -> list[str]:
+    """The override keys deciding the GPU request or its placement whose values differ
+    between ``one`` and ``other``, one override rendered for two typed values: what the
+    value typed sets. A GPU resource's count typed, a resource name typed (it may name
+    a GPU resource), a placing ``extra_pod_config`` key, and any of ``node_selector``,
+    the required affinities, ``tolerations``, ``SCHEDULING`` or a key named by the
+    value typed."""
+    own = (gpu_resources,) if isinstance(gpu_resources, str) else tuple(gpu_resources)
+    placing = ("node_selector", *REQUIRED_AFFINITIES, "tolerations", *SCHEDULING)
+    out = []
+    for key in sorted({*one, *other}, key=str):
+        a, b = one.get(key), other.get(key)
+        if a == b:
+            continue
+        if key in one and key in other and isinstance(a, Mapping) and isinstance(b, Mapping):
+            names = {*a, *b}
+            if key in ("extra_resource_limits", "extra_resource_guarantees"):
+                deciding = {n for n in names if is_gpu_resource(str(n), own)}
+            elif key == "extra_pod_config":
+                deciding = set(POD_PLACEMENT)
+            else:
+                deciding = names
+            if not any(n not in a or n not in b or (n in deciding and a[n] != b[n]) for n in names):
+                continue
+        elif key in one and key in other and key not in placing:
+            continue
+        out.append(str(key))
+    return out
+
+
+def unlisted_item(unlisted: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -> dict[str, Any]:
+    """An ``unlisted_choice`` as a choice whose request is known whatever is typed: its
+    override rendered for a typed value (``with_typed``). NotForecast naming what the
+    value typed sets when it sets the GPU count, type or placement (``typed_settings``):
+    its start is known only once typed, never when the form is made; ProfileError when
+    the override cannot be rendered (KubeSpawner's spawn fails on it too).
+
+    Why: KubeSpawner applies the unlisted choice's override alone on the profile's, its
+    strings' ``{value}`` replaced by the text typed. One typing the GPU type
+    (``{"nvidia.com/gpu.product": "{value}"}``) asks for whatever is typed; one typing
+    an image and fixing 2 GPUs asks for 2 GPUs of the profile's type."""
+    override = dict(overrides(unlisted))
+    try:
+        one, other = (with_typed(override, value) for value in TYPED)
+    except Exception as err:
+        raise ProfileError(
+            f"unlisted_choice kubespawner_override cannot take a typed value: {one_line(err)}"
+        ) from None
+    typed = typed_settings(one, other, gpu_resources)
+    if typed:
+        raise NotForecast(
+            f"the value typed sets {', '.join(typed)}: its start is known only once typed"
+        )
+    return {"kubespawner_override": one}
 
 
 def start_for(
@@ -861,25 +956,67 @@ def annotate_option(
     """A copy of the ``profile_options`` entry whose choices set the GPU count or type,
     each choice asking for GPUs annotated (``estimate``): KubeSpawner applies its
     override on top of the profile's, so its count and type are its own, else the
-    profile's. A choice that cannot be read is left as it is, logged. A free-form
-    ``unlisted_choice`` is not covered: its value is only known once typed."""
+    profile's. A choice that cannot be read is left as it is, logged. An enabled
+    free-form ``unlisted_choice`` is annotated too (``annotate_unlisted``)."""
+    out = dict(option)
     choices = option.get("choices")
-    if not isinstance(choices, Mapping):
-        return option
-    shown = {}
-    for key, choice in choices.items():
-        shown[key] = choice
-        if not isinstance(choice, Mapping):
-            continue
-        what = f"{name}, choice {key!r}"
-        try:
-            text = estimate(choice, profile, starts, now, tz, gpu_resources, what, defaults)
-        except Exception as err:  # one choice, not the profile nor the page
-            log_no_estimate(what, err)
-            continue
-        if text:
-            shown[key] = {**choice, "display_name": f"{choice.get('display_name', key)} — {text}"}
-    return {**option, "choices": shown}
+    if isinstance(choices, Mapping):
+        shown = {}
+        for key, choice in choices.items():
+            shown[key] = choice
+            if not isinstance(choice, Mapping):
+                continue
+            what = f"{name}, choice {key!r}"
+            try:
+                text = estimate(choice, profile, starts, now, tz, gpu_resources, what, defaults)
+            except Exception as err:  # one choice, not the profile nor the page
+                log_no_estimate(what, err)
+                continue
+            if text:
+                named = choice.get("display_name", key)
+                shown[key] = {**choice, "display_name": f"{named} — {text}"}
+        out["choices"] = shown
+    unlisted = option.get("unlisted_choice")
+    if isinstance(unlisted, Mapping) and unlisted.get("enabled"):
+        context = (starts, now, tz, gpu_resources, name, defaults)
+        out["unlisted_choice"] = annotate_unlisted(unlisted, profile, *context)
+    return out
+
+
+def annotate_unlisted(
+    unlisted: Mapping[str, Any],
+    profile: Mapping[str, Any],
+    starts: Mapping[tuple[str, str, int], float],
+    now: float,
+    tz: tzinfo | None,
+    gpu_resources: Sequence[str],
+    name: str,
+    defaults: Mapping[str, Any] | None = None,
+) -> Any:
+    """An enabled ``unlisted_choice`` with its estimate after the name the form lists it
+    by in the option's drop-down, ``display_name_in_choices`` (``OTHER_CHOICE`` unset,
+    as KubeSpawner's form has it): "Other... — no estimate" where the value typed sets
+    the GPU count, type or placement (``unlisted_item``), else the start of its request
+    (its override, the value typed put in, merged into the profile's), as a choice's.
+    Left as given when it asks for no GPU or cannot be read (logged).
+
+    Why the drop-down entry: it is what the user picks among the annotated choices, and
+    left bare it read as a choice asking for no GPU. Its ``display_name`` is the label
+    of the text field shown once it is picked, and KubeSpawner reads neither name back."""
+    listed_as = unlisted.get("display_name_in_choices", OTHER_CHOICE)
+    what = f"{name}, unlisted choice {listed_as!r}"
+    try:
+        item = unlisted_item(unlisted, gpu_resources)
+        text = estimate(item, profile, starts, now, tz, gpu_resources, what, defaults)
+    except NotForecast as err:
+        log_no_estimate(what, err)
+        text = "no estimate"
+    except Exception as err:  # one choice, not the profile nor the page
+        log_no_estimate(what, err)
+        return unlisted
+    if not text:
+        return unlisted
+    return {**unlisted, "display_name_in_choices": f"{listed_as} — {text}"}
 
 
 def estimate(

@@ -1514,6 +1514,95 @@ def test_a_scheduler_or_priority_class_beyond_the_hubs_own_has_no_estimate(
     ]
 
 
+def unlisted(override: dict, **fields: object) -> dict:
+    """A ``profile_options`` entry's ``unlisted_choice``: a free-text value the user
+    types, put into ``override``'s strings where they say ``{value}``."""
+    return {"enabled": True, "display_name": "Type it", "kubespawner_override": override, **fields}
+
+
+def test_an_unlisted_choice_says_whether_its_start_can_be_known(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """KubeSpawner's form lists an enabled ``unlisted_choice`` in the option's drop-down
+    as its ``display_name_in_choices`` ("Other..." when unset), and when it is picked
+    applies its override alone on the profile's, each string's ``{value}`` (keys too)
+    replaced by what the user typed. Left bare beside annotated choices it read as a
+    choice asking for no GPU. Where the typed value sets the GPU count, type or
+    placement its start cannot be known before it is typed: "Other... — no estimate"
+    (one INFO line); where it does not (a typed image, the GPUs fixed) its request is
+    known and its start shown, as a choice's. The text field's label
+    (``display_name``) and everything else the form sends back are unchanged."""
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC).timestamp()
+    gpu = "nvidia_com_gpu"
+    starts = {(gpu, T4, 1): now + 10, (gpu, A100, 1): now + 3600, (gpu, A100, 2): now + 7200}
+    typed_type = unlisted({"node_selector": {"nvidia.com/gpu.product": "{value}"}})
+    typed_count = unlisted(
+        {"extra_resource_limits": {GPU: "{value}"}}, display_name_in_choices="Other count"
+    )
+    typed_resource = unlisted({"extra_resource_limits": {"{value}": "1"}})
+    own_image = unlisted(
+        {"image": "{value}", "extra_resource_limits": {GPU: "2"}},
+        display_name_in_choices="Own image, 2 GPUs",
+    )
+    image_only = unlisted({"image": "{value}"}, display_name_in_choices="Own image")
+    unreadable = unlisted({"node_selector": {"nvidia.com/gpu.product": "{value"}})
+
+    def server(name: str, *others: dict) -> dict:
+        options = {
+            f"o{i}": {"display_name": "GPU", "choices": {"t4": type_choice("T4", T4)}, **o}
+            for i, o in enumerate(others)
+        }
+        return {**profile(name, 1, A100), "profile_options": options}
+
+    profiles = [
+        server("Type", {"unlisted_choice": typed_type}),
+        server("Count", {"unlisted_choice": typed_count}),
+        server("Resource", {"unlisted_choice": typed_resource}),
+        server("Image", {"unlisted_choice": own_image}),
+        server("Image only", {"unlisted_choice": image_only}),
+        server("Unreadable", {"unlisted_choice": unreadable}),
+    ]
+    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.spawner_profiles"):
+        shown = annotate(profiles, starts, now, UTC)
+    others = [p["profile_options"]["o0"]["unlisted_choice"] for p in shown]
+    assert [o.get("display_name_in_choices") for o in others] == [
+        "Other... — no estimate",
+        "Other count — no estimate",
+        "Other... — no estimate",
+        "Own image, 2 GPUs — ~14:00 UTC",
+        "Own image — ~13:00 UTC",  # the profile's own request: 1 A100
+        None,  # KubeSpawner cannot render it either: left alone, a WARNING
+    ]
+    assert [o["display_name"] for o in others] == ["Type it"] * 6
+    assert [o["kubespawner_override"] for o in others] == [
+        o["unlisted_choice"]["kubespawner_override"]
+        for p in profiles
+        for o in p["profile_options"].values()
+    ]
+    assert [choice_names(p, "o0") for p in shown] == [["T4 — free now"]] * 6
+    assert [p["display_name"] for p in shown] == [p["display_name"] for p in profiles]
+    messages = [r.getMessage() for r in caplog.records]
+    assert [r.levelno for r in caplog.records] == [logging.INFO] * 3 + [logging.WARNING]
+    assert "'Type', unlisted choice" in messages[0] and "node_selector" in messages[0]
+    assert "extra_resource_limits" in messages[1] and "extra_resource_limits" in messages[2]
+
+    # an option offering nothing of the request but a typed image: the profile keeps
+    # its estimate, the unlisted choice as given
+    image = {"display_name": "Image", "choices": {}, "unlisted_choice": image_only}
+    (alone,) = annotate(
+        [{**profile("A100", 1, A100), "profile_options": {"image": image}}], starts, now, UTC
+    )
+    assert alone["display_name"] == "A100 — ~13:00 UTC"
+    assert alone["profile_options"]["image"] == image
+    # not enabled: not on the form, left alone
+    off = {**image, "unlisted_choice": {**typed_type, "enabled": False}}
+    (p,) = annotate(
+        [{**profile("Off", 1, A100), "profile_options": {"image": off}}], starts, now, UTC
+    )
+    assert p["profile_options"]["image"] == off
+    assert p["display_name"] == "Off — ~13:00 UTC"
+
+
 def test_a_mig_profile_zeroing_the_hubs_gpu_is_estimated_for_its_slice() -> None:
     """A hub giving every server ``{"nvidia.com/gpu": "1"}`` and a MIG profile that
     takes it back (``"0"``, or None which removes it) and asks for a slice: KubeSpawner
