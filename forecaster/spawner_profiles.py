@@ -959,6 +959,10 @@ def annotate_option(
     profile's. A choice that cannot be read is left as it is, logged. An enabled
     free-form ``unlisted_choice`` is annotated too (``annotate_unlisted``)."""
     out = dict(option)
+
+    def estimate_for(item: Mapping[str, Any], what: str) -> str | None:
+        return estimate(item, profile, starts, now, tz, gpu_resources, what, defaults)
+
     choices = option.get("choices")
     if isinstance(choices, Mapping):
         shown = {}
@@ -968,7 +972,7 @@ def annotate_option(
                 continue
             what = f"{name}, choice {key!r}"
             try:
-                text = estimate(choice, profile, starts, now, tz, gpu_resources, what, defaults)
+                text = estimate_for(choice, what)
             except Exception as err:  # one choice, not the profile nor the page
                 log_no_estimate(what, err)
                 continue
@@ -978,27 +982,22 @@ def annotate_option(
         out["choices"] = shown
     unlisted = option.get("unlisted_choice")
     if isinstance(unlisted, Mapping) and unlisted.get("enabled"):
-        context = (starts, now, tz, gpu_resources, name, defaults)
-        out["unlisted_choice"] = annotate_unlisted(unlisted, profile, *context)
+        out["unlisted_choice"] = annotate_unlisted(unlisted, name, estimate_for, gpu_resources)
     return out
 
 
 def annotate_unlisted(
     unlisted: Mapping[str, Any],
-    profile: Mapping[str, Any],
-    starts: Mapping[tuple[str, str, int], float],
-    now: float,
-    tz: tzinfo | None,
-    gpu_resources: Sequence[str],
     name: str,
-    defaults: Mapping[str, Any] | None = None,
+    estimate_for: Callable[[Mapping[str, Any], str], str | None],
+    gpu_resources: Sequence[str] = (),
 ) -> Any:
     """An enabled ``unlisted_choice`` with its estimate after the name the form lists it
     by in the option's drop-down, ``display_name_in_choices`` (``OTHER_CHOICE`` unset,
     as KubeSpawner's form has it): "Other... — no estimate" where the value typed sets
     the GPU count, type or placement (``unlisted_item``), else the start of its request
-    (its override, the value typed put in, merged into the profile's), as a choice's.
-    Left as given when it asks for no GPU or cannot be read (logged).
+    (its override, the value typed put in, merged into the profile's: ``estimate_for``,
+    as a choice's). Left as given when it asks for no GPU or cannot be read (logged).
 
     Why the drop-down entry: it is what the user picks among the annotated choices, and
     left bare it read as a choice asking for no GPU. Its ``display_name`` is the label
@@ -1006,8 +1005,7 @@ def annotate_unlisted(
     listed_as = unlisted.get("display_name_in_choices", OTHER_CHOICE)
     what = f"{name}, unlisted choice {listed_as!r}"
     try:
-        item = unlisted_item(unlisted, gpu_resources)
-        text = estimate(item, profile, starts, now, tz, gpu_resources, what, defaults)
+        text = estimate_for(unlisted_item(unlisted, gpu_resources), what)
     except NotForecast as err:
         log_no_estimate(what, err)
         text = "no estimate"

@@ -1358,6 +1358,24 @@ def z2jh_spawner(release: str = "jupyterhub", **traits: object) -> types.SimpleN
     return spawner
 
 
+def z2jh_spawn_page(
+    profiles: list[dict], url: str, now: float, caplog: pytest.LogCaptureFixture
+) -> list[dict]:
+    """The profiles as the hook shows them on a z2jh hub's spawn page (``z2jh_spawner``),
+    its INFO lines captured."""
+    hook = profile_list_hook(profiles, url, tz=UTC, clock=lambda: now)
+    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.spawner_profiles"):
+        return spawn_page(hook, z2jh_spawner())
+
+
+def info_lines(caplog: pytest.LogCaptureFixture, n: int) -> list[str]:
+    """The log lines captured, checked to be ``n`` lines at INFO (a site's choice, not a
+    fault)."""
+    messages = [r.getMessage() for r in caplog.records]
+    assert [r.levelno for r in caplog.records] == [logging.INFO] * n, messages
+    return messages
+
+
 def names_shown(shown: list[dict]) -> list[str]:
     return [p["display_name"] for p in shown]
 
@@ -1397,9 +1415,7 @@ def test_the_hubs_own_placement_keeps_every_profiles_estimate(
         gpu_profile("No node purpose", node_affinity_required=[]),
         {**profile("Pick a pool", 1), "profile_options": {"pool": {"choices": choices}}},
     ]
-    hook = profile_list_hook(profiles, url, tz=UTC, clock=lambda: now)
-    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.spawner_profiles"):
-        shown = spawn_page(hook, z2jh_spawner())
+    shown = z2jh_spawn_page(profiles, url, now, caplog)
     assert names_shown(shown) == [
         "A100 — ~10:00 UTC",
         "Any GPU — free now",
@@ -1410,8 +1426,7 @@ def test_the_hubs_own_placement_keeps_every_profiles_estimate(
         "Pick a pool",
     ]
     assert choice_names(shown[6], "pool") == ["Any pool — free now", "Interactive — no estimate"]
-    messages = [r.getMessage() for r in caplog.records]
-    assert [r.levelno for r in caplog.records] == [logging.INFO] * 3, messages
+    messages = info_lines(caplog, 3)
     assert "node_affinity_required" in messages[0] and "pod_anti_affinity" in messages[1]
 
     # a hub's own node_selector and placing extra_pod_config (z2jh's
@@ -1472,9 +1487,7 @@ def test_a_scheduler_or_priority_class_beyond_the_hubs_own_has_no_estimate(
         gpu_profile("Pod spec value", extra_pod_config={"priority": 1000}),
         {**profile("Queue", 1, A100), "profile_options": {"queue": queue}},
     ]
-    hook = profile_list_hook(profiles, url, tz=UTC, clock=lambda: now)
-    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.spawner_profiles"):
-        shown = spawn_page(hook, z2jh_spawner())
+    shown = z2jh_spawn_page(profiles, url, now, caplog)
     assert names_shown(shown) == [
         "A100 — ~10:00 UTC",
         "Volcano — no estimate",
@@ -1487,8 +1500,7 @@ def test_a_scheduler_or_priority_class_beyond_the_hubs_own_has_no_estimate(
         "Queue",
     ]
     assert choice_names(shown[8], "queue") == ["Normal — ~10:00 UTC", "Backfill — no estimate"]
-    messages = [r.getMessage() for r in caplog.records]
-    assert [r.levelno for r in caplog.records] == [logging.INFO] * 6, messages
+    messages = info_lines(caplog, 6)
     for message, named in zip(
         messages,
         (
@@ -1504,8 +1516,8 @@ def test_a_scheduler_or_priority_class_beyond_the_hubs_own_has_no_estimate(
         assert named in message
 
     # a KubeSpawner setting neither (the default scheduler, priority 0): the same
-    plain = hub_spawner()
-    assert names_shown(spawn_page(hook, plain))[:5] == [
+    hook = profile_list_hook(profiles, url, tz=UTC, clock=lambda: now)
+    assert names_shown(spawn_page(hook, hub_spawner()))[:5] == [
         "A100 — ~10:00 UTC",
         "Volcano — no estimate",
         "Urgent — no estimate",
