@@ -773,24 +773,25 @@ def typed_settings(
     value typed."""
     own = (gpu_resources,) if isinstance(gpu_resources, str) else tuple(gpu_resources)
     placing = ("node_selector", *REQUIRED_AFFINITIES, "tolerations", *SCHEDULING)
+    by_entry = ("extra_resource_limits", "extra_resource_guarantees", "extra_pod_config")
     out = []
     for key in sorted({*one, *other}, key=str):
         a, b = one.get(key), other.get(key)
         if a == b:
             continue
-        if key in one and key in other and isinstance(a, Mapping) and isinstance(b, Mapping):
-            names = {*a, *b}
-            if key in ("extra_resource_limits", "extra_resource_guarantees"):
-                deciding = {n for n in names if is_gpu_resource(str(n), own)}
-            elif key == "extra_pod_config":
-                deciding = set(POD_PLACEMENT)
-            else:
-                deciding = names
-            if not any(n not in a or n not in b or (n in deciding and a[n] != b[n]) for n in names):
+        if key not in one or key not in other or key in placing:
+            out.append(str(key))
+        elif key in by_entry:
+            if not (isinstance(a, Mapping) and isinstance(b, Mapping)):
+                out.append(str(key))
                 continue
-        elif key in one and key in other and key not in placing:
-            continue
-        out.append(str(key))
+            deciding = (
+                set(POD_PLACEMENT)
+                if key == "extra_pod_config"
+                else {n for n in {*a, *b} if is_gpu_resource(str(n), own)}
+            )
+            if any(n not in a or n not in b or (n in deciding and a[n] != b[n]) for n in {*a, *b}):
+                out.append(str(key))
     return out
 
 

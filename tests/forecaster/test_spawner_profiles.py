@@ -1556,7 +1556,10 @@ def test_an_unlisted_choice_says_whether_its_start_can_be_known(
         {"image": "{value}", "extra_resource_limits": {GPU: "2"}},
         display_name_in_choices="Own image, 2 GPUs",
     )
-    image_only = unlisted({"image": "{value}"}, display_name_in_choices="Own image")
+    image_only = unlisted(
+        {"image": "{value}", "environment": {"IMAGE": "{value}"}},
+        display_name_in_choices="Own image",
+    )
     unreadable = unlisted({"node_selector": {"nvidia.com/gpu.product": "{value"}})
 
     def server(name: str, *others: dict) -> dict:
