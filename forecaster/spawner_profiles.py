@@ -153,8 +153,10 @@ class SpawnTimeValue(ProfileError):
 class NotForecast(ProfileError):
     """A GPU profile whose pod is not the request the forecaster publishes: it may run
     on other nodes than any of its GPU type (a node_selector key besides
-    ``PRODUCT_LABEL``, a required affinity, a toleration beyond the hub's own), or asks
-    for two GPU resources at once. A site's choice, not a fault: "no estimate"."""
+    ``PRODUCT_LABEL``, a required affinity or a toleration beyond the hub's own), is
+    placed or queued by another scheduler or priority class than the hub's, asks for two
+    GPU resources at once, or takes its GPU request or placement from a value the user
+    types. A site's choice, not a fault: "no estimate"."""
 
 
 def is_gpu_resource(name: str, own: Sequence[str] = ()) -> bool:
