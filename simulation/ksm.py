@@ -11,7 +11,8 @@ simulated pods and nodes, with the real exporter's names, label names and types
 and ``kube_pod_init_container_info`` (``restart_policy="Always"`` for a sidecar; only
 once the pod is bound, as KSM writes it only for init containers with a status),
 ``kube_pod_created``, ``kube_pod_start_time``, ``kube_pod_info`` (with
-``priority_class``), ``kube_pod_owner`` (``owner_kind, owner_name,
+``priority_class``; ``created_by_kind``/``created_by_name`` its controller's, ``<none>``
+without one; ``pod_ip``/``host_ip`` once it runs), ``kube_pod_owner`` (``owner_kind, owner_name,
 owner_is_controller``, each ``<none>`` for a pod without an owner; a pod is a Job's
 unless told),
 ``kube_pod_restart_policy`` (``type``), ``kube_pod_nodeselectors`` (opt-in upstream),
@@ -125,6 +126,9 @@ class KsmPod:
     # ``spec.schedulingGates`` not empty (Kueue's admission gate): the API server sets its
     # ``PodScheduled`` condition False with reason ``SchedulingGated``
     scheduling_gated: bool = False
+    # ``status.podIP`` and ``status.hostIP``: "" until the kubelet has started the pod
+    pod_ip: str = ""
+    host_ip: str = ""
 
 
 def _escape(value: str) -> str:
@@ -224,16 +228,23 @@ def exposition(
                 )
     for p in pods:
         base = {"namespace": p.namespace, "pod": p.pod, "uid": p.uid}
+        # KSM writes "<none>" in every owner label of a pod without an owner reference
+        owner = (
+            (NO_OWNER,) * 3
+            if p.owner_kind == NO_OWNER
+            else (p.owner_kind, p.owner_name or p.pod, "true")
+        )
         families["kube_pod_info"].append(
             _line(
                 "kube_pod_info",
                 {
                     **base,
-                    "host_ip": "",
-                    "pod_ip": "",
+                    "host_ip": p.host_ip,
+                    "pod_ip": p.pod_ip,
                     "node": p.node,
-                    "created_by_kind": "",
-                    "created_by_name": "",
+                    # its controller (every owner here is one), as kube_pod_owner's
+                    "created_by_kind": owner[0],
+                    "created_by_name": owner[1],
                     "priority_class": p.priority_class,
                     "host_network": "false",
                 },
@@ -241,12 +252,6 @@ def exposition(
             )
         )
         families["kube_pod_created"].append(_line("kube_pod_created", base, float(p.created)))
-        # KSM writes "<none>" in every owner label of a pod without an owner reference
-        owner = (
-            (NO_OWNER,) * 3
-            if p.owner_kind == NO_OWNER
-            else (p.owner_kind, p.owner_name or p.pod, "true")
-        )
         families["kube_pod_owner"].append(
             _line(
                 "kube_pod_owner",
@@ -405,6 +410,10 @@ def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], l
                 sim.nodes[pod.node].name,
                 anchor + pod.start if started else None,
                 **_controller(pod),
+                # the kubelet's: the pod's own address and its node's (the .1 of the
+                # node's pod range), once it runs
+                pod_ip=pod.ip if started else "",
+                host_ip=f"{sim.nodes[pod.node].ip_prefix}.1" if started else "",
             )
         )
     for pod in sim.queued_pods():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpu_eta.forecaster.kube_state import NO_OWNER
 from gpu_eta.simulation import ksm
 from gpu_eta.simulation.cluster import ClusterConfig, warm_start
 
@@ -79,3 +80,42 @@ def test_nodes_export_their_capacity_as_kube_state_metrics_does() -> None:
         'kube_node_status_allocatable{node="n",resource="nvidia_com_gpu",unit="integer"} 3.0'
         in lines
     )
+
+
+def _info_labels(text: str, pod: str) -> dict[str, str]:
+    """The labels of ``pod``'s ``kube_pod_info`` line in ``text`` (parsed as exposition)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kube_pod_info" and sample.labels["pod"] == pod:
+                return sample.labels
+    raise AssertionError(f"no kube_pod_info for {pod}")
+
+
+def test_pod_info_names_its_controller_and_addresses_as_kube_state_metrics_does() -> None:
+    """KSM's ``kube_pod_info`` (``internal/store/pod.go``, ``createPodInfoFamilyGenerator``)
+    writes ``created_by_kind``/``created_by_name`` from the pod's controller reference
+    (``metav1.GetControllerOf``), ``<none>`` for a pod without one, never empty; and
+    ``pod_ip``/``host_ip`` from the pod's status once it runs. The simulated one wrote
+    all four empty: a value KSM never writes for the first two, and a running pod
+    without the address the demo's own exporter reports for it (``gpu_eta_pod_info``'s
+    ``pod_ip``: the one its progress reports come from)."""
+    sim, _ = warm_start(ClusterConfig())
+    nodes, pods = ksm.from_sim(sim, 0.0, 1000.0)
+    text = ksm.exposition(nodes, pods)
+    running = next(p for p in sim.alive(0.0) if p.kind == "training" and p.start <= 0.0)
+    labels = _info_labels(text, running.name)
+    assert (labels["created_by_kind"], labels["created_by_name"]) == running.owner
+    assert labels["pod_ip"] == running.ip
+    node = sim.nodes[running.node]
+    assert labels["host_ip"] == f"{node.ip_prefix}.1"
+    assert labels["node"] == node.name
+    queued = sim.queued_pods()[0]
+    labels = _info_labels(text, queued.name)
+    assert (labels["created_by_kind"], labels["created_by_name"]) == queued.owner
+    # not bound, not started: no node, no addresses (KSM writes the empty values)
+    assert (labels["node"], labels["pod_ip"], labels["host_ip"]) == ("", "", "")
+    bare = ksm.KsmPod("ml", "bare", "u1", "Pending", 1.0, {ksm.GPU: 1}, owner_kind=NO_OWNER)
+    labels = _info_labels(ksm.exposition([], [bare]), "bare")
+    assert (labels["created_by_kind"], labels["created_by_name"]) == (NO_OWNER, NO_OWNER)
