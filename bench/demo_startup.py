@@ -4,6 +4,8 @@ Prints: history simulation time, OpenMetrics size and promtool backfill time for
 history the demo backfills (``--history-jobs`` jobs at the live cluster's load, at most
 ``--history-days``: ``live_load_seconds``); then the whole stack's start time, the
 time until every node is scraped `up`, and until the first forecast is in Prometheus.
+The cluster and the stack are the demo's at its defaults (``gpu_eta.demo.main``: its
+scrape interval, forecaster cycle and planted alert causes), on free ports.
 Run: ``python bench/demo_startup.py [--history-days 1] [--history-jobs 1000]``.
 """
 
@@ -16,22 +18,33 @@ from pathlib import Path
 
 from flag_types import at_least, positive
 
+from gpu_eta.demo.main import cluster_config, parse_args, stack_config
 from gpu_eta.demo.stack import Stack, StackConfig
 from gpu_eta.launch.prometheus import backfill
 from gpu_eta.simulation.backfill import live_load_seconds, simulate_history, write_history
-from gpu_eta.simulation.cluster import ClusterConfig
+
+PROG = "bench/demo_startup.py"
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--history-days", type=positive, default=1.0)
-    p.add_argument("--history-jobs", type=at_least(1), default=1000)
-    args = p.parse_args(argv)
-    cluster = ClusterConfig()
+def demo_config(history_days: float, history_jobs: int) -> StackConfig:
+    """The stack ``./demo.sh --history-days D --history-jobs N`` starts, on free ports
+    (so the bench runs beside a demo). Its flags are checked as the demo checks them."""
+    args = parse_args(
+        [
+            *("--history-days", repr(history_days), "--history-jobs", str(history_jobs)),
+            *("--prometheus-port", "0", "--forecaster-port", "0", "--alertmanager-port", "0"),
+        ],
+        prog=PROG,
+    )
+    return stack_config(args, cluster_config(args))
+
+
+def measure_history(cfg: StackConfig) -> None:
+    """Simulate, write and backfill the history the demo would; print what each took."""
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        span = live_load_seconds(cluster, args.history_days * 86400, args.history_jobs)
-        hist = simulate_history(cluster, time.time() - 400, span, args.history_jobs)
+        span = live_load_seconds(cfg.cluster, cfg.history_days * 86400, cfg.history_jobs)
+        hist = simulate_history(cfg.cluster, time.time() - 400, span, cfg.history_jobs)
         t1 = time.perf_counter()
         om, _runs = write_history(hist, Path(tmp) / "h")
         t2 = time.perf_counter()
@@ -45,15 +58,15 @@ def main(argv: list[str] | None = None) -> None:
         f"  simulate {t1 - t0:.2f}s, write {t2 - t1:.2f}s ({size_mb:.1f} MB OpenMetrics, "
         f"runs CSV {len(hist.completed)} runs), promtool backfill {t3 - t2:.2f}s"
     )
-    cfg = StackConfig(
-        cluster=cluster,
-        history_days=args.history_days,
-        history_jobs=args.history_jobs,
-        prometheus_port=0,
-        forecaster_port=0,
-        scrape_interval="1s",
-        forecaster_interval_seconds=3.0,
-    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__)
+    p.add_argument("--history-days", type=positive, default=1.0)
+    p.add_argument("--history-jobs", type=at_least(1), default=1000)
+    args = p.parse_args(argv)
+    cfg = demo_config(args.history_days, args.history_jobs)
+    measure_history(cfg)
     t0 = time.perf_counter()
     with Stack(cfg, say=lambda msg: None) as stack:
         t1 = time.perf_counter()

@@ -374,6 +374,24 @@ def cluster_config(args: argparse.Namespace) -> ClusterConfig:
     )
 
 
+def stack_config(args: argparse.Namespace, cluster: ClusterConfig) -> StackConfig:
+    """The stack the flags ask for, on ``cluster`` (``cluster_config``'s): one place, so
+    ``bench/demo_startup.py`` times the stack the demo starts."""
+    return StackConfig(
+        cluster=cluster,
+        history_days=args.history_days,
+        history_jobs=args.history_jobs,
+        prometheus_port=args.prometheus_port,
+        forecaster_port=args.forecaster_port,
+        alertmanager_port=args.alertmanager_port,
+        tsdb=args.tsdb,
+        alert_for=args.alert_for,
+        scrape_interval=args.scrape_interval,
+        real_training=args.real_training,
+        workdir=args.workdir,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo (see the module docstring for exit codes). ``GPU_ETA_DEMO_PROG``:
     the command usage lines name (demo.sh passes its own), so ``./demo.sh --help`` does
@@ -442,19 +460,7 @@ def _claimed(args: argparse.Namespace) -> int:
         except OSError as err:
             print(f"gpu-eta demo: --clear-workdir: {err}", file=sys.stderr)
             return ExitCode.ERROR
-    config = StackConfig(
-        cluster=cluster,
-        history_days=args.history_days,
-        history_jobs=args.history_jobs,
-        prometheus_port=args.prometheus_port,
-        forecaster_port=args.forecaster_port,
-        alertmanager_port=args.alertmanager_port,
-        tsdb=args.tsdb,
-        alert_for=args.alert_for,
-        scrape_interval=args.scrape_interval,
-        real_training=args.real_training,
-        workdir=args.workdir,
-    )
+    config = stack_config(args, cluster)
     if not install_parts(args.tsdb):
         return ExitCode.ERROR
     with Signals().caught() as signals:
