@@ -56,6 +56,7 @@ from gpu_eta.launch.prometheus import start_prometheus
 from gpu_eta.launch.victoria import import_openmetrics, start_victoriametrics
 
 STEP = 15.0
+DCGM_MODEL = "NVIDIA A100-SXM4-80GB"  # modelName on the DCGM holders' series
 LIMIT = 3.2e10  # each container's memory limit
 
 
@@ -99,7 +100,13 @@ def openmetrics(all_holders: Sequence[Holder], now: float, minutes: float) -> st
         pod = f'namespace="team-{h.index % 20}",pod="{h.pod}",container="main"'
         use = 0.5 + 0.45 * ((h.index * 2654435761) % 1000) / 1000
         if h.kind == "dcgm":
-            add("DCGM_FI_DEV_GPU_UTIL", f"{where},{pod}", [(ts, 100 * use) for ts in stamps])
+            # dcgm-exporter's own labels (Kubernetes mode): no ``node``, its host is
+            # ``Hostname``
+            device = (
+                f'gpu="{gpu}",UUID="GPU-{h.index:08x}",device="nvidia{gpu}",'
+                f'modelName="{DCGM_MODEL}",Hostname="node-{node:05d}"'
+            )
+            add("DCGM_FI_DEV_GPU_UTIL", f"{device},{pod}", [(ts, 100 * use) for ts in stamps])
         else:
             dips = h.kind == "shared"
             util = [

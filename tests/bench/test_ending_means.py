@@ -59,3 +59,23 @@ def test_the_cycles_read_and_its_peer_answer_the_same_means(tmp_path, prometheus
     finally:
         store.close()
         client.close()
+
+
+def test_dcgm_holders_carry_the_labels_dcgm_exporter_writes() -> None:
+    """dcgm-exporter labels each device's series ``gpu, UUID, device, modelName,
+    Hostname`` and, in its Kubernetes mode, the holder's ``namespace, pod, container``
+    (NVIDIA/dcgm-exporter README's sample; ``Hostname``, not ``node``: docs/dashboards.md
+    joins on ``UUID, gpu`` for that reason). The bench's DCGM series carried our
+    exporter's ``node`` instead, a label DCGM never writes: its read proved nothing
+    about DCGM's own series."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    dcgm = next(h for h in em.holders(20, 0.1, 0.1) if h.kind == "dcgm")
+    text = em.openmetrics([dcgm], 1_800_000_000.0, 1).replace("# EOF\n", "")
+    (family,) = [f for f in text_string_to_metric_families(text) if f.name.startswith("DCGM_")]
+    labels = family.samples[0].labels
+    assert set(labels) == {
+        *("gpu", "UUID", "device", "modelName", "Hostname"),
+        *("namespace", "pod", "container"),
+    }
+    assert labels["device"] == f"nvidia{labels['gpu']}" and labels["pod"] == dcgm.pod
