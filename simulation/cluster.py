@@ -267,10 +267,12 @@ class Pod:
 
     @property
     def owner(self) -> tuple[str, str]:
-        """Its controller's (kind, name): a training pod's Job (its name without the
-        pod's suffix), a notebook's StatefulSet (a Kubeflow Notebook's)."""
+        """Its controller's (kind, name): a training pod's Job, one per run and named as
+        the pod (its job family and a generated suffix: a Job's name is unique in its
+        namespace, so two runs of one family are two Jobs), a notebook's StatefulSet (a
+        Kubeflow Notebook's)."""
         if self.kind == "training":
-            return ("Job", self.name.rsplit("-", 1)[0])
+            return ("Job", self.name)
         return ("StatefulSet", self.name)
 
     @property

@@ -74,7 +74,7 @@ def _pod_entry(pod: Pod, node: NodeSpec, now: float) -> dict[str, Any]:
         ],
     }
     if pod.kind == "training":
-        labels["job-name"] = pod.job_name
+        labels["job-name"] = pod.owner[1]  # the Job controller's label: its Job's name
     entry_pod["owner_kind"], entry_pod["owner_name"] = pod.owner
     if pod.end is not None:
         entry_pod["end_seconds"] = round(pod.end, 3)

@@ -119,3 +119,34 @@ def test_pod_info_names_its_controller_and_addresses_as_kube_state_metrics_does(
     bare = ksm.KsmPod("ml", "bare", "u1", "Pending", 1.0, {ksm.GPU: 1}, owner_kind=NO_OWNER)
     labels = _info_labels(ksm.exposition([], [bare]), "bare")
     assert (labels["created_by_kind"], labels["created_by_name"]) == (NO_OWNER, NO_OWNER)
+
+
+def test_each_training_pod_is_its_own_jobs() -> None:
+    """A Job's name is unique in its namespace while it exists (the API server refuses a
+    second), and its pods are its run's. The simulated pods of one user and job family
+    all named the same Job (``cifar10-cnn`` in ``ml-erin``), so at every moment of the
+    default demo independent runs were one Job to kube-state-metrics: the forecaster lent
+    one run's forecast end to another's pod as a sibling's (``pending._from_siblings``)
+    and drew one end for both (``queue_replay``). Each training pod is now a Job of its
+    own, its ``job-name`` label that Job's name, as the Job controller writes it; the
+    forecaster still reads the family from it (``runs_from_series._job_of``)."""
+    from collections import Counter
+
+    from gpu_eta.forecaster.runs_from_series import _job_of
+    from gpu_eta.simulation.cluster import ALERT_CAUSES
+    from gpu_eta.simulation.scenarios import node_scenario
+
+    sim, _ = warm_start(ClusterConfig(**ALERT_CAUSES))
+    for t in range(0, 600, 60):
+        sim.advance(t + 10)
+        _, pods = ksm.from_sim(sim, t, 0.0)
+        jobs = Counter((p.namespace, p.owner_name) for p in pods if p.owner_kind == "Job")
+        assert jobs and max(jobs.values()) == 1, [k for k, n in jobs.items() if n > 1]
+    training = [p for p in sim.pods if p.kind == "training"]
+    # a suffix of digits alone is kept by _job_of (a name of its own, "sweep-24567")
+    named = [p for p in training if any(c.isalpha() for c in p.name[-5:])]
+    assert named and all(_job_of(p.owner[1]) == p.job_name for p in named)
+    node = sim.nodes[training[-1].node]
+    scenario = node_scenario(node, [training[-1]], 0.0, training[-1].start)
+    (entry,) = scenario["pods"]
+    assert entry["labels"]["job-name"] == entry["owner_name"] == training[-1].owner[1]
