@@ -11,10 +11,11 @@ simulated pods and nodes, with the real exporter's names, label names and types
 and ``kube_pod_init_container_info`` (``restart_policy="Always"`` for a sidecar; only
 once the pod is bound, as KSM writes it only for init containers with a status),
 ``kube_pod_created``, ``kube_pod_start_time``, ``kube_pod_info`` (with
-``priority_class``; ``created_by_kind``/``created_by_name`` its controller's, ``<none>``
-without one; ``pod_ip``/``host_ip`` once it runs), ``kube_pod_owner`` (``owner_kind, owner_name,
-owner_is_controller``, each ``<none>`` for a pod without an owner; a pod is a Job's
-unless told),
+``priority_class``; ``created_by_kind``/``created_by_name`` its controller's;
+``pod_ip``/``host_ip`` once it runs), ``kube_pod_owner`` (``owner_kind, owner_name,
+owner_is_controller``; a pod is a Job's unless told; for a pod without an owner
+``<none>`` in these and in ``created_by_*``, as KSM's earlier v2 releases write it,
+later ones "": the forecaster reads either),
 ``kube_pod_restart_policy`` (``type``), ``kube_pod_nodeselectors`` (opt-in upstream),
 ``kube_node_status_allocatable`` and ``kube_node_status_capacity`` (``node, resource,
 unit``; KSM writes both for every node, the capacity counting unhealthy devices too:
@@ -228,7 +229,9 @@ def exposition(
                 )
     for p in pods:
         base = {"namespace": p.namespace, "pod": p.pod, "uid": p.uid}
-        # KSM writes "<none>" in every owner label of a pod without an owner reference
+        # a pod without an owner reference: "<none>" in every owner label of both
+        # families, as KSM's earlier v2 releases write it (later ones write ""; the
+        # forecaster reads either: kube_state._release)
         owner = (
             (NO_OWNER,) * 3
             if p.owner_kind == NO_OWNER

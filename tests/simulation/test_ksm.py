@@ -96,11 +96,13 @@ def _info_labels(text: str, pod: str) -> dict[str, str]:
 def test_pod_info_names_its_controller_and_addresses_as_kube_state_metrics_does() -> None:
     """KSM's ``kube_pod_info`` (``internal/store/pod.go``, ``createPodInfoFamilyGenerator``)
     writes ``created_by_kind``/``created_by_name`` from the pod's controller reference
-    (``metav1.GetControllerOf``), ``<none>`` for a pod without one, never empty; and
-    ``pod_ip``/``host_ip`` from the pod's status once it runs. The simulated one wrote
-    all four empty: a value KSM never writes for the first two, and a running pod
-    without the address the demo's own exporter reports for it (``gpu_eta_pod_info``'s
-    ``pod_ip``: the one its progress reports come from)."""
+    (``metav1.GetControllerOf``), and ``pod_ip``/``host_ip`` from the pod's status once
+    it runs. The simulated one wrote all four empty: a Job's pod with no Job, and a
+    running pod without the address the demo's own exporter reports for it
+    (``gpu_eta_pod_info``'s ``pod_ip``: the one its progress reports come from). A pod
+    without a controller has the empty value KSM's ``kube_pod_owner`` has for it here:
+    ``<none>`` (KSM's earlier v2 releases, in both families; later ones write "" in
+    both)."""
     sim, _ = warm_start(ClusterConfig())
     nodes, pods = ksm.from_sim(sim, 0.0, 1000.0)
     text = ksm.exposition(nodes, pods)
