@@ -8,7 +8,8 @@ simulated pods and nodes, with the real exporter's names, label names and types
 ``kube_pod_container_resource_requests`` (``resource`` sanitised as KSM does,
 ``nvidia.com/gpu`` → ``nvidia_com_gpu``, ``unit="integer"``, ``node`` empty until bound),
 ``kube_pod_init_container_resource_requests`` (the same labels, for init containers)
-and ``kube_pod_init_container_info`` (``restart_policy="Always"`` for a sidecar; only
+and ``kube_pod_init_container_info`` (``container, image_spec, image, image_id,
+container_id, restart_policy``, the last ``Always`` for a sidecar; only
 once the pod is bound, as KSM writes it only for init containers with a status),
 ``kube_pod_created``, ``kube_pod_start_time``, ``kube_pod_info`` (with
 ``priority_class``; ``created_by_kind``/``created_by_name`` its controller's;
@@ -334,7 +335,10 @@ def exposition(
                         {
                             **base,
                             "container": container,
+                            "image_spec": "",
                             "image": "",
+                            "image_id": "",
+                            "container_id": "",
                             "restart_policy": "Always" if container in p.sidecars else "",
                         },
                         1.0,

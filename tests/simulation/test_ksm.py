@@ -152,3 +152,36 @@ def test_each_training_pod_is_its_own_jobs() -> None:
     scenario = node_scenario(node, [training[-1]], 0.0, training[-1].start)
     (entry,) = scenario["pods"]
     assert entry["labels"]["job-name"] == entry["owner_name"] == training[-1].owner[1]
+
+
+def test_init_container_info_has_kube_state_metrics_labels() -> None:
+    """KSM's ``kube_pod_init_container_info`` (``pod.go``, v2.11 on) labels each init
+    container with a status ``container, image_spec, image, image_id, container_id,
+    restart_policy``; the simulated one wrote ``container, image, restart_policy``
+    only, a label set no KSM release serves."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    pod = ksm.KsmPod(
+        "ml",
+        "p",
+        "u1",
+        "Running",
+        1.0,
+        {ksm.GPU: 1},
+        node="n1",
+        start_time=2.0,
+        init_containers={"side": {ksm.GPU: 1}},
+        sidecars=("side",),
+    )
+    text = ksm.exposition([], [pod])
+    (sample,) = [
+        s
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "kube_pod_init_container_info"
+    ]
+    assert list(sample.labels) == [
+        *("namespace", "pod", "uid", "container", "image_spec", "image", "image_id"),
+        *("container_id", "restart_policy"),
+    ]
+    assert sample.labels["restart_policy"] == "Always"
