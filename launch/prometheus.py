@@ -143,11 +143,13 @@ def removed_on_failure(own_dir: tempfile.TemporaryDirectory | None) -> Iterator[
         raise
 
 
-# Prometheus' UI pages, the current path first: 2.x with the React UI and 3.x serve
-# /graph and /alerts; a build without the React UI (Debian's 2.42) serves only the
-# classic UI under /classic/ (/alerts is 404 there, /graph only a redirect)
+# Prometheus' UI pages, tried in order, the first also the guess when nothing answers:
+# 2.x with the React UI serves /graph and /alerts; 3.x serves /query and /alerts (its
+# /graph only redirects to /query, and it has no classic UI); a 2.x build without the
+# React UI (Debian's 2.42) serves only the classic UI under /classic/ (/alerts is 404
+# there, /graph only a redirect)
 UI_PAGES: dict[str, tuple[str, ...]] = {
-    "graph": ("/graph", "/classic/graph"),
+    "graph": ("/graph", "/query", "/classic/graph"),
     "alerts": ("/alerts", "/classic/alerts"),
 }
 

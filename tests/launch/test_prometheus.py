@@ -4,7 +4,11 @@ clear error that leaves nothing behind."""
 from __future__ import annotations
 
 import tempfile
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import requests
@@ -37,6 +41,43 @@ def test_ui_urls_answer_without_a_redirect(tmp_path: Path) -> None:
             assert "Prometheus" in resp.text
     finally:
         server.stop()
+
+
+class Prometheus3Ui(BaseHTTPRequestHandler):
+    """Prometheus 3.x's UI routes (web/web.go): ``/graph`` redirects to ``/query``, the
+    classic UI is gone. 3.x cannot run here (Debian ships 2.42): only these routes."""
+
+    ROUTES: ClassVar[dict[str, int]] = {"/query": 200, "/alerts": 200, "/graph": 302}
+
+    def do_GET(self) -> None:
+        status = self.ROUTES.get(self.path, 404)
+        self.send_response(status)
+        if status == 302:
+            self.send_header("Location", "/query")
+        body = b"<title>Prometheus</title>" if status == 200 else b""
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def prometheus3_ui() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Prometheus3Ui)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_ui_urls_of_prometheus_3_answer_without_a_redirect(prometheus3_ui: str) -> None:
+    assert ui_url(prometheus3_ui, "graph") == prometheus3_ui + "/query"
+    assert ui_url(prometheus3_ui, "alerts") == prometheus3_ui + "/alerts"
 
 
 def test_ui_url_of_a_server_that_does_not_answer_is_the_first_path() -> None:
