@@ -11,7 +11,8 @@ training run ends, and when each GPU frees up. So, in the terminal's size:
   state) and its alerts line, then its error and warning lines;
 - the training runs by ETA: POD, EPOCH, ETA and their flags (stalled, from past runs),
   with NODE/GPU and P10–P90 where the width allows; a POD too long for the rest to fit
-  is cut in its middle (``shortened``), keeping the pod's end;
+  is cut in its middle (``shortened``), keeping the pod's end, elsewhere where two
+  pods would read the same (``distinct_cuts``);
 - the GPUs, free ones first, then by when they free up (FREE AT), with their holders;
   the idle ones are the idle holders' GPUs, marked ``idle``;
 - the two tables share the rows left (``split_rows``: each up to ``MIN_ROWS`` first,
@@ -90,13 +91,36 @@ def cut(text: str, width: int) -> str:
     replaced by ``…`` when it is wider. Pure."""
     if display_width(text) <= width:
         return text
+    return _head(text, width - 1) + "…"
+
+
+def _head(text: str, width: int) -> str:
+    """The longest start of ``text`` in at most ``width`` terminal columns. Pure."""
     out, used = "", 0
     for c in text:
         w = display_width(c)
-        if used + w > width - 1:
+        if used + w > width:
             break
         out, used = out + c, used + w
-    return out + "…"
+    return out
+
+
+def _tail(text: str, width: int) -> str:
+    """The longest end of ``text`` in at most ``width`` terminal columns. Pure."""
+    out, used = "", 0
+    for c in reversed(text):
+        w = display_width(c)
+        if used + w > width:
+            break
+        out, used = c + out, used + w
+    return out
+
+
+def _split(text: str, width: int, head_width: int) -> str:
+    """``text`` in at most ``width`` columns: at most ``head_width`` of its start, ``…``,
+    and as much of its end as the rest holds. Pure."""
+    head = _head(text, head_width)
+    return f"{head}…{_tail(text, width - 1 - display_width(head))}"
 
 
 def cut_middle(text: str, width: int) -> str:
@@ -108,20 +132,51 @@ def cut_middle(text: str, width: int) -> str:
         return text
     if width < 1:
         return ""
+    return _split(text, width, (width - 1) // 2)
+
+
+def distinct_cuts(texts: Sequence[str], width: int) -> list[str]:
+    """``texts`` each in at most ``width`` terminal columns, cut in the middle
+    (``cut_middle``), except that texts whose cuts would read the same are cut so they
+    differ: the ``…`` moved off the middle (towards the start first: the end keeps
+    more) until their cuts differ, else, when the part they differ in is further than
+    ``width`` from either end, a second ``…`` showing that part (``ku…a2m9kq7d…``).
+    Equal texts keep equal cuts. Pure.
+
+    Why: a sweep's pods (Katib trials, a JobSet's replicas) share a namespace, a long
+    prefix and an end, and differ in a few characters in the middle of their names,
+    just where ``cut_middle`` cuts: four runs read as one pod, each row's ETA under
+    the same name."""
+    cuts = {t: cut_middle(t, width) for t in texts}
+    by_cut: dict[str, list[str]] = {}
+    for text, short in cuts.items():
+        by_cut.setdefault(short, []).append(text)
+    for short, group in by_cut.items():
+        if len(group) > 1:
+            others = {c for c in cuts.values() if c != short}
+            cuts.update(_telling_cuts(group, width, others))
+    return [cuts[t] for t in texts]
+
+
+def _telling_cuts(group: Sequence[str], width: int, taken: set[str]) -> dict[str, str]:
+    """Cuts in ``width`` columns of the distinct ``group`` (all wider than ``width``)
+    that differ from each other and from ``taken``, where one exists (see
+    ``distinct_cuts``); the best tried otherwise. Pure."""
     budget = width - 1
-    head, used = "", 0
-    for c in text:
-        w = display_width(c)
-        if used + w > budget // 2:
-            break
-        head, used = head + c, used + w
-    tail, room = "", budget - used
-    for c in reversed(text):
-        w = display_width(c)
-        if w > room:
-            break
-        tail, room = c + tail, room - w
-    return f"{head}…{tail}"
+    middle = budget // 2
+    for head_width in [*range(middle, -1, -1), *range(middle + 1, budget + 1)]:
+        cuts = {t: _split(t, width, head_width) for t in group}
+        if len(set(cuts.values())) == len(group) and not taken & set(cuts.values()):
+            return cuts
+    # the same start and end, each longer than the width: show where they part
+    common = 0  # characters every one of them starts with
+    while all(len(t) > common for t in group) and len({t[common] for t in group}) == 1:
+        common += 1
+    out = {}
+    for t in group:
+        head = _head(t, min((width - 2) // 4, display_width(t[:common])))
+        out[t] = f"{head}…{cut(t[common:], width - 1 - display_width(head))}"
+    return out
 
 
 def project(headers: Sequence[str], rows: Sequence[Row], columns: Sequence[str]) -> list[Row]:
@@ -177,9 +232,10 @@ def shortened(
     others = [c for c in columns if c != name]
     rest = aligned_width(others, project(columns, rows, others)) + 2 if others else 0
     room = max(width - rest, floor, display_width(name))
+    cuts = distinct_cuts([cells[i] for cells, _ in rows], room)
     return [
-        ([cut_middle(c, room) if j == i else c for j, c in enumerate(cells)], style)
-        for cells, style in rows
+        ([short if j == i else c for j, c in enumerate(cells)], style)
+        for (cells, style), short in zip(rows, cuts, strict=True)
     ]
 
 

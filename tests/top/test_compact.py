@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 
 import pytest
 
@@ -301,3 +302,58 @@ def test_a_long_pod_name_is_shortened_in_the_middle_so_epoch_eta_and_flags_show(
 def test_cut_middle_keeps_both_ends(text: str, width: int, cut: str) -> None:
     assert compact.cut_middle(text, width) == cut
     assert display_width(compact.cut_middle(text, width)) <= width
+
+
+# Katib trials of one experiment: the same namespace, a random suffix in the middle of
+# each pod's name, the same end; these differ in the suffix's first character only
+KATIB_TRIALS = ("a2m9kq7d", "b2m9kq7d", "c2m9kq7d", "d2m9kq7d")
+
+
+@pytest.mark.parametrize("width", [30, 40, 50])
+def test_shortened_pods_of_one_sweep_never_read_the_same(width: int) -> None:
+    """Runs whose names differ only in their middle (Katib trials, a sweep's replicas)
+    keep a difference on screen once POD is shortened: each row names one pod, never
+    the same text as another row's. Cut each alone in its middle, the four trials read
+    as one pod (``kubeflow-user-ex…2m9kq7d-worker-0`` four times at 50 columns)."""
+    ns = "kubeflow-user-example-com"
+    jobs = tuple(
+        _job(k, namespace=ns, pod=f"pytorch-resnet50-lr-sweep-{trial}-worker-0")
+        for k, trial in enumerate(KATIB_TRIALS)
+    )
+    texts = _texts(compact.compact_lines(demo_sized_view(jobs=jobs), width, 24, DEMO_FOOTER))
+    assert all(display_width(t) <= width for t in texts), texts
+    pods = [row.split()[0] for row in _rows_under(texts, "Training")]
+    assert len(pods) == len(KATIB_TRIALS), texts
+    assert all("…" in pod for pod in pods), pods  # shortened, so the test says something
+    assert len(set(pods)) == len(pods), pods
+    for row in _rows_under(texts, "Training"):
+        assert "3/10" in row, row  # EPOCH still shown beside every shortened POD
+
+
+@pytest.mark.parametrize(
+    ("texts", "width"),
+    [
+        (("ns/sweep-x7kq2m9d-worker-0", "ns/sweep-x7kq2m8d-worker-0"), 12),
+        (("ns/aaaa-1-worker-0", "ns/aaaa-2-worker-0", "ns/aaaa-1-worker-0"), 8),
+        # the same start and end, each wider than the width: no single cut in the middle
+        # tells them apart, a second one shows where they part
+        (("abcdefghijkl1mnopqrstuvw", "abcdefghijkl22mnopqrstuvw"), 12),
+        (("模型模型-1-模型模型", "模型模型-2-模型模型"), 9),
+    ],
+)
+def test_distinct_cuts_tell_different_names_apart(texts: tuple[str, ...], width: int) -> None:
+    cuts = compact.distinct_cuts(texts, width)
+    assert all(display_width(c) <= width for c in cuts), cuts
+    assert len(cuts) == len(texts)
+    for i, j in itertools.combinations(range(len(texts)), 2):
+        assert (cuts[i] == cuts[j]) == (texts[i] == texts[j]), cuts
+
+
+def test_distinct_cuts_show_where_names_part_when_no_middle_cut_can() -> None:
+    cuts = compact.distinct_cuts(("abcdefghijkl1mnopqrstuvw", "abcdefghijkl22mnopqrstuvw"), 12)
+    assert cuts == ["ab…1mnopqrs…", "ab…22mnopqr…"]
+
+
+def test_distinct_cuts_cut_alone_where_no_two_collide() -> None:
+    texts = ("ns/short", "ns/a-long-pod-name-abcdef-worker-0", "other/a-long-pod-name-xyz")
+    assert compact.distinct_cuts(texts, 14) == [compact.cut_middle(t, 14) for t in texts]
