@@ -59,7 +59,9 @@ value); a run holds at most ``MAX_METRICS`` names, the first taken (in sorted or
 within a call), as the exporter freezes them; an invalid ``run_id`` or ``container`` is corrected with one warning at
 construction. An ``epoch`` or ``step`` beyond its planned total is sent as the total
 (the exporter refuses more), with one warning a reporter: the run reads as finished.
-A refusal the exporter still answers is logged once per distinct reason.
+A refusal the exporter still answers is logged once per distinct reason. An
+environment variable that reads like one of these settings misspelt (``GPU_ETA_TIMEOUT``,
+``GPU_ETA_ULR``) is named once per process with the one meant (``misspelt_settings``).
 """
 
 from __future__ import annotations
@@ -375,6 +377,60 @@ def names_a_rank(env: Mapping[str, str] | None = None) -> bool:
     then it decides which process reports (``other_rank``), never the process group."""
     env = os.environ if env is None else env
     return any(env.get(n, "").strip() for n in ("RANK", *LOCAL_RANK_VARIABLES))
+
+
+# The environment variables this client reads (``RANK_AT_IMPORT_VARIABLE`` is its own
+# bookkeeping, the launchers' rank variables are not its to check)
+SETTINGS_VARIABLES = (
+    "GPU_ETA_URL",
+    "GPU_ETA_HOST_IP",
+    "GPU_ETA_PORT",
+    "GPU_ETA_TIMEOUT_SECONDS",
+    "GPU_ETA_CONTAINER",
+    "GPU_ETA_SOURCE_ADDRESS",
+    "GPU_ETA_ANY_RANK",
+)
+# How like one of them a name must be (``_likeness``) to be taken for its misspelling:
+# GPU_ETA_TIMEOUT is 0.79 like GPU_ETA_TIMEOUT_SECONDS; other tools' GPU_ETA_* names
+# (GPU_ETA_PROGRESS, GPU_ETA_RUN_ID, the repository's test switches) are at most 0.72
+MISSPELT_CUTOFF = 0.75
+_WARNED_SETTINGS: set[str] = set()  # misspelt names already warned of in this process
+
+
+def misspelt_settings(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(name, the setting meant) for each name in ``env`` that is not one of
+    ``SETTINGS_VARIABLES`` but reads like one (another case, a letter swapped or
+    missing, a suffix left out). Pure. Why: a misspelt setting in a pod spec is never
+    read, and nothing said so: ``GPU_ETA_TIMEOUT=30`` left the 2 s timeout, and
+    ``GPU_ETA_ULR`` left only "no exporter address"."""
+    out = []
+    for name in env:
+        upper = name.upper()
+        if name in SETTINGS_VARIABLES or not upper.startswith("GPU"):
+            continue
+        score, meant = max((_likeness(upper, known), known) for known in SETTINGS_VARIABLES)
+        if score >= MISSPELT_CUTOFF:
+            out.append((name, meant))
+    return sorted(out)
+
+
+def _likeness(a: str, b: str) -> float:
+    """difflib's ratio of ``a`` and ``b`` taken both ways, the lower: it depends on
+    the order (GPU_ETA_PROGRESS is 0.71 like GPU_ETA_PORT one way, 0.79 the other)."""
+    return min(
+        difflib.SequenceMatcher(None, a, b).ratio(), difflib.SequenceMatcher(None, b, a).ratio()
+    )
+
+
+def _warn_misspelt_settings() -> None:
+    """One warning per misspelt setting (``misspelt_settings``) and process: a sweep's
+    every trial would say it again. Names only: a value may be a token."""
+    for name, meant in misspelt_settings(os.environ):
+        if name not in _WARNED_SETTINGS:
+            _WARNED_SETTINGS.add(name)
+            log.warning(
+                "gpu-eta: environment variable %s is not read; did you mean %s?", name, meant
+            )
 
 
 def _env_true(name: str) -> bool:
@@ -900,6 +956,7 @@ class ProgressReporter:
         self._group_rank_pending = False
         # The checks and the sender's start (see the module doc), under one try.
         try:
+            _warn_misspelt_settings()
             self.run_id = run_id_setting(run_id)
             self.steps_per_epoch = self._plan("steps_per_epoch", steps_per_epoch)
             self.epochs, self.steps = self._planned_totals(epochs, steps)

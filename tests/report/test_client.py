@@ -615,6 +615,40 @@ def test_a_bad_timeout_in_the_environment_is_the_default_with_a_warning(value, m
     assert caplog.text.count("GPU_ETA_TIMEOUT_SECONDS") == (0 if value == " " else 1)
 
 
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [
+        ("GPU_ETA_TIMEOUT", "GPU_ETA_TIMEOUT_SECONDS"),
+        ("GPU_ETA_ULR", "GPU_ETA_URL"),
+        ("gpu_eta_url", "GPU_ETA_URL"),
+        ("GPU_ETA_ANYRANK", "GPU_ETA_ANY_RANK"),
+        ("GPUETA_URL", "GPU_ETA_URL"),
+        ("GPU_ETA_HOSTIP", "GPU_ETA_HOST_IP"),
+    ],
+)
+def test_a_misspelt_environment_variable_is_named_with_the_one_meant(
+    given, meant, monkeypatch, caplog
+):
+    """A setting misspelt in a pod spec is not read: said once, with the name meant,
+    as a misspelt keyword is (``check_options``). Unsaid, ``GPU_ETA_TIMEOUT=30`` left
+    the 2 s timeout, and ``GPU_ETA_ULR`` left only "no exporter address"."""
+    monkeypatch.setattr(client, "_WARNED_SETTINGS", set())
+    monkeypatch.setenv(given, "30")
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.report"):
+        for _ in range(2):  # a second reporter (a sweep's next trial) says it no more
+            ProgressReporter(url=f"http://127.0.0.1:{dead_port()}/progress").close(0)
+    said = [m for m in caplog.messages if given in m]
+    assert said == [f"gpu-eta: environment variable {given} is not read; did you mean {meant}?"]
+    assert "30" not in said[0]  # a value is never logged: it may be a token
+
+
+def test_other_environment_variables_are_not_taken_for_misspelt_settings():
+    env = {n: "1" for n in ("GPU_ETA_URL", "GPU_ETA_TIMEOUT_SECONDS", "HOST_IP", "PATH")}
+    env |= {n: "1" for n in ("GPU_ETA_PROGRESS", "GPU_ETA_RUN_ID", "GPU_ETA_DEMO_PROG")}
+    env[client.RANK_AT_IMPORT_VARIABLE] = "1:0"
+    assert client.misspelt_settings(env) == []
+
+
 @pytest.mark.parametrize("value", ["x", -1, 0, float("nan"), True, [1], 61])
 def test_a_bad_timeout_argument_never_raises(value, monkeypatch, caplog):
     monkeypatch.delenv("GPU_ETA_TIMEOUT_SECONDS", raising=False)
