@@ -13,8 +13,9 @@ training run ends, and when each GPU frees up. So, in the terminal's size:
   with NODE/GPU and P10–P90 where the width allows; a POD too long for the rest to fit
   is cut in its middle (``shortened``), keeping the pod's end, elsewhere where two
   pods would read the same (``distinct_cuts``);
-- the GPUs, free ones first, then by when they free up (FREE AT), with their holders;
-  the idle ones are the idle holders' GPUs, marked ``idle``;
+- the GPUs, free ones first, then by when they free up (FREE AT), with their holders,
+  each cut as POD is to its share of the width left (``shared_cuts``); the idle ones
+  are the idle holders' GPUs, marked ``idle``;
 - the two tables share the rows left (``split_rows``: each up to ``MIN_ROWS`` first,
   then the rest evenly), one line ``… N more`` under a cut one;
 - the pending pods in one line (how many, the next one and when it starts), and a
@@ -69,7 +70,8 @@ LAYOUTS: tuple[Layout, ...] = ("auto", "full", "compact")
 FOOTER = "full view: --once --plain, or a taller terminal"
 
 # Each table's columns as shown, in this order (``top``'s headers; the long, open-ended
-# HELD BY last, where the right edge cuts it), and the ones left out first when the
+# HELD BY last, where the right edge cuts what its shortened names still take), and the
+# ones left out first when the
 # table is wider than the terminal. Never left out: who, how far, when, the flags.
 TRAINING_COLUMNS = ("POD", "NODE/GPU", "EPOCH", "ETA", "P10–P90", "")
 TRAINING_LEAVE_OUT = ("NODE/GPU", "P10–P90")
@@ -217,25 +219,50 @@ def shortened(
     name: str | None,
     width: int,
     floor: int = MIN_SHORTENED,
+    listing: bool = False,
 ) -> list[Row]:
     """``rows`` (cells under ``columns``) with the cells of column ``name`` cut in their
-    middle (``cut_middle``) to the width the other columns leave in ``width``, so those
-    show whole; never below ``floor`` columns nor its header's (narrower, the right edge
-    cuts the rest). Unchanged when the table fits, or without such a column. Pure.
+    middle (``distinct_cuts``: no two names read the same) to the width the other
+    columns leave in ``width``, so those show whole; never below ``floor`` columns nor
+    its header's (narrower, the right edge cuts the rest). ``listing``: each cell is
+    names one space apart (HELD BY's holders), each cut to its share of that width, at
+    least ``floor``. Unchanged when the table fits, or without such a column. Pure.
 
     Why: one long name (Kubeflow's ``kubeflow-user-example-com/…-worker-0``) widened
     POD for every run, and EPOCH and ETA, what the compact layout is for, went past
-    the right edge on each row."""
+    the right edge on each row; in HELD BY, cut at the right edge, a sweep's GPUs all
+    read as held by ``kubeflow-user-example-com/pytorch-resnet50-lr-sw…``."""
     if name not in columns or aligned_width(columns, rows) <= width:
         return list(rows)
     i = columns.index(name)
     others = [c for c in columns if c != name]
     rest = aligned_width(others, project(columns, rows, others)) + 2 if others else 0
     room = max(width - rest, floor, display_width(name))
-    cuts = distinct_cuts([cells[i] for cells, _ in rows], room)
+    cells = [cells[i] for cells, _ in rows]
+    cuts = shared_cuts(cells, room, floor) if listing else distinct_cuts(cells, room)
     return [
         ([short if j == i else c for j, c in enumerate(cells)], style)
         for (cells, style), short in zip(rows, cuts, strict=True)
+    ]
+
+
+def shared_cuts(cells: Sequence[str], width: int, floor: int = MIN_SHORTENED) -> list[str]:
+    """``cells`` of names one space apart, each name cut to its share of ``width`` (the
+    spaces between taken out first), at least ``floor`` columns: ``distinct_cuts`` over
+    every name given the same share, so a pod holding two GPUs alone reads alike on
+    both, and two pods never alike. Pure."""
+    names = [cell.split(" ") for cell in cells]
+    shares = [max(floor, (width - len(n) + 1) // len(n)) for n in names]
+    by_share: dict[int, list[str]] = {}
+    for share, parts in zip(shares, names, strict=True):
+        by_share.setdefault(share, []).extend(parts)
+    cut_to = {
+        share: dict(zip(parts, distinct_cuts(parts, share), strict=True))
+        for share, parts in by_share.items()
+    }
+    return [
+        " ".join(cut_to[share][part] for part in parts)
+        for share, parts in zip(shares, names, strict=True)
     ]
 
 
@@ -349,7 +376,7 @@ def compact_lines(
             gpus,
             GPU_COLUMNS,
             GPU_LEAVE_OUT,
-            None,  # its open-ended HELD BY is last: the right edge cuts it
+            "HELD BY",  # its holders each cut to a share of the width left
             "GPU",
         ),
     ]
@@ -365,7 +392,9 @@ def compact_lines(
             lines.append((cut(f"{name}: {empty_text(view, name)}", width), "dim"))
             continue
         kept = columns_shown(columns, rows, leave_out, width)
-        fitted = shortened(kept, project(columns, rows, kept), shorten, width)
+        fitted = shortened(
+            kept, project(columns, rows, kept), shorten, width, listing=shorten == "HELD BY"
+        )
         lines += section(title, kept, fitted, n, noun, width)
     lines += tail
     if len(lines) > height:  # a header of many error lines: cut at the bottom, said

@@ -330,6 +330,38 @@ def test_shortened_pods_of_one_sweep_never_read_the_same(width: int) -> None:
         assert "3/10" in row, row  # EPOCH still shown beside every shortened POD
 
 
+@pytest.mark.parametrize("width", [50, 80])
+def test_gpus_held_by_pods_of_one_sweep_name_each_its_own_holder(width: int) -> None:
+    """The GPUs of a sweep's pods say which pod holds each: HELD BY's names are
+    shortened as POD's are (``distinct_cuts``), each holder of a shared GPU to its
+    share of the width. Cut at the right edge, four GPUs read
+    ``kubeflow-user-example-com/pytorch-resnet50-lr-sw…`` each at 80 columns."""
+    ns = "kubeflow-user-example-com"
+    holders = [f"{ns}/pytorch-resnet50-lr-sweep-{trial}-worker-0" for trial in KATIB_TRIALS]
+    gpus = tuple(
+        GpuRow("gpu-node-0", str(k), f"GPU-{k}", "NVIDIA A100", (h,), "busy",
+               Band(NOW + 60 * k, NOW + 60 * k + 30, NOW + 60 * k + 90))
+        for k, h in enumerate(holders)
+    )  # fmt: skip
+    shared = GpuRow("gpu-node-1", "0", "GPU-s", "NVIDIA A100", tuple(holders[:2]), "busy",
+                    Band(NOW + 10, NOW + 20, NOW + 30))  # fmt: skip
+    view = demo_sized_view(gpus=(*gpus, shared))
+    texts = _texts(compact.compact_lines(view, width, 40, DEMO_FOOTER))
+    assert all(display_width(t) <= width for t in texts), texts
+    rows = _rows_under(texts, "GPUs, free first")
+    held = {row.split()[0]: row.split()[3:] for row in rows}
+    assert len(held) == 5, texts
+    singles = [held[f"gpu-node-0/{k}"] for k in range(4)]
+    assert all(len(h) == 1 and "…" in h[0] for h in singles), singles
+    assert len({h[0] for h in singles}) == 4, singles
+    # the shared GPU names both its holders, unlike each other, each in its share of
+    # the width where the width holds both (at 50 columns the right edge cuts one)
+    both = held["gpu-node-1/0"]
+    assert len(both) == 2 and both[0] != both[1], both
+    if width >= 80:
+        assert all("…" in h and not h.endswith("…") for h in both), both
+
+
 @pytest.mark.parametrize(
     ("texts", "width"),
     [
