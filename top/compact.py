@@ -17,7 +17,8 @@ training run ends, and when each GPU frees up. So, in the terminal's size:
   each cut as POD is to its share of the width left (``shared_cuts``); the idle ones
   are the idle holders' GPUs, marked ``idle``;
 - the two tables share the rows left (``split_rows``: each up to ``MIN_ROWS`` first,
-  then the rest evenly), one line ``… N more`` under a cut one;
+  then the rest evenly), one line ``… N more`` under a cut one; one left without a row
+  is one line (``table_rows``), its title and header the other's rows;
 - the pending pods in one line (how many, the next one and when it starts), and a
   footer saying what shows every row and column (``FOOTER``; the demo names the ``top``
   command, as its banner prints it).
@@ -290,6 +291,29 @@ def split_rows(wanted: Sequence[int], room: int, floor: int = MIN_ROWS) -> list[
     return shown
 
 
+def table_rows(wanted: Sequence[int], room: int) -> list[int | None]:
+    """How many of its ``wanted`` rows each table shows in ``room`` lines, its title and
+    header (2 lines) included: ``split_rows`` over the tables that have rows. A table
+    left without a row is one line (None) rather than a title, a header and ``… N
+    more`` over nothing, the last such first, and the lines it frees go to the others;
+    a table with no row is one line too. Pure.
+
+    Why: at 60×12 each table kept its title, header and ``… N more`` with no row under
+    them: the layout made for short terminals showed no run and no GPU."""
+    alone = {i for i, want in enumerate(wanted) if not want}
+    while True:
+        framed = [i for i in range(len(wanted)) if i not in alone]
+        left = room - len(alone) - 2 * len(framed)
+        shown = split_rows([wanted[i] for i in framed], max(0, left))
+        starved = [i for i, n in zip(framed, shown, strict=True) if not n]
+        if not starved:
+            out: list[int | None] = [None] * len(wanted)
+            for i, n in zip(framed, shown, strict=True):
+                out[i] = n
+            return out
+        alone.add(starved[-1])
+
+
 def section(
     title: str, columns: Sequence[str], rows: Sequence[Row], n: int, noun: str, width: int
 ) -> list[Line]:
@@ -380,16 +404,17 @@ def compact_lines(
             "GPU",
         ),
     ]
-    # a table's title and header, or its one line when it has no row
-    frames = sum(2 if table[2] else 1 for table in tables)
-    room = height - len(head) - len(tail) - frames
-    shown = split_rows([len(table[2]) for table in tables], max(0, room))
+    shown = table_rows([len(table[2]) for table in tables], height - len(head) - len(tail))
     lines = head
     for (title, name, rows, columns, leave_out, shorten, noun), n in zip(
         tables, shown, strict=True
     ):
         if not rows:
             lines.append((cut(f"{name}: {empty_text(view, name)}", width), "dim"))
+            continue
+        if n is None:  # no room for a row: one line, the footer says what shows them
+            many = f"{len(rows)} {noun}{'' if len(rows) == 1 else 's'}"
+            lines.append((cut(f"{name}: {many} not shown", width), "dim"))
             continue
         kept = columns_shown(columns, rows, leave_out, width)
         fitted = shortened(

@@ -142,6 +142,29 @@ def test_errors_and_tiny_terminals_never_overflow() -> None:
         assert len(texts) <= height and all(display_width(t) <= width for t in texts), texts
 
 
+@pytest.mark.parametrize(("width", "height", "runs"), [(60, 12, 2), (80, 10, 1), (40, 12, 1)])
+def test_a_short_terminal_gives_its_lines_to_runs_not_to_empty_frames(
+    width: int, height: int, runs: int
+) -> None:
+    """In a terminal too short for a row of both tables, the GPUs become one line and
+    their title, header and ``… N more`` lines go to the runs. Each table kept its
+    title, header and ``… N more`` with no row under them: at 60×12 the layout made for
+    small terminals showed no run and no GPU (at 80×10, its pending line and footer cut
+    too)."""
+    texts = _texts(compact.compact_lines(demo_sized_view(), width, height, DEMO_FOOTER))
+    assert len(texts) <= height and all(display_width(t) <= width for t in texts), texts
+    rows = _rows_under(texts, "Training")
+    assert len(rows) == runs and rows[0].startswith("ml-erin/"), texts
+    assert f"… {16 - runs} more runs" in texts, texts
+    assert "GPUs: 17 GPUs not shown" in texts, texts
+    assert not any(t.startswith("GPUs, free first") for t in texts), texts
+    assert texts[-1] == cut_to(DEMO_FOOTER, width), texts
+
+
+def cut_to(text: str, width: int) -> str:
+    return compact.cut(text, width)
+
+
 def test_an_empty_cluster_says_so() -> None:
     texts = _texts(
         compact.compact_lines(View(timestamp=NOW, prometheus_url=URL), 80, 24, DEMO_FOOTER)
