@@ -171,6 +171,8 @@ def _telling_cuts(group: Sequence[str], width: int, taken: set[str]) -> dict[str
         cuts = {t: _split(t, width, head_width) for t in group}
         if len(set(cuts.values())) == len(group) and not taken & set(cuts.values()):
             return cuts
+    if width < 3:  # no room for a part between two "…": cut alone
+        return {t: cut_middle(t, width) for t in group}
     # the same start and end, each longer than the width: show where they part
     common = 0  # characters every one of them starts with
     while all(len(t) > common for t in group) and len({t[common] for t in group}) == 1:

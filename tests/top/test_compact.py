@@ -404,6 +404,12 @@ def test_distinct_cuts_tell_different_names_apart(texts: tuple[str, ...], width:
         assert (cuts[i] == cuts[j]) == (texts[i] == texts[j]), cuts
 
 
+@pytest.mark.parametrize("width", [0, 1, 2, 3, 4])
+def test_distinct_cuts_never_exceed_a_tiny_width(width: int) -> None:
+    texts = ("abcdefghijkl1mnopqrstuvw", "abcdefghijkl22mnopqrstuvw")
+    assert all(display_width(c) <= width for c in compact.distinct_cuts(texts, width))
+
+
 def test_distinct_cuts_show_where_names_part_when_no_middle_cut_can() -> None:
     cuts = compact.distinct_cuts(("abcdefghijkl1mnopqrstuvw", "abcdefghijkl22mnopqrstuvw"), 12)
     assert cuts == ["ab…1mnopqrs…", "ab…22mnopqr…"]
