@@ -35,6 +35,9 @@ decides (``torch.multiprocessing.spawn`` passes ranks as arguments): read at eac
 report until the group is up, so a reporter started before ``init_process_group``
 reports until then, and another rank's stops at its first report after it.
 
+A ``spawn`` or ``forkserver`` child running its parent's script again (to find its
+function: a DataLoader worker, a Pool's) never reports (``rerunning_parents_script``).
+
 Where the exporter is: ``url`` argument, else ``GPU_ETA_URL`` (e.g.
 ``http://10.0.0.5:9843/progress``; an ``http://`` URL without a port means port 80,
 a ``GPU_ETA_URL`` without a scheme, ``10.0.0.5``, port 9843), else the node IP from
@@ -305,6 +308,23 @@ def spawn_index() -> int | None:
         return index if type(index) is int and index >= 0 else None
     except Exception:  # another torch's layout: not known, as elsewhere
         return None
+
+
+def rerunning_parents_script() -> bool:
+    """Whether this process is a ``spawn`` or ``forkserver`` child still preparing:
+    running its parent's main script again (as ``__mp_main__``) to find the function
+    it was started for, before running it. Never raises.
+
+    Why: a script that starts its reporter at its top, outside a main guard, started
+    one in every such child (a DataLoader's workers, a Pool's), each announcing a run
+    of its own, never ended, from the same container, every time a DataLoader spawned
+    its workers: the exporter's current run was a phantom at 0 epochs while the real
+    one trained. ``multiprocessing`` itself marks the preparation (``_inheriting``,
+    which it reads to refuse starting a process from there)."""
+    try:
+        return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+    except Exception:  # another multiprocessing's layout: a process like any other
+        return False
 
 
 def other_rank(
@@ -978,6 +998,12 @@ class ProgressReporter:
             size = _count(queue_size, 1)
             self._queue = collections.deque(maxlen=int(size) if size else QUEUE_SIZE)
             self.source_address = source_address or os.environ.get("GPU_ETA_SOURCE_ADDRESS") or None
+            if rerunning_parents_script():
+                log.info(
+                    "gpu-eta: a multiprocessing child running its parent's script again "
+                    "(spawn, forkserver): its parent reports; progress not reported here"
+                )
+                return
             every_rank = bool(any_rank or (any_rank is None and _env_true("GPU_ETA_ANY_RANK")))
             rank = other_rank()
             if rank and not every_rank:

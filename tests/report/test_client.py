@@ -1584,6 +1584,58 @@ if __name__ == "__main__":
 """
 
 
+SPAWNED_HELPERS = """
+import multiprocessing as mp, sys
+from gpu_eta_report import start
+
+r = start(epochs=2, url=sys.argv[1], min_interval_seconds=0)  # at the top: no main guard
+
+def work(i):
+    return i
+
+def train():
+    child = start(epochs=1, url=sys.argv[1], run_id="spawned-trainer")
+    child.end()
+
+if __name__ == "__main__":
+    for epoch in (1, 2):
+        with mp.get_context(sys.argv[2]).Pool(2) as pool:  # a DataLoader's workers
+            pool.map(work, range(4))
+        r.epoch_end(epoch)
+    trainer = mp.get_context(sys.argv[2]).Process(target=train)
+    trainer.start()
+    trainer.join()
+    r.end()
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_spawned_helper_rerunning_the_script_reports_no_run(method, tmp_path) -> None:
+    """A script starting its reporter at the top, outside a main guard, whose helpers
+    are ``spawn`` or ``forkserver`` children (a DataLoader's workers, a Pool): each
+    child re-runs the script to find its functions, and each one's reporter announced
+    a run of its own, never ended, from the same container, every epoch a DataLoader
+    spawns its workers anew. The exporter's current run was then a phantom at 0 epochs
+    while the real one trained (and with a ``run_id`` given, the real run's next
+    reports were refused as superseded). A child re-running its parent's script is
+    not training: its reporter is disabled; one the child trains in still reports."""
+    script = tmp_path / "train.py"
+    script.write_text(SPAWNED_HELPERS)
+    server = RecordingServer()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    try:
+        subprocess.run(
+            [sys.executable, str(script), f"http://127.0.0.1:{server.port}/progress", method],
+            env=env, capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+    finally:
+        server.close()
+    runs = collections.Counter(b["run_id"] for b in server.bodies)
+    parent = server.bodies[0]["run_id"]
+    assert set(runs) == {parent, "spawned-trainer"}, server.bodies
+    assert [b.get("epoch") for b in server.bodies if b["run_id"] == parent] == [0, 1, 2, 2]
+
+
 def test_a_program_a_wrapper_started_reads_its_own_rank(tmp_path, monkeypatch) -> None:
     """A pod's entrypoint imports the client (RANK unset), then runs the training as
     another program with ``RANK=1`` (its pod's rank), which trains in a ``spawn``
