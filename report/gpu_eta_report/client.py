@@ -976,6 +976,12 @@ class ProgressReporter:
         self._group_rank_pending = False
         # The checks and the sender's start (see the module doc), under one try.
         try:
+            if rerunning_parents_script():
+                log.info(
+                    "gpu-eta: a multiprocessing child running its parent's script again "
+                    "(spawn, forkserver): its parent reports; progress not reported here"
+                )
+                return
             _warn_misspelt_settings()
             self.run_id = run_id_setting(run_id)
             self.steps_per_epoch = self._plan("steps_per_epoch", steps_per_epoch)
@@ -998,12 +1004,6 @@ class ProgressReporter:
             size = _count(queue_size, 1)
             self._queue = collections.deque(maxlen=int(size) if size else QUEUE_SIZE)
             self.source_address = source_address or os.environ.get("GPU_ETA_SOURCE_ADDRESS") or None
-            if rerunning_parents_script():
-                log.info(
-                    "gpu-eta: a multiprocessing child running its parent's script again "
-                    "(spawn, forkserver): its parent reports; progress not reported here"
-                )
-                return
             every_rank = bool(any_rank or (any_rank is None and _env_true("GPU_ETA_ANY_RANK")))
             rank = other_rank()
             if rank and not every_rank:

@@ -1622,9 +1622,9 @@ def test_a_spawned_helper_rerunning_the_script_reports_no_run(method, tmp_path) 
     script = tmp_path / "train.py"
     script.write_text(SPAWNED_HELPERS)
     server = RecordingServer()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "GPU_ETA_TIMEOUT": "5"}
     try:
-        subprocess.run(
+        out = subprocess.run(
             [sys.executable, str(script), f"http://127.0.0.1:{server.port}/progress", method],
             env=env, capture_output=True, text=True, timeout=120, check=True,
         )  # fmt: skip
@@ -1634,6 +1634,9 @@ def test_a_spawned_helper_rerunning_the_script_reports_no_run(method, tmp_path) 
     parent = server.bodies[0]["run_id"]
     assert set(runs) == {parent, "spawned-trainer"}, server.bodies
     assert [b.get("epoch") for b in server.bodies if b["run_id"] == parent] == [0, 1, 2, 2]
+    # nor does a helper say what the script's process says: the parent and the trainer
+    # each warn of the misspelt variable once, the 5 children re-running the script not
+    assert out.stderr.count("GPU_ETA_TIMEOUT is not read") == 2, out.stderr
 
 
 def test_a_program_a_wrapper_started_reads_its_own_rank(tmp_path, monkeypatch) -> None:
