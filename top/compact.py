@@ -37,7 +37,7 @@ draw for the terminal's size then.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 from typing import Any, Literal
@@ -99,6 +99,8 @@ def cut(text: str, width: int) -> str:
 
 def _head(text: str, width: int) -> str:
     """The longest start of ``text`` in at most ``width`` terminal columns. Pure."""
+    if text.isascii():  # nearly every label: a column a character (``display_width``)
+        return text[: max(0, width)]
     out, used = "", 0
     for c in text:
         w = display_width(c)
@@ -110,6 +112,8 @@ def _head(text: str, width: int) -> str:
 
 def _tail(text: str, width: int) -> str:
     """The longest end of ``text`` in at most ``width`` terminal columns. Pure."""
+    if text.isascii():
+        return text[len(text) - max(0, min(width, len(text))) :]
     out, used = "", 0
     for c in reversed(text):
         w = display_width(c)
@@ -154,34 +158,63 @@ def distinct_cuts(texts: Sequence[str], width: int) -> list[str]:
     by_cut: dict[str, list[str]] = {}
     for text, short in cuts.items():
         by_cut.setdefault(short, []).append(text)
+    taken = set(by_cut)  # every cut shown so far, a group's own left out while re-cut
     for short, group in by_cut.items():
         if len(group) > 1:
-            others = {c for c in cuts.values() if c != short}
-            cuts.update(_telling_cuts(group, width, others))
+            taken.discard(short)
+            telling = _telling_cuts(group, width, taken)
+            cuts.update(telling)
+            taken.update(telling.values())
     return [cuts[t] for t in texts]
 
 
 def _telling_cuts(group: Sequence[str], width: int, taken: set[str]) -> dict[str, str]:
     """Cuts in ``width`` columns of the distinct ``group`` (all wider than ``width``)
-    that differ from each other and from ``taken``, where one exists (see
-    ``distinct_cuts``); the best tried otherwise. Pure."""
+    that differ from each other and from ``taken``: the first of ``_candidates`` that
+    does, else the one telling most of them apart. Pure."""
+    best: dict[str, str] = {}
+    for candidate in _candidates(group, width):
+        shown: set[str] = set()
+        for short in candidate.values():  # a clash ends the count: most do at once
+            if short in shown or short in taken:
+                break
+            shown.add(short)
+        else:
+            return candidate
+        if len(set(candidate.values())) > len(set(best.values())):
+            best = candidate
+    return best or {t: cut_middle(t, width) for t in group}
+
+
+def _candidates(group: Sequence[str], width: int) -> Iterator[dict[str, str]]:
+    """The cuts ``distinct_cuts`` tries for ``group``, in order: one ``…`` moved from
+    the middle towards the start, then towards the end; then (3 columns or more) a
+    second ``…`` after the start they all share, showing where they part, behind a
+    start of a quarter of the width, then of more, up to that shared start. Pure."""
     budget = width - 1
     middle = budget // 2
-    for head_width in [*range(middle, -1, -1), *range(middle + 1, budget + 1)]:
-        cuts = {t: _split(t, width, head_width) for t in group}
-        if len(set(cuts.values())) == len(group) and not taken & set(cuts.values()):
-            return cuts
-    if width < 3:  # no room for a part between two "…": cut alone
-        return {t: cut_middle(t, width) for t in group}
-    # the same start and end, each longer than the width: show where they part
-    common = 0  # characters every one of them starts with
-    while all(len(t) > common for t in group) and len({t[common] for t in group}) == 1:
-        common += 1
-    out = {}
-    for t in group:
-        head = _head(t, min((width - 2) // 4, display_width(t[:common])))
-        out[t] = f"{head}…{cut(t[common:], width - 1 - display_width(head))}"
-    return out
+    common = _shared(group)  # characters every one of them starts with
+    shared = display_width(group[0][:common])
+    ending = display_width(group[0][len(group[0]) - _shared([t[::-1] for t in group]) :])
+    if shared < budget or ending < budget:  # else every such cut reads alike
+        for head_width in [*range(middle, -1, -1), *range(middle + 1, budget + 1)]:
+            yield {t: _split(t, width, head_width) for t in group}
+    if width < 3:  # no room for a part between two "…"
+        return
+    for head_width in range((width - 2) // 4, min(shared, width - 3) + 1):
+        out = {}
+        for t in group:
+            head = _head(t, head_width)
+            out[t] = f"{head}…{cut(t[common:], width - 1 - display_width(head))}"
+        yield out
+
+
+def _shared(texts: Sequence[str]) -> int:
+    """How many characters every one of ``texts`` starts with. Pure."""
+    n = 0
+    while all(len(t) > n for t in texts) and len({t[n] for t in texts}) == 1:
+        n += 1
+    return n
 
 
 def project(headers: Sequence[str], rows: Sequence[Row], columns: Sequence[str]) -> list[Row]:
