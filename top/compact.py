@@ -8,7 +8,8 @@ GPU row. What someone watching comes for is the two things gpu-eta answers: when
 training run ends, and when each GPU frees up. So, in the terminal's size:
 
 - the header: ``top``'s summary line (time, counts of runs, idle holders and GPUs by
-  state) and its alerts line, then its error and warning lines;
+  state; in a narrow terminal, the lines of it that leave a table one row:
+  ``summary_lines``) and its alerts line, then its error and warning lines;
 - the training runs by ETA: POD, EPOCH, ETA and their flags (stalled, from past runs),
   with NODE/GPU and P10–P90 where the width allows; a POD too long for the rest to fit
   is cut in its middle (``shortened``), keeping the pod's end, elsewhere where two
@@ -37,7 +38,7 @@ draw for the terminal's size then.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 from typing import Any, Literal
@@ -349,6 +350,24 @@ def table_rows(wanted: Sequence[int], room: int) -> list[int | None]:
         alone.add(starved[-1])
 
 
+def summary_lines(
+    summary: str, width: int, rows_fit: Callable[[int], bool], room: int
+) -> list[str]:
+    """``summary`` wrapped to ``width``, in the fewest of its lines (the last cut with
+    ``…``) that leave ``rows_fit`` the lines of ``room`` it needs, when it needs fewer
+    than all of them; all of them when it fits with all or with none. Pure.
+
+    Why: at 20 columns the summary wraps onto 7 lines, and in a terminal 10 high the
+    layout made to show runs showed none."""
+    wrapped = textwrap.wrap(summary, width)
+    for keep in range(len(wrapped), 0, -1):
+        if rows_fit(room - keep):
+            if keep == len(wrapped):
+                return wrapped
+            return [*wrapped[: keep - 1], cut(" ".join(wrapped[keep - 1 :]), width)]
+    return wrapped
+
+
 def section(
     title: str, columns: Sequence[str], rows: Sequence[Row], n: int, noun: str, width: int
 ) -> list[Line]:
@@ -397,10 +416,9 @@ def compact_lines(
     if width < MIN_WIDTH or height < MIN_HEIGHT:
         return [(cut(f"{width}×{height}: too small for the live view", width), None)]
     now = view.timestamp
-    head: list[Line] = [(line, "bold") for line in textwrap.wrap(summary_line(view, tz), width)]
-    head.append((cut(alerts_line(view), width), "red" if view.alerts else None))
-    head += [(cut(line, width), "red") for line in error_lines(view)]
-    head += [(cut(w, width), "yellow") for w in (warning_line(view), stale_line(view)) if w]
+    notes: list[Line] = [(cut(alerts_line(view), width), "red" if view.alerts else None)]
+    notes += [(cut(line, width), "red") for line in error_lines(view)]
+    notes += [(cut(w, width), "yellow") for w in (warning_line(view), stale_line(view)) if w]
     jobs = project(
         JOB_HEADERS,
         [(job_cells(j, now, tz, j.forecast_stale), job_style(j)) for j in view.jobs],
@@ -439,7 +457,13 @@ def compact_lines(
             "GPU",
         ),
     ]
-    shown = table_rows([len(table[2]) for table in tables], height - len(head) - len(tail))
+    wanted = [len(table[2]) for table in tables]
+    summary = summary_lines(
+        summary_line(view, tz), width, lambda n: any(table_rows(wanted, n)),
+        height - len(notes) - len(tail),
+    )  # fmt: skip
+    head: list[Line] = [*((line, "bold") for line in summary), *notes]
+    shown = table_rows(wanted, height - len(head) - len(tail))
     lines = head
     for (title, name, rows, columns, leave_out, shorten, noun), n in zip(
         tables, shown, strict=True

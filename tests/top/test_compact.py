@@ -164,6 +164,21 @@ def test_a_short_terminal_gives_its_lines_to_runs_not_to_empty_frames(
     assert texts[-1] == cut_to(DEMO_FOOTER, width), texts
 
 
+@pytest.mark.parametrize(("width", "height"), [(20, 10), (30, 10), (24, 12)])
+def test_a_narrow_terminals_summary_gives_way_to_a_run(width: int, height: int) -> None:
+    """At 20 columns the summary line wraps onto 7 lines; in 10 it left no line for a
+    run (``Training: 16 runs n…`` and ``… 3 more lines``). The summary keeps the lines
+    that leave the runs one row, its last cut with ``…``; the alerts line, the pending
+    line and the footer stay."""
+    texts = _texts(compact.compact_lines(demo_sized_view(), width, height, DEMO_FOOTER))
+    assert len(texts) <= height and all(display_width(t) <= width for t in texts), texts
+    assert texts[0].startswith("gpu-eta top"), texts
+    assert any(t.startswith("ml-er") for t in texts), texts
+    assert "ALERTS firing: none"[:width] in [t[:width] for t in texts], texts
+    assert texts[-1] == cut_to(DEMO_FOOTER, width), texts
+    assert not any(t.endswith(" more lines") for t in texts), texts
+
+
 def cut_to(text: str, width: int) -> str:
     return compact.cut(text, width)
 
