@@ -191,7 +191,8 @@ def _candidates(group: Sequence[str], width: int) -> Iterator[dict[str, str]]:
     """The cuts ``distinct_cuts`` tries for ``group``, in order: one ``…`` moved from
     the middle towards the start, then towards the end; then (3 columns or more) a
     second ``…`` after the start they all share, showing where they part, behind a
-    start of a quarter of the width, then of more, up to that shared start. Pure."""
+    start of a quarter of the width, then of more, up to all but the last character
+    of that shared start (a ``…`` leaves something out). Pure."""
     budget = width - 1
     middle = budget // 2
     common = _shared(group)  # characters every one of them starts with
@@ -202,7 +203,7 @@ def _candidates(group: Sequence[str], width: int) -> Iterator[dict[str, str]]:
             yield {t: _split(t, width, head_width) for t in group}
     if width < 3:  # no room for a part between two "…"
         return
-    for head_width in range((width - 2) // 4, min(shared, width - 3) + 1):
+    for head_width in range((width - 2) // 4, min(shared - 1, width - 3) + 1):
         out = {}
         for t in group:
             head = _head(t, head_width)
