@@ -240,14 +240,16 @@ RUNNING_RUNS = (
 # ------------------------------------------------------------------ builders
 
 
-# The forecaster's scrape interval (docs/scrape-tuning.md: 60 s, its --cycle.interval;
-# the CronJob variant's Pushgateway is scraped as often). A rate over its counters sets
-# it as the query's "Min step": Grafana then takes it, not the datasource's 15 s, as
-# the scrape interval in $__rate_interval = max($__interval + scrape, 4 x scrape), so the
-# window holds at least 4 samples. Without it a short range gives a 60 s window that
-# holds one sample of a counter scraped each minute, and rate() returns nothing. The
-# panel's "Min interval" would not do: Grafana leaves it out of the scrape term.
-FORECASTER_SCRAPE = "1m"
+# The Min step of every target that rates over $__rate_interval: the longest scrape
+# interval the chart allows the exporter and the forecaster (2m, docs/scrape-tuning.md).
+# Grafana takes a target's Min step as the scrape interval in $__rate_interval =
+# max($__interval + scrape, 4 x scrape), so the window is at least 8m: 4 samples at a
+# 2m scrape, 2 left after two failed scrapes. Without it the scrape is the data source's
+# setting, 15 s unless an admin sets it, and a short range gives a 60 s window that
+# holds at most one sample of a series scraped every 2m: rate() returns nothing and the
+# panel goes empty. The panel's Min interval would not do: it raises $__interval, not
+# the scrape term, and so the step with it. The cost: those panels' step is at least 2m.
+RATE_MIN_STEP = "2m"
 
 
 def q(
@@ -255,16 +257,14 @@ def q(
     legend: str = "",
     ref: str = "A",
     instant: bool = False,
-    min_step: str | None = None,
 ) -> prom.Dataquery:
-    """A Prometheus target bound to the datasource variable; ``min_step``: the scrape
-    interval of the series it rates, when slower than the datasource's (see
-    FORECASTER_SCRAPE)."""
+    """A Prometheus target bound to the datasource variable; one rating over
+    ``$__rate_interval`` gets ``RATE_MIN_STEP`` as its Min step."""
     target = prom.Dataquery().expr(expr).ref_id(ref).datasource(DS)
     if legend:
         target = target.legend_format(legend)
-    if min_step:
-        target = target.interval(min_step)
+    if "$__rate_interval" in expr:
+        target = target.interval(RATE_MIN_STEP)
     if instant:
         target = target.instant().format("table")
     return target
@@ -1011,13 +1011,11 @@ def forecaster_quality() -> dict:
                     "rate(gpu_eta_forecaster_queries_total[$__rate_interval])", "result"
                 ),
                 "{{instance}} {{result}}",
-                min_step=FORECASTER_SCRAPE,
             ),
             q(
                 per_forecaster("rate(gpu_eta_forecaster_partial_answers_total[$__rate_interval])"),
                 "{{instance}} partial",
                 ref="B",
-                min_step=FORECASTER_SCRAPE,
             ),
         ),
         ts(
@@ -1037,7 +1035,6 @@ def forecaster_quality() -> dict:
                 + ' or on () label_replace(label_replace(vector(0), "reason", "none", "", ""),'
                 ' "instance", "every forecaster", "", "")',
                 "{{instance}} {{reason}}",
-                min_step=FORECASTER_SCRAPE,
             ),
         ),
         ts(
