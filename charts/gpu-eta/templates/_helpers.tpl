@@ -522,9 +522,9 @@ At most 2m: Prometheus answers a series only within 5 minutes (its lookback) of 
 last sample, so a forecaster cycling every 10 minutes and scraped as often had every
 forecast absent half the time (GpuEtaDeadlineOverrun and GpuEtaPredictedLongOccupancy
 never held for their `for:`, GpuEtaForecasterDown's absent() true each cycle); and the
-alerts' 5m rate() windows need two samples: scraped every 200s or 240s,
-GpuEtaExporterRefusingProgress and GpuEtaExporterSkippingLogRuns never fired (promtool,
-tests/ops). At 2m a failed scrape still leaves no gap. An interval taken from .from is
+alerts' windows are sized for 2m: a 5m rate() window holds two samples, and past a
+failed scrape GpuEtaExporterRefusingProgress and GpuEtaExporterSkippingLogRuns fall back
+on 10m, which still does (promtool, tests/rules/gaps.test.yaml). An interval taken from .from is
 capped at 2m (scraping the same cached values again costs little); one set (.set)
 above it fails the render, naming the key, the value and why.
 */}}
@@ -546,7 +546,7 @@ above it fails the render, naming the key, the value and why.
 {{- end -}}
 {{- if gt $seconds 120.0 -}}
 {{- if not (empty .set) -}}
-{{- fail (printf "%s: %q is more than 2m between scrapes, which the alert rules cannot follow: their 5m rate() windows need two samples (GpuEtaExporterRefusingProgress and GpuEtaExporterSkippingLogRuns never fire at 200s), and Prometheus answers a series only within 5 minutes of its last sample; set at most 2m, like 1m or 120s (docs/scrape-tuning.md)" $key (toString .set)) -}}
+{{- fail (printf "%s: %q is more than 2m between scrapes, which the alert rules are not sized for: their 5m rate() windows hold two samples at 2m (GpuEtaExporterRefusingProgress and GpuEtaExporterSkippingLogRuns fall back on 10m past one failed scrape), and Prometheus answers a series only within 5 minutes of its last sample; set at most 2m, like 1m or 120s (docs/scrape-tuning.md)" $key (toString .set)) -}}
 {{- end -}}
 {{- $value = "2m" -}}
 {{- end -}}
