@@ -726,7 +726,10 @@ def test_holders_unknown_is_one_definition(tmp_path: Path) -> None:
     from gpu_eta.top.queries import queries
 
     text = (ROOT / "rules" / "gpu-eta.rules.yaml").read_text()
-    assert text.count('max_over_time(gpu_eta_exporter_collector_success{collector="podresources"}[') == 1
+    assert (
+        text.count('max_over_time(gpu_eta_exporter_collector_success{collector="podresources"}[')
+        == 1
+    )
     rules = yaml.safe_load(text)["groups"]
     readers = {r.get("record") or r.get("alert"): r["expr"] for g in rules for r in g["rules"]}
     for name in ("node:gpu_eta_gpus_free:count", "GpuEtaGpuUsedWithoutAllocation"):
