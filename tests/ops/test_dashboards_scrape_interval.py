@@ -83,7 +83,8 @@ def _openmetrics(end: int) -> str:
 def _rate_targets() -> list[tuple[str, str, dict]]:
     found = []
     for path in FILES:
-        for panel in json.loads(path.read_text())["panels"]:
+        top = json.loads(path.read_text())["panels"]
+        for panel in top + [inner for row in top for inner in row.get("panels", [])]:
             for target in panel.get("targets", []):
                 if "$__rate_interval" in target["expr"]:
                     found.append((path.name, f"{panel['title']} [{target['refId']}]", target))
