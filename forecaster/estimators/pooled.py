@@ -386,7 +386,15 @@ class PooledRegression:
         with warnings.catch_warnings(record=True) as caught, threadpool_limits(1, "blas"):
             warnings.simplefilter("always")
             try:
-                coef, scale, iterations = huber_irls(y_arr, X, self.max_iter)
+                # solved around the durations' median, the intercept given it back after:
+                # the design is rank-deficient (one-hot levels that coincide, or sum to
+                # the intercept) and the minimum-norm solution shares the durations'
+                # level between the intercept and such columns, so a run whose row no
+                # combination of the fitted rows gives (a team on hardware it never
+                # ran) read a share that depended on the clock's unit
+                coef, scale, iterations = huber_irls(y_arr - center, X, self.max_iter)
+                coef = np.asarray(coef, dtype=float)
+                coef[0] += center
             except (np.linalg.LinAlgError, ValueError) as err:
                 self.converged_ = False
                 self.warnings_ = (f"RLM failed: {err}",)

@@ -251,3 +251,43 @@ def test_huber_irls_solves_on_distinct_rows_with_rlms_answer(monkeypatch) -> Non
     assert params == pytest.approx(np.asarray(want.params), rel=1e-10, abs=1e-12)
     assert scale == pytest.approx(want.scale, rel=1e-10)
     assert iterations == want.fit_history["iteration"]
+
+
+def test_a_new_configuration_is_forecast_alike_in_any_clock_unit() -> None:
+    """The whole-run duration of a run outside the design's row space (a team on hardware
+    it never ran, where each team ran one GPU model: one-hot columns whose sum is the
+    intercept) moves by exactly the clock's factor when every duration does: seconds,
+    milliseconds or a hardware generation five times quicker are one history.
+
+    Why it could fail: the least-squares solution on an aliased design is the minimum-
+    norm one, which shares the durations' level between the intercept and the aliased
+    columns; a run whose row is not a combination of the fitted rows then reads that
+    share, so its forecast depended on the level (log 1,000 s or log 200 s), not only on
+    the differences between runs (here 8.22 in seconds, 7.82 with durations ×0.2, 6.50
+    ×0.001)."""
+    runs, y = [], []
+    rng = np.random.default_rng(3)
+    for i in range(80):
+        team = ("a", "b", "c")[i % 3]
+        features = {
+            "job_name": ("bert", "resnet")[i // 3 % 2],
+            "namespace": team,
+            # team a alone runs h100s: that column is the intercept less teams b and c, and
+            # team b on h100s (below) is a row no combination of these rows gives
+            "gpu_model": "h100" if team == "a" else "a100",
+            "batch_size": float(2 ** (4 + i % 5)),
+            "gpus": float(8 * (1 + i % 4)),
+        }
+        seconds = (
+            600.0 * (2, 1, 3)[i % 3] * (2.0 if i // 3 % 2 else 1.0) * math.exp(0.1 * rng.normal())
+        )
+        runs.append(make_run(f"r{i}", [seconds / 10] * 10, **features))
+        y.append(math.log(seconds))
+    new = make_run(
+        "n", [], planned=10.0, job_name="bert", namespace="b", gpu_model="h100", batch_size=64.0
+    )
+    forecasts = []
+    for factor in (1.0, 0.2, 5.0, 1e-3):
+        model = PooledRegression().fit(runs, [v + math.log(factor) for v in y])
+        forecasts.append(model.log_total(new) - math.log(factor))
+    assert forecasts == pytest.approx([forecasts[0]] * 4, abs=1e-9)
