@@ -70,6 +70,8 @@ from gpu_eta.forecaster.estimators.rate import weighted_median
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run, own_work
 
+DEFAULT_LEVEL = "default"
+"""The prior's level with no finished run at all: ``DEFAULT_RUN_SECONDS`` for the run."""
 HOLDOUT_SPAN = 600  # the runs a calibration replays: EtaModel.max_calibration_runs' default
 HOLDOUT_CUTS = 10  # held-out regressions over that span
 MAX_HOLDOUT_STEPS = 24
@@ -286,7 +288,7 @@ class PriorEstimate:
 
     log_seconds: float
     sigma: float
-    level: str  # "job_batch", "job", "regression" or "default"
+    level: str  # "job_batch", "job", "regression" or DEFAULT_LEVEL
     n_obs: int
 
 
@@ -486,7 +488,7 @@ class PriorEstimator:
         n_obs = self.n_obs_ if n_obs is None else n_obs
         if n_obs == 0:
             return PriorEstimate(
-                default_log_seconds_per_epoch(run), DEFAULT_LOG_SIGMA, "default", 0
+                default_log_seconds_per_epoch(run), DEFAULT_LOG_SIGMA, DEFAULT_LEVEL, 0
             )
         total = regression.log_total(run)
         return PriorEstimate(

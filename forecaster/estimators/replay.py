@@ -33,7 +33,7 @@ from gpu_eta.forecaster.calibration import (
 from gpu_eta.forecaster.estimators.analog import AnalogEstimate, AnalogEstimator
 from gpu_eta.forecaster.estimators.blend import BlendEstimator, Components
 from gpu_eta.forecaster.estimators.choice import configuration, rate_candidates
-from gpu_eta.forecaster.estimators.prior import job_key
+from gpu_eta.forecaster.estimators.prior import DEFAULT_LEVEL, job_key
 from gpu_eta.forecaster.estimators.selfcheck import self_check
 from gpu_eta.forecaster.runs import MEASURED_FEATURES, Run, as_seen_live
 
@@ -173,7 +173,18 @@ def replay_samples(
     """The ``max_runs`` most recent completed runs replayed at each of their
     ``calibration_moments``: the blend's parts at every Huber constant of
     ``huber_grid``, the analogs, the rate candidates and the analogs' self-check, each
-    from runs that ended before that moment."""
+    from runs that ended before that moment.
+
+    A run's start whose prior had no finished run at all (``prior.DEFAULT_LEVEL``: the
+    history's first runs, started before any had ended) is left out: its forecast is
+    the fixed default alone (``DEFAULT_RUN_SECONDS``), whose miss says only how far
+    this cluster's runs are from that constant in the unit of its clock, and the
+    model fitted here always has a finished run, so none of its forecasts is in that
+    situation. Kept, one such moment set a job's calibration shift for every later new
+    configuration of it: on 402 MLPerf v2.0–v2.1 runs a 13 s bert run against the
+    default hour put the start of a later new bert configuration at a fifth of its
+    blend, and at the blend itself with every clock ×0.2. The same run's later
+    moments are kept: their centre is its own rate."""
     out: list[Sample] = []
     for run in recent_completed(history, max_runs, 2):
         end = run.last_timestamp
@@ -184,10 +195,13 @@ def replay_samples(
             point = run_bin(part, found is not None)
             if moment == FIRST and point != FIRST:
                 continue  # a run with analogs: its first point is no moment of the 0.1 bin
+            parts = blend.components_for(part, part.last_timestamp, huber_grid)
+            if parts[0].prior_level == DEFAULT_LEVEL and parts[0].rate is None:
+                continue  # the default alone: its miss is the clock's unit
             out.append(
                 Sample(
                     point=point,
-                    parts=blend.components_for(part, part.last_timestamp, huber_grid),
+                    parts=parts,
                     actual=math.log(truth),
                     timestamp=part.last_timestamp,
                     analog=found,

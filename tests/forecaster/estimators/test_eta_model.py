@@ -642,3 +642,42 @@ def test_a_run_resumed_from_a_checkpoint_is_read_as_the_epochs_it_did(
     assert fresh.p50 == pytest.approx(3000.0, rel=0.1)
     again = model.predict(_job_run(901, now, 40, 60.0, "x", 40), now + 10.0)
     assert again.p50 - 10.0 == pytest.approx(590.0, rel=0.1)
+
+
+def clock_scaled(run: Run, factor: float, origin: float) -> Run:
+    """``run`` on a clock ``factor`` times as fast, read from ``origin`` (every run of a
+    history alike, so which ended before which is unchanged)."""
+    return dataclasses.replace(
+        run, epoch_times=tuple((e, origin + (t - origin) * factor) for e, t in run.epoch_times)
+    )
+
+
+def test_forecasts_scale_with_the_clock_when_the_first_runs_had_no_history() -> None:
+    """A history whose clock runs five times faster (hardware a generation newer, or a
+    file in tenths of a second) gives forecasts five times shorter, P10 to P90,
+    when the history's first runs started before any run had ended.
+
+    Why it could fail: the replay forecasts those first runs from the default prior (an
+    hour for a run, nothing else known), and their misses, which say only how far
+    this cluster's runs are from an hour, entered the calibration a new job's start is
+    read with (its job's shift, its width): on 402 MLPerf v2.0–v2.1 runs one bert run
+    of 13 s set every later new bert configuration's start at a fifth of the blend's
+    in seconds and at the blend itself with the clock ×0.2."""
+    t0 = 1.7e9
+    history = []
+    for i in range(48):
+        job = f"job{i % 12}"
+        # the first eight start together: none of them has an earlier run to learn from
+        start = t0 if i < 8 else t0 + 400.0 * i
+        seconds = (4.0 + (i % 12)) * (1.0 + 0.05 * ((i * 7) % 5))
+        history.append(make_run(f"r{i}", [seconds] * 10, start=start, job_name=job))
+    new = make_run("n", [6.0, 6.0], planned=10.0, start=t0 + 400.0 * 48, job_name="fresh")
+    at_start = truncate(new, 0)
+    want = EtaModel(random_state=0).fit(history).predict(at_start, at_start.start_timestamp)
+    factor = 0.2
+    fast = [clock_scaled(r, factor, t0) for r in history]
+    fast_start = clock_scaled(at_start, factor, t0)
+    got = EtaModel(random_state=0).fit(fast).predict(fast_start, fast_start.start_timestamp)
+    assert (got.p10, got.p50, got.p90) == pytest.approx(
+        (want.p10 * factor, want.p50 * factor, want.p90 * factor), rel=1e-6
+    )

@@ -109,8 +109,10 @@ def test_each_replayed_moment_knows_only_runs_that_ended_before_it() -> None:
     blend, analog = BlendEstimator().fit(runs), AnalogEstimator().fit(runs)
     samples = replay_samples(blend, analog, runs, max_runs=600, huber_grid=(2.0,))
     # every point and the last interval (epoch 39 of 40); the first point (2.5 %) of
-    # the run without analogs alone
-    assert len(samples) == 3 * (len(POINTS) + 1) + 1
+    # the run without analogs alone; not the first run's start, with nothing ended
+    # before it (the default prior alone, ``prior.DEFAULT_LEVEL``)
+    assert len(samples) == 3 * (len(POINTS) + 1) + 1 - 1
+    assert min(s.timestamp for s in samples if s.point == 0.0) == runs[1].start_timestamp
     assert [s.timestamp for s in samples if s.point == FIRST] == [runs[0].epoch_times[1][1]]
     assert sum(s.point == END for s in samples) == 3
     first = [s for s in samples if s.timestamp < runs[1].epoch_times[0][1]]
@@ -160,8 +162,9 @@ def test_a_run_that_stopped_early_is_replayed_to_the_plan_it_stated() -> None:
     samples = replay_samples(
         BlendEstimator().fit([]), AnalogEstimator().fit([]), [run], max_runs=10, huber_grid=(1.345,)
     )
-    assert [s.point for s in samples] == [0.0, 0.1, 0.25, 0.5]  # by the stated plan
-    assert [round(math.exp(s.actual)) for s in samples] == [60, 50, 40, 10]  # to its end at 6
+    # by the stated plan; not its start, forecast from nothing (no run had ended)
+    assert [s.point for s in samples] == [0.1, 0.25, 0.5]
+    assert [round(math.exp(s.actual)) for s in samples] == [50, 40, 10]  # to its end at 6
     # a run without it, or with one not past what it reached, replays exactly as before
     plain = make_run("plain", [10.0] * 6, job_name="es")
     for same in (plain, dataclasses.replace(plain, features={STATED_PLAN: 6.0})):
