@@ -73,6 +73,7 @@ four on MLPerf (25–95 % of the plan), 75–81 % and 76–86 % with this rule
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -98,6 +99,9 @@ MAX_KEPT = 50  # runs kept per identity (older ones are never among the last 10 
 MIN_SPREAD = 0.0005  # two analogs that agree exactly still leave some doubt
 DEFAULT_SPREAD = 0.1  # the typical spread before any configuration has MIN_TYPICAL runs
 SHRINK = 2.0  # pseudo degrees of freedom of the typical spread (module docstring)
+PACE_MEMO = 65536
+"""``_pace_errors`` answers kept (least recently used dropped): a replay of 600 runs
+asks about 5,000 moments, each key a few references to curves already held."""
 MIN_TYPICAL = 5  # runs of one configuration for its spread to count as typical
 MID_RUN_SHARES = (0.25, 0.5, 0.75)  # where a configuration's mid-run spread is measured
 DEFAULT_PACE_WEIGHTS = (0.5, 0.5, 0.5)  # the run's pace against the analogs', before any
@@ -418,6 +422,21 @@ def pace_weight(
     0.28× the best baseline, v2.0–v2.1 DLRM at 90 / 95 % 2.19 / 2.75 against 1.40 /
     1.91× (docs/forecasting-evidence.md).
     """
+    sq_ours, sq_theirs, scored = _pace_errors(tuple(curves), done, planned, unit)
+    return _weight(sq_ours, sq_theirs) if scored >= 2 else usual
+
+
+@functools.lru_cache(maxsize=PACE_MEMO)
+def _pace_errors(
+    curves: tuple[Curve, ...], done: float, planned: float, unit: str
+) -> tuple[float, float, int]:
+    """``pace_weight``'s sums of squared log errors of the run's and the analogs' pace,
+    and how many analogs were scored: a pure function of its arguments, kept.
+
+    Why kept: each of ``n`` analogs is forecast by the ``n − 1`` others (``readings``),
+    and every refit replays the same past runs at the same moments with the same
+    analogs (``replay.replay_samples``), so most calls repeat one already made: it was
+    a quarter of ``evaluate``'s time."""
     share = done / planned
     sq_ours = sq_theirs = 0.0
     scored = 0
@@ -438,7 +457,7 @@ def pace_weight(
         sq_ours += ours
         sq_theirs += theirs
         scored += 1
-    return _weight(sq_ours, sq_theirs) if scored >= 2 else usual
+    return sq_ours, sq_theirs, scored
 
 
 def _beyond(ratios: Sequence[float], typical: float) -> float:

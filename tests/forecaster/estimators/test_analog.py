@@ -650,3 +650,22 @@ def test_analogs_that_stopped_short_of_the_plan_they_stated_read_their_own_stop(
     plain_fit = AnalogEstimator().fit([dataclasses.replace(r, features=CONFIG) for r in early])
     part = dataclasses.replace(live, epoch_times=live.epoch_times[:3])
     assert AnalogEstimator().fit(same).estimate(part) == plain_fit.estimate(part)
+
+
+def test_a_refit_reads_the_pace_weight_kept_for_equal_analogs() -> None:
+    """Curves rebuilt from the same runs (every refit replays the same past moments)
+    are equal, so their pace errors are kept, not reckoned again; the weight is the
+    same, and a weight falling back to ``usual`` still takes each call's own."""
+    from gpu_eta.forecaster.estimators.analog import _pace_errors
+
+    history = [plain(f"h{i}", 1e6 + i * 1e3, 10 + i % 3) for i in range(4)]
+    first = [curve(r) for r in history]
+    again = [curve(r) for r in history]
+    assert first == again and first[0] is not again[0]
+    _pace_errors.cache_clear()
+    want = pace_weight(first, 4.0, 11.0, "", 0.5)
+    assert _pace_errors.cache_info().misses == 1
+    assert pace_weight(again, 4.0, 11.0, "", 0.5) == want
+    assert _pace_errors.cache_info().hits == 1
+    assert pace_weight(first[:1], 4.0, 11.0, "", 0.25) == 0.25
+    assert pace_weight(again[:1], 4.0, 11.0, "", 0.75) == 0.75
