@@ -49,7 +49,10 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   bar reset before the next epoch's description is set) is not read (``fold``)
 - Hugging Face Trainer: its log dicts ``{'loss': 0.63, 'epoch': 1.5}`` (numbers or
   quoted numbers) and its global-step tqdm bar; ``Num Epochs = 3`` and
-  ``Total optimization steps = 24`` when its INFO logging is on
+  ``Total optimization steps = 24`` when its INFO logging is on. After its
+  end-of-train dict (``train_runtime``), a bare bar over another count with no
+  training dict read since is ``evaluate()``'s or ``predict()``'s: not read
+  (``_hf_evaluation``)
 - the marker line ``GPU_ETA_PROGRESS {"epoch": 3, "epochs": 10, ...}``: the HTTP
   wire format (``docs/progress.md``) printed on one line
 """
@@ -668,6 +671,12 @@ class LogState:
     # reached its end
     run_bar_total: int | None = None
     run_bar_ended: bool = False
+    # HF Trainer's train() ended (its ``train_runtime`` dict read), and whether a dict
+    # of a training (``loss``, ``train_runtime``) was read since the last bare bar:
+    # after the end, with none since, a bare bar over another count is ``evaluate()``'s
+    # or ``predict()``'s (``_hf_evaluation``)
+    trainer_ended: bool = False
+    trainer_logged: bool = False
     # after a Keras header continuing a fit: the count of the previous epoch's bar when
     # it ran to its end (``_keras_header``), and a bar over another count seen whole
     # as the epoch's first, held back until the next header (``_fold_keras_bar``)
@@ -781,7 +790,7 @@ def fold(
         epoch = match.epoch_done
         if epoch is not None and epochs is not None and epoch > epochs:
             epoch = epochs
-        return state, Report(epoch=epoch, metrics=match.metrics)
+        return _hf_logged(state, match), Report(epoch=epoch, metrics=match.metrics)
     if match.kind == "keras_summary":  # the header's epoch is done; no header, no meaning
         if state.epoch_current is None:
             return state, None
@@ -824,6 +833,8 @@ def fold(
         # (``tqdm(val_loader)``). Read as the run's steps, each evaluation started a
         # run of its few steps, and the next epoch's bar another
         return state, None
+    if _hf_evaluation(state, match):
+        return state, None
     if (
         state.run_bar_total is not None
         and not state.run_bar_ended
@@ -836,8 +847,39 @@ def fold(
         # loop's 'Iteration' inside trange(desc='Epoch')), or an evaluation after
         # early stopping. Read, each started a run of its steps, done as it began
         return state, None
-    return replace(state, run_bar_total=match.bar_total, run_bar_ended=match.complete), Report(
-        step=match.bar, steps=match.bar_total, metrics=match.metrics
+    return replace(
+        state, run_bar_total=match.bar_total, run_bar_ended=match.complete, trainer_logged=False
+    ), Report(step=match.bar, steps=match.bar_total, metrics=match.metrics)
+
+
+def _hf_logged(state: LogState, match: LogMatch) -> LogState:
+    """An HF Trainer log dict: ``train_runtime`` ends a train() (the metrics dict
+    ``Trainer.train()`` logs before its bar closes), ``loss`` is a training step's. Why
+    keep them: they are the only lines that tell HF's evaluation bars from a training's
+    (``_hf_evaluation``). Pure."""
+    if "train_runtime" in match.metrics:
+        return replace(state, trainer_ended=True, trainer_logged=True)
+    if "loss" in match.metrics:
+        return replace(state, trainer_logged=True)
+    return state
+
+
+def _hf_evaluation(state: LogState, match: LogMatch) -> bool:
+    """Whether a bare bar is HF Trainer's ``evaluate()`` or ``predict()`` bar after a
+    ``train()``: its ``train_runtime`` dict read, no training dict since the last bare
+    bar read, and a count other than the training bar's. Pure.
+
+    Why: HF's ProgressCallback draws the evaluation bar over the eval dataloader's
+    batches at position 0 once the training bar closed, bare as the training bar, and
+    prints no dict of an evaluation after train() (``on_log`` writes only while the
+    training bar is open). Read, each evaluation started a run of its few steps, a
+    finished job shown as a short run. A later train() logs ``loss`` dicts as it goes
+    (and its ``train_runtime`` at its end, before its bar's line closes), so its bar is
+    read from its first dict on. The dicts are on stdout, the bars on stderr: both are
+    in the container's log, in the order written when stdout is unbuffered
+    (``PYTHONUNBUFFERED=1``)."""
+    return (
+        state.trainer_ended and not state.trainer_logged and match.bar_total != state.run_bar_total
     )
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from gpu_eta.exporter import logformats
 from gpu_eta.exporter.logformats import (
     _HF_ITEM,
     _KERAS_METRIC,
+    LogMatch,
     LogState,
     _find_tqdm,
     _first_pairs,
@@ -28,6 +30,7 @@ from gpu_eta.exporter.logformats import (
     visible,
 )
 from gpu_eta.exporter.progress import Report, advance, check_report
+from tests.exporter.collectors.logreplay import program_writes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 NOW = 1_800_000_000.0
@@ -35,26 +38,35 @@ NOW = 1_800_000_000.0
 
 def replay(*names: str):
     """Feed fixture output line by line, as a terminal shows it; return progress history."""
-    state, progress, history = LogState(), None, []
-    for name in names:
+
+    def matches(name: str) -> Iterator[tuple[int, LogMatch | None]]:
         text = (FIXTURES / name).read_bytes().decode("utf-8", "replace")
         for i, line in enumerate(text.split("\n")):
             seg = visible(last_segment(line))
-            match = parse_line(seg) or parse_setup(seg)
-            if match is None:
-                continue
-            state, report = fold(state, progress, match)
-            if report is not None:
-                progress = advance(
-                    progress,
-                    report,
-                    namespace="ns",
-                    pod="p",
-                    container="c",
-                    source="log",
-                    now=NOW + i,
-                )
-                history.append(progress)
+            yield i, parse_line(seg) or parse_setup(seg)
+
+    return _history(itertools.chain.from_iterable(matches(name) for name in names), "ns")
+
+
+def _history(matches: Iterable[tuple[int, LogMatch | None]], namespace: str = "n") -> list:
+    """Matches folded in order, each at ``NOW`` plus its index, None skipped; the
+    progress history."""
+    state, progress, history = LogState(), None, []
+    for i, match in matches:
+        if match is None:
+            continue
+        state, report = fold(state, progress, match)
+        if report is not None:
+            progress = advance(
+                progress,
+                report,
+                namespace=namespace,
+                pod="p",
+                container="c",
+                source="log",
+                now=NOW + i,
+            )
+            history.append(progress)
     return history
 
 
@@ -701,27 +713,17 @@ def test_keras_time_to_go_is_not_read_as_a_metric(line: str):
 def _replay_screens(*names: str) -> list:
     """Every screen of fixture output (each ``\\r`` segment: a runtime's ``P`` records
     show the screens before a line's last), folded in order; the progress history."""
-    state, progress, history = LogState(), None, []
+    screens = []
     for name in names:
         text = (FIXTURES / name).read_bytes().decode("utf-8", "replace")
-        screens = [s for line in text.split("\n") for s in line.split("\r") if s.strip()]
-        for i, screen in enumerate(screens):
-            match = parse_line(visible(screen))
-            if match is None:
-                continue
-            state, report = fold(state, progress, match)
-            if report is not None:
-                progress = advance(
-                    progress,
-                    report,
-                    namespace="n",
-                    pod="p",
-                    container="c",
-                    source="log",
-                    now=NOW + i,
-                )
-                history.append(progress)
-    return history
+        screens += [s for line in text.split("\n") for s in line.split("\r") if s.strip()]
+    return _fold_screens(screens)
+
+
+def _fold_screens(screens: list[str]) -> list:
+    """``screens`` (terminal screens, as written) folded in order, those no format
+    reads skipped; the progress history."""
+    return _history((i, parse_line(visible(screen))) for i, screen in enumerate(screens))
 
 
 def test_keras_evaluate_and_predict_after_fit_leave_the_run_as_fit_ended_it():
@@ -736,16 +738,69 @@ def test_keras_evaluate_and_predict_after_fit_leave_the_run_as_fit_ended_it():
     assert (last.epoch, last.epochs, last.step, last.steps) == (3, 3, 24, 24)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: HF evaluate()/predict() bars after train() (bare, at position 0) are read as a new run of their few steps",
-)
+def _replay_writes(name: str) -> list:
+    """Every screen of a fixture's stderr and every line of its stdout, in the order
+    the program wrote them (``program_writes``), folded; the progress history."""
+    screens = [
+        s
+        for _, data in program_writes(name)
+        for line in data.decode("utf-8", "replace").split("\n")
+        for s in line.split("\r")
+        if s.strip()
+    ]
+    return _fold_screens(screens)
+
+
 def test_hf_evaluate_and_predict_after_train_leave_the_run_as_train_ended_it():
     """Real transformers Trainer: train() (24 steps), then evaluate() and predict(),
-    whose bars (4 batches each) are drawn at position 0 once the training bar closed.
+    whose bars (4 batches each) are drawn at position 0 once the training bar closed,
+    read with the ``train_runtime`` dict train() ends with (stdout, in the same log).
     Read as the run's bar, the evaluation bar started a second run, 4 steps long."""
-    history = _replay_screens("hf_evaluate.stderr")
+    history = _replay_writes("hf_evaluate")
     assert len({p.run_id for p in history}) == 1
+    assert (history[-1].step, history[-1].steps) == (24, 24)
+    assert all(p.steps in (None, 24) for p in history)
+
+
+def test_hf_evaluate_on_stderr_alone_is_a_short_run():
+    """Without the stdout dicts (stdout sent elsewhere or block-buffered), HF's
+    evaluation bar after train() is a bare bar over another count once the run's bar
+    ended, as a sweep's next model's is: read as a short run, and predict()'s bar
+    over the same count as another (docs: Not handled)."""
+    history = _replay_screens("hf_evaluate.stderr")
+    assert len({p.run_id for p in history}) == 3
+    assert (history[-1].step, history[-1].steps) == (4, 4)
+
+
+_HF_DONE = "100%|##########| 24/24 [00:01<00:00, 17.90it/s]"
+_HF_END = "{'train_runtime': 1.2, 'train_samples_per_second': 640.0, 'epoch': 3.0}"
+_HF_LOSS = "{'loss': 0.6, 'learning_rate': 4e-05, 'epoch': 0.5}"
+
+
+@pytest.mark.parametrize(
+    ("lines", "read"),
+    [
+        # evaluate()/predict() after train(): the dict is written over the training
+        # bar, which tqdm.write and then close() draw again
+        ([_HF_DONE, _HF_END, _HF_DONE], False),
+        ([_HF_DONE, _HF_END, _HF_DONE, _HF_LOSS], True),  # a second train() logging
+        ([_HF_DONE, _HF_END, _HF_DONE, _HF_END], True),  # one logging only its end
+        ([_HF_DONE], True),  # no train() end dict: a sweep's next model
+    ],
+)
+def test_a_bar_after_hf_train_end_is_read_only_once_a_training_logs(lines: list[str], read: bool):
+    """HF's end-of-train dict (``train_runtime``), with no training dict after it,
+    makes a bare bar over another count an evaluation's (HF prints no dict of an
+    evaluation after train()); a ``loss`` dict says a train() is on again."""
+    other = " 25%|##5       | 4/16 [00:00<00:01, 17.90it/s]"
+    history = _fold_lines([*lines, other])
+    assert ((history[-1].step, history[-1].steps) == (4, 16)) is read
+
+
+def test_the_training_bar_redrawn_after_hf_train_end_is_read():
+    """A runtime that writes a line only at its end shows train()'s dicts (stdout,
+    written at once) before its bar's line: the bar, the first read, is the run's."""
+    history = _fold_lines([_HF_END, _HF_DONE])
     assert (history[-1].step, history[-1].steps) == (24, 24)
 
 

@@ -11,6 +11,7 @@ are (run_id, epoch, epochs, step, steps).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -51,6 +52,71 @@ def cri(
         f"{stamp} {stream} {'F' if last else 'P'} ".encode() + piece + b"\n"
         for stamp, piece, last in pieces(output, start, chunk)
     )
+
+
+# tqdm.write's clear of a bar at position 0 (``\\r``, spaces over its last screen, ``\\r``):
+# what it writes to stderr before the message, the bar redrawn after it. Not followed by
+# a cursor-up, which ends the clear of a bar below it (HF's evaluation bar in training)
+_WRITE_CLEAR = re.compile(rb"\r +\r(?!\x1b\[A)")
+
+
+def program_writes(name: str) -> list[tuple[str, bytes]]:
+    """A fixture's two streams (``<name>.stderr``, ``<name>.stdout``) as the program
+    wrote them, in order: (stream, bytes). The fixtures hold each stream apart; the
+    stdout lines are tqdm.write's (HF Trainer's log dicts), each written between the
+    clear of the bar above and its redraw, so the k-th is put after the k-th clear.
+    Fails unless there are as many clears as lines (a fixture not of that shape)."""
+    err = (FIXTURES / f"{name}.stderr").read_bytes()
+    lines = (FIXTURES / f"{name}.stdout").read_bytes().splitlines(keepends=True)
+    clears = list(_WRITE_CLEAR.finditer(err))
+    assert len(clears) == len(lines), (name, len(clears), len(lines))
+    out: list[tuple[str, bytes]] = []
+    at = 0
+    for clear, line in zip(clears, lines, strict=True):
+        out += [("stderr", err[at : clear.end()]), ("stdout", line)]
+        at = clear.end()
+    return [*out, ("stderr", err[at:])]
+
+
+def runtime_records(writes: list[tuple[str, bytes]], runtime: str, chunk: int = 16384) -> bytes:
+    """The one log file a runtime writes for a program's two streams (both go to the
+    container's log): ``containerd`` holds each stream's bytes until a newline or
+    ``chunk`` bytes (a ``P`` record), ``crio`` writes a record per write, a tqdm screen
+    (a piece from one ``\\r`` to the next) being one write."""
+    out: list[bytes] = []
+    t = T0
+    pending: dict[str, bytes] = {}
+
+    def record(stream: str, piece: bytes, last: bool) -> None:
+        nonlocal t
+        stamp = t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"
+        out.append(f"{stamp} {stream} {'F' if last else 'P'} ".encode() + piece + b"\n")
+        t += dt.timedelta(milliseconds=10)
+
+    for stream, data in writes:
+        if runtime == "crio":
+            lines = data.split(b"\n")
+            for i, line in enumerate(lines):
+                ends = i < len(lines) - 1
+                pieces = [p for p in re.split(rb"(?=\r)", line) if p]
+                for j, piece in enumerate(pieces):
+                    record(stream, piece, ends and j == len(pieces) - 1)
+                if ends and not pieces:
+                    record(stream, b"", True)
+            continue
+        buf = pending.get(stream, b"") + data
+        while True:
+            line, newline, rest = buf.partition(b"\n")
+            if not newline:
+                break
+            for i in range(0, max(len(line), 1), chunk):
+                record(stream, line[i : i + chunk], i + chunk >= len(line))
+            buf = rest
+        while len(buf) >= chunk:
+            record(stream, buf[:chunk], False)
+            buf = buf[chunk:]
+        pending[stream] = buf
+    return b"".join(out)
 
 
 def logdir(root: Path) -> Path:

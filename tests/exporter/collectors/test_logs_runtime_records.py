@@ -27,7 +27,16 @@ from pathlib import Path
 import pytest
 from tqdm import tqdm
 
-from tests.exporter.collectors.logreplay import FIXTURES, T0, Row, cri, follow, run_ids
+from tests.exporter.collectors.logreplay import (
+    FIXTURES,
+    T0,
+    Row,
+    cri,
+    follow,
+    program_writes,
+    run_ids,
+    runtime_records,
+)
 
 
 def _crio(output: bytes, stream: str) -> bytes:
@@ -279,21 +288,36 @@ def test_lightning_epochs_are_one_run_when_every_screen_is_seen(
     assert rows[-1][1] == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: HF evaluate() after train() (a bare bar at position 0) is "
-    "read as a run of its own over the evaluation's batches",
-)
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
 @pytest.mark.parametrize(
-    ("name", "runtime"),
-    [("hf_evaluate_long.stderr", "containerd"), ("hf_evaluate_slow.stderr", "crio")],
+    "name", ["hf_evaluate", "hf_evaluate_long", "hf_evaluate_slow", "hf_train_twice"]
 )
-def test_hf_evaluate_seen_in_progress_starts_no_run(root: Path, name: str, runtime: str) -> None:
-    """Real transformers: train() over 24 steps, then evaluate() slow enough to be
-    drawn between its ends (512 batches in ~60 s; 32 batches of 0.12 s)."""
-    rows = _followed(root, name, "stderr", runtime)
+def test_hf_evaluate_after_train_starts_no_run(root: Path, name: str, runtime: str) -> None:
+    """Real transformers: train() over 24 steps, then evaluate() (and predict(), or a
+    second train() over 16) drawn at position 0 once the training bar closed, some
+    slow enough to be drawn between their ends (512 batches in ~60 s, a line over 16
+    KiB; 32 batches of 0.12 s). Both streams are in the container's log: train() ends
+    with its ``train_runtime`` dict on stdout, after which HF prints no dict of an
+    evaluation. The evaluation is no run; a later train() is (its ``loss`` dicts)."""
+    rows = follow(root, runtime_records(program_writes(name), runtime))
+    first = [r for r in rows if r[0] == run_ids(rows)[0]]
+    assert first[-1][3:] == (24, 24)
+    assert all(r[4] in (None, 24) for r in first)
+    if name == "hf_train_twice":
+        assert len(run_ids(rows)) == 2 and rows[-1][3:] == (16, 16)
+    else:
+        assert len(run_ids(rows)) == 1
+
+
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
+def test_hf_evaluate_after_early_stopping_with_both_streams_starts_no_run(
+    root: Path, runtime: str
+) -> None:
+    """Real transformers: train() evaluating every 4 steps (its evaluation dicts and
+    bars at position 1 during training), stopped early at 8 of 24, then evaluate()."""
+    rows = follow(root, runtime_records(program_writes("hf_early_stop"), runtime))
     assert len(run_ids(rows)) == 1
-    assert rows[-1][3:] == (24, 24)
+    assert rows[-1][3:] == (8, 24)
 
 
 @pytest.mark.xfail(
