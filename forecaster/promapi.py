@@ -207,18 +207,23 @@ class PromClient:
         warnings: list[str] | None = None,
         scalar: bool = True,
         skipped: Skipped | None = None,
+        deadline: float | None = None,
     ) -> list[Sample]:
         """Evaluate ``query`` at ``at`` (default: the server's now); a vector is expected
         (``scalar=False``: a scalar answer is ``NotAVectorError`` too, see
         ``parse_vector``). ``warnings``: the answer's warnings (a partial answer,
         ``decode_answer``) are appended to it; without it they are dropped.
         ``skipped``: the series the parsing left out are counted there (as well as
-        logged), with the labels its ``keep`` names: how a caller tells them apart."""
+        logged), with the labels its ``keep`` names: how a caller tells them apart.
+        ``deadline``: a ``time.monotonic()`` time by which the answer must be in,
+        attempts and retries included (``PromDeadlineError`` past it): each attempt
+        is given at most what is left of it (see ``_get``); None, the client's own
+        timeout and retries alone."""
         params: dict[str, str] = {"query": query}
         if at is not None:
             params["time"] = _fmt_time(at)
         parse = parse_vector if scalar else functools.partial(parse_vector, scalar=False)
-        return self._query("/api/v1/query", params, query, parse, warnings, skipped)
+        return self._query("/api/v1/query", params, query, parse, warnings, skipped, deadline)
 
     def samples(
         self, selector: str, at: float | None = None, *, warnings: list[str] | None = None
@@ -280,6 +285,7 @@ class PromClient:
         parse: Callable[..., list[_T]],
         warnings: list[str] | None = None,
         skipped: Skipped | None = None,
+        deadline: float | None = None,
     ) -> list[_T]:
         """Fetch and parse one answer; it counts as a success only once it parsed.
         Its warnings go to ``warnings`` when given (only once it parsed).
@@ -287,7 +293,7 @@ class PromClient:
         The decoded answer is this call's own, so the parser consumes it (frees each
         series' JSON as it is converted: the peak memory of a large answer).
         """
-        data, said = self._get(path, params, query)
+        data, said = self._get(path, params, query, deadline)
         skipped = Skipped() if skipped is None else skipped
         try:
             out = parse(data, query, skipped, consume=True)
@@ -333,9 +339,20 @@ class PromClient:
         """The delay before retry number ``attempt`` (1, 2, ...): doubling."""
         return self.backoff_seconds * 2 ** (attempt - 1)
 
-    def _get(self, path: str, params: dict[str, str], query: str) -> tuple[dict, tuple[str, ...]]:
+    def _get(
+        self, path: str, params: dict[str, str], query: str, deadline: float | None = None
+    ) -> tuple[dict, tuple[str, ...]]:
         """GET (POST for a long query) with retries; the decoded ``data`` object and the
         answer's warnings (``decode_answer``).
+
+        ``deadline`` (monotonic; the caller's, ``instant``): each attempt's timeout is
+        the client's or what is left until it, whichever is less, and so is the
+        ``timeout`` sent with the query (the server stops evaluating it then); an
+        attempt failing at the deadline, or a retry whose wait would pass it, ends the
+        query with ``PromDeadlineError``. Why: a caller asking many queries in turn
+        (``top``'s refresh, 24 of them) otherwise waited up to the timeout times the
+        attempts for each, minutes with nothing on screen. The deadline is an argument,
+        not the client's state, so the client stays what it was for everyone else.
 
         A failure is counted as an error and raised as PromAPIError. A retry waits
         the backoff or the server's ``Retry-After``, whichever is longer. The wait for
@@ -345,19 +362,34 @@ class PromClient:
         server asking for longer is not retried at all: asking again sooner than it
         said is what a rate limiter counts against us, and the next cycle asks anyway.
         """
-        params = {**params, "timeout": query_timeout(self.timeout_seconds)}
         last: str = ""
         retry_after: float | None = None
+        cut = False  # the deadline ended the attempts
         for attempt in range(self.retries + 1):
             if attempt:
-                self.sleep(max(self._backoff(attempt), retry_after or 0.0))
+                pause = max(self._backoff(attempt), retry_after or 0.0)
+                cut = deadline is not None and time.monotonic() + pause >= deadline
+                if cut:  # the wait alone would pass it
+                    break
+                self.sleep(pause)
+            timeout = self.timeout_seconds
+            if deadline is not None:
+                timeout = min(timeout, deadline - time.monotonic())
+                cut = timeout <= 0
+                if cut:
+                    break
+            sent = {**params, "timeout": query_timeout(timeout)}
             try:
-                body, status = self._fetch(path, params)
+                body, status = self._fetch(path, sent, timeout, deadline)
             except _NotRetried as err:
                 self.stats.error += 1
                 raise PromAPIError(f"{self.safe_url}: query {_short(query)}: {err}") from None
             except _Retryable as err:
                 last, retry_after = str(err), err.retry_after
+                cut = deadline is not None and deadline_passed(deadline)
+                if cut:  # its own timeouts' message would name the wrong limit
+                    last = ""
+                    break
                 if (
                     attempt < self.retries
                     and retry_after is not None
@@ -381,14 +413,27 @@ class PromClient:
                 # query from a server away by it)
                 raise type(err)(f"{self.safe_url}: query {_short(query)}: {err}") from None
         self.stats.error += 1
+        if cut:
+            said = f": {last}" if last else ""
+            raise PromDeadlineError(
+                f"{self.safe_url}: query {_short(query)}: no answer by the caller's deadline{said}"
+            )
         tries = self.retries + 1
         raise PromAPIError(
             f"{self.safe_url}: query {_short(query)} failed after {tries} "
             f"attempt{'' if tries == 1 else 's'}: {last}"
         )
 
-    def _fetch(self, path: str, params: dict[str, str]) -> tuple[str, int]:
+    def _fetch(
+        self,
+        path: str,
+        params: dict[str, str],
+        timeout: float | None = None,
+        until: float | None = None,
+    ) -> tuple[str, int]:
         """One HTTP round trip: the body's text (see ``_read_body``) and the status.
+        ``timeout``: this attempt's, instead of ``timeout_seconds``; ``until``: a
+        monotonic time no part of it may go past (``_get``'s ``deadline``).
 
         Two deadlines bound the round trip however the server paces its bytes:
         the connection, status line and headers must be in 2 × ``timeout_seconds``
@@ -402,7 +447,9 @@ class PromClient:
         asked for, and it is undone here within the size cap.
         """
         post = len(urlencode(params)) > POST_OVER_CHARS
-        deadline = Deadline(time.monotonic() + self.timeout_seconds * _HEADER_TIMEOUTS)
+        t = self.timeout_seconds if timeout is None else timeout
+        cap = math.inf if until is None else until
+        deadline = Deadline(min(cap, time.monotonic() + t * _HEADER_TIMEOUTS))
         token = REQUEST_DEADLINE.set(deadline)
         try:
             with warnings.catch_warnings():
@@ -416,7 +463,7 @@ class PromClient:
                     data=params if post else None,
                     headers={**self.headers, "Accept-Encoding": "gzip", **self._bearer()},
                     auth=self._basic(),
-                    timeout=self.timeout_seconds,
+                    timeout=t,
                     stream=True,
                     verify=self._verify,
                     allow_redirects=False,
@@ -432,7 +479,7 @@ class PromClient:
                 raise _Retryable(
                     self._too_slow("response headers", _HEADER_TIMEOUTS, "the request started")
                 ) from None
-            raise _Retryable(f"timed out after {self.timeout_seconds:g}s") from None
+            raise _Retryable(f"timed out after {t:g}s") from None
         except requests.exceptions.SSLError as err:
             raise PromAPIError(f"{self.safe_url}: TLS error: {first_line(err)}") from None
         except requests.ConnectionError as err:
@@ -464,7 +511,7 @@ class PromClient:
                 hint = "" if wait is None else f" (Retry-After {round(wait, 1):g}s)"
                 # one more timeout for the start of its body (the response's reader
                 # sees the deadline moved)
-                deadline.at = time.monotonic() + self.timeout_seconds
+                deadline.at = min(cap, time.monotonic() + t)
                 etype, said = error_said(self._error_body(resp, deadline.at))
                 if etype == "timeout":  # Prometheus stopped evaluating it: it would again
                     raise _NotRetried(
@@ -493,7 +540,7 @@ class PromClient:
                     f"{self.max_response_bytes}-byte limit"
                 )
             # the body's own time, from its headers (the response's reader sees it)
-            deadline.at = time.monotonic() + self.timeout_seconds * _BODY_TIMEOUTS
+            deadline.at = min(cap, time.monotonic() + t * _BODY_TIMEOUTS)
             return self._read_body(resp, deadline.at), status
 
     def _bearer(self) -> dict[str, str]:
@@ -600,6 +647,13 @@ class PromClient:
         body = b"".join(chunks)
         chunks.clear()
         return decode_text(body)
+
+
+class PromDeadlineError(PromAPIError):
+    """A query the caller's deadline (``instant(..., deadline=)``) ended before an
+    answer came: the server may be fine, only slower than the caller can wait. Its own
+    class so the caller tells "too slow for my deadline" (leave the rest unasked) from
+    a server that failed."""
 
 
 class _NotRetried(Exception):

@@ -2,10 +2,11 @@
 
 Reads only Prometheus' HTTP API (any server speaking it: the demo's, a cluster's,
 Thanos...), with a fixed set of instant queries per refresh, so it costs the same
-whatever the cluster size. It talks to Prometheus through the forecaster's own client
-(``gpu_eta.forecaster.promapi``) with the forecaster's ``--prometheus.*`` flags, so a
-Prometheus behind auth or TLS is reached the same way and every answer is bounded and
-checked in one place. The queries' results go through pure functions (``build_view``
+whatever the cluster size, all within one deadline (``--refresh-timeout``: what a slow
+server has not answered by then is left out and said). It talks to Prometheus through
+the forecaster's own client (``gpu_eta.forecaster.promapi``) with the forecaster's
+``--prometheus.*`` flags, so a Prometheus behind auth or TLS is reached the same way
+and every answer is bounded and checked in one place. The queries' results go through pure functions (``build_view``
 → ``View`` → ``render_plain`` / ``render_json`` / ``render_rich``), which the tests
 drive with fixed query results; only ``fetch`` and ``main`` do I/O.
 
@@ -32,7 +33,7 @@ from gpu_eta.common.durations import parse_duration
 from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES, parse_gpu_resources
 from gpu_eta.common.k8s_names import DNS_LABEL
 from gpu_eta.forecaster.config import ConfigError
-from gpu_eta.forecaster.promapi import PromAPIError, PromClient
+from gpu_eta.forecaster.promapi import PromAPIError, PromClient, PromDeadlineError
 from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
 from gpu_eta.forecaster.promparse import NotAVectorError, PromQueryError
 from gpu_eta.forecaster.series import Sample
@@ -47,7 +48,7 @@ class ExitCode(enum.IntEnum):
     """``top``'s exit codes, in this one place."""
 
     OK = 0
-    RUNTIME = 1  # Prometheus unreachable or its answer unusable
+    RUNTIME = 1  # Prometheus unreachable, its answer unusable, or too slow for the deadline
     USAGE = 2
 
 
@@ -55,6 +56,23 @@ MAX_WARNINGS = 10  # distinct server warnings kept per refresh
 # the longest --interval: the wait overflows past ~9e9 s (a traceback after the first
 # view), and a view refreshed less than daily is --once run by cron
 MAX_INTERVAL_SECONDS = 86400.0
+# the shortest --interval: each refresh asks 24 queries; below a second between them a
+# refreshing view is a load on Prometheus no one reading a terminal needs
+MIN_INTERVAL_SECONDS = 1.0
+# the most one refresh waits for Prometheus (--refresh-timeout): a healthy server
+# answers a large cluster's refresh in ~3 s (docs/top.md), one answering each query in
+# 0.5 s in ~13 s; past it, what was read is shown and the rest is left out
+DEFAULT_REFRESH_TIMEOUT_SECONDS = 15.0
+
+
+class RefreshCutShort(PromAPIError):
+    """A refresh whose deadline passed after some queries answered: ``view`` is what
+    they said, its errors naming the queries left out (``late_errors``). A failed read
+    for ``--once`` and ``--json`` (exit 1); a refreshing view shows ``view``."""
+
+    def __init__(self, message: str, view: View) -> None:
+        super().__init__(message)
+        self.view = view
 
 
 def fetch(
@@ -62,6 +80,8 @@ def fetch(
     idle_window: str = "5m",
     gpu_resources: Sequence[str] = (),
     skipped: dict[str, int] | None = None,
+    late: list[str] | None = None,
+    refresh_timeout_seconds: float = DEFAULT_REFRESH_TIMEOUT_SECONDS,
 ) -> tuple[dict[str, list[Sample]], dict[str, str], tuple[str, ...]]:
     """Run every query (one instant query each): (answers by query name, the queries
     Prometheus refused on its data with its reason, the answers' warnings).
@@ -92,7 +112,19 @@ def fetch(
     limit a large cluster reaches) while the others answer; the view shows what they
     say, and names what is missing (``refused_errors``). An answer that is not a vector
     (``NotAVectorError``: a proxy's scalar, string or matrix) is refused the same way:
-    read as samples, a scalar is one unlabelled series, a phantom GPU or holder."""
+    read as samples, a scalar is one unlabelled series, a phantom GPU or holder.
+
+    Why one deadline for all (``refresh_timeout_seconds`` from the first query; each
+    query given what is left of it, its retries included): asked in turn, each with
+    only the client's timeout and retries, a server answering just under the timeout
+    holds one refresh for 24 timeouts (4 minutes, nothing on screen), and one never
+    answering for every attempt's timeout (32 s).
+    The queries not answered by then are not asked; their names go to ``late`` (the
+    one being asked first), the answers read so far are returned. ``PromAPIError``
+    when not one answered, or when the caller gave no ``late`` to say it in. Asked
+    one after the other, not at once: the later ones are asked at the first answer's
+    time, and the answers are bounded together as each arrives (below)."""
+    deadline = time.monotonic() + refresh_timeout_seconds
     results: dict[str, list[Sample]] = {}
     refused: dict[str, str] = {}
     warnings: list[str] = []
@@ -100,13 +132,28 @@ def fetch(
     budget, held = client.max_response_bytes, 0
     at: float | None = None  # the evaluation time every later query is asked at
     clock = time.time()
-    for name, expr in asked.items():
+    for i, (name, expr) in enumerate(asked.items()):
         before = client.stats.skipped_series
         try:
-            results[name] = client.instant(expr, at, warnings=warnings, scalar=False)
+            results[name] = client.instant(
+                expr, at, warnings=warnings, scalar=False, deadline=deadline
+            )
         except (PromQueryError, NotAVectorError) as err:
             refused[name] = str(err)
             continue
+        except PromDeadlineError:
+            left = list(asked)[i:]
+            if not results:
+                raise PromAPIError(
+                    f"{client.safe_url}: Prometheus answered too slowly: no answer within "
+                    f"the {refresh_timeout_seconds:g}s refresh deadline (--refresh-timeout) "
+                    f"to query {name}, {len(left)} of {len(asked)} queries left out"
+                ) from None
+            if late is None:
+                (line,) = late_errors(left, len(asked), refresh_timeout_seconds)
+                raise PromAPIError(f"{client.safe_url}: {line}") from None
+            late.extend(left)
+            break
         if skipped is not None and client.stats.skipped_series > before:
             skipped[name] = client.stats.skipped_series - before
         if at is None:
@@ -138,6 +185,18 @@ def answer_bytes(samples: Sequence[Sample]) -> int:
         labels = s.labels
         total += sum(map(len, labels)) + sum(map(len, labels.values())) + 6 * len(labels)
     return total
+
+
+def late_errors(late: Sequence[str], n_asked: int, timeout_seconds: float) -> tuple[str, ...]:
+    """One line for the queries a refresh's deadline left out (``fetch``'s ``late``):
+    how many, the deadline, which. Pure."""
+    if not late:
+        return ()
+    return (
+        f"Prometheus answered too slowly: {len(late)} of {n_asked} queries left out, not "
+        f"answered within the {timeout_seconds:g}s refresh deadline (--refresh-timeout), "
+        f"their rows missing ({', '.join(late)})",
+    )
 
 
 def refused_errors(refused: Mapping[str, str]) -> tuple[str, ...]:
@@ -175,6 +234,7 @@ def refresh(
     idle_threshold: float = 0.05,
     namespaces: Sequence[str] = (),
     gpu_resources: Sequence[str] = (),
+    refresh_timeout_seconds: float = DEFAULT_REFRESH_TIMEOUT_SECONDS,
 ) -> View:
     """One refresh: fetch, then build the view at the server's time of the answers
     (``evaluation_time``; the workstation's when no answer has a sample, or none a stamp
@@ -184,24 +244,34 @@ def refresh(
     ``RefreshingView``).
     ``idle_window`` is a Prometheus duration (``ValueError`` otherwise); ``namespaces``
     narrows the runs, idle holders and pending pods shown (``only_namespaces``);
-    ``gpu_resources`` are the site's own GPU resources (``--gpu-resource``)."""
+    ``gpu_resources`` are the site's own GPU resources (``--gpu-resource``).
+    ``refresh_timeout_seconds``: the refresh's deadline (``fetch``); past it, with some
+    answers read, ``RefreshCutShort`` carries the view of them."""
     idle_seconds = parse_duration(idle_window)  # before any query: the caller's error
     skipped: dict[str, int] = {}
-    results, refused, warnings = fetch(client, idle_window, gpu_resources, skipped)
+    late: list[str] = []
+    results, refused, warnings = fetch(
+        client, idle_window, gpu_resources, skipped, late, refresh_timeout_seconds
+    )
     answered_at = time.time()
     served_at = evaluation_time(results, answered_at)
     now = answered_at if served_at is None else served_at  # the server's clock if it says
-    view = build_view(results, now, client.safe_url, idle_threshold, idle_seconds, refused)
+    view = build_view(results, now, client.safe_url, idle_threshold, idle_seconds, refused, late)
+    cut = late_errors(late, len(queries(idle_window, gpu_resources)), refresh_timeout_seconds)
     view = dataclasses.replace(
         view,
-        errors=view.errors
+        errors=cut
+        + view.errors
         + refused_errors(refused)
         + skipped_errors(skipped)
         + off_clock(results, answered_at),
         warnings=warnings,
         clock_offset_seconds=now - answered_at,
     )
-    return only_namespaces(view, namespaces)
+    view = only_namespaces(view, namespaces)
+    if cut:
+        raise RefreshCutShort(f"{client.safe_url}: {cut[0]}", view)
+    return view
 
 
 def failed_view(url: str, error: str, now: float, namespaces: Sequence[str] = ()) -> View:
@@ -240,16 +310,20 @@ class RefreshingView:
         idle_threshold: float = 0.05,
         namespaces: Sequence[str] = (),
         gpu_resources: Sequence[str] = (),
+        refresh_timeout_seconds: float = DEFAULT_REFRESH_TIMEOUT_SECONDS,
     ) -> None:
         self.client = client
         self.idle_window = idle_window
         self.idle_threshold = idle_threshold
         self.namespaces = namespaces
         self.gpu_resources = gpu_resources
+        self.refresh_timeout_seconds = refresh_timeout_seconds
         self.last_good: View | None = None
 
     def view(self) -> View:
-        """Refresh once: the view to show now (never raises ``PromAPIError``)."""
+        """Refresh once: the view to show now (never raises ``PromAPIError``). A
+        refresh cut short by its deadline is shown as read (``RefreshCutShort``), and
+        is not kept as the last good view: a later failure shows the last whole one."""
         try:
             fresh = refresh(
                 self.client,
@@ -257,7 +331,10 @@ class RefreshingView:
                 self.idle_threshold,
                 self.namespaces,
                 self.gpu_resources,
+                self.refresh_timeout_seconds,
             )
+        except RefreshCutShort as err:
+            return err.view
         except PromAPIError as err:
             if self.last_good is None:
                 return failed_view(self.client.safe_url, str(err), time.time(), self.namespaces)
@@ -291,7 +368,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--interval",
         type=float,
         default=5.0,
-        help="seconds between refreshes",
+        help=f"seconds between refreshes (at least {MIN_INTERVAL_SECONDS:g})",
+    )
+    p.add_argument(
+        "--refresh-timeout",
+        dest="refresh_timeout_seconds",
+        type=float,
+        default=DEFAULT_REFRESH_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="the most one refresh waits for Prometheus, its queries and their retries "
+        "together (each query is given what is left, at most --prometheus.timeout); the "
+        "queries not answered by then are left out and the view says so",
     )
     p.add_argument(
         "--idle-threshold",
@@ -350,8 +437,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "view refreshed in place on a terminal; every row is printed instead)"
         )
     args.layout = getattr(args, "layout", "auto")
-    if not 0 < args.interval <= MAX_INTERVAL_SECONDS:  # "nan", "inf", 1e10: sleep fails
-        p.error(f"--interval must be > 0 and at most {MAX_INTERVAL_SECONDS:g}, got {args.interval}")
+    if not MIN_INTERVAL_SECONDS <= args.interval <= MAX_INTERVAL_SECONDS:  # "nan", "inf", 1e10
+        p.error(
+            f"--interval must be at least {MIN_INTERVAL_SECONDS:g} and at most "
+            f"{MAX_INTERVAL_SECONDS:g} seconds, got {args.interval:g}"
+        )
+    if not 0 < args.refresh_timeout_seconds <= MAX_INTERVAL_SECONDS:
+        p.error(
+            f"--refresh-timeout must be > 0 and at most {MAX_INTERVAL_SECONDS:g} seconds, "
+            f"got {args.refresh_timeout_seconds:g}"
+        )
     args.namespaces = getattr(args, "namespaces", [])
     for ns in args.namespaces:
         if not DNS_LABEL.match(ns):
@@ -401,36 +496,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("gpu_eta").addHandler(lines)
     strict = _replacing_unencodable(sys.stdout)
     try:
-        if args.json:
-            view = refresh(
-                client,
-                args.idle_window,
-                args.idle_threshold,
-                namespaces=args.namespaces,
-                gpu_resources=args.gpu_resources,
-            )
-            # strict: a NaN or infinity left would be a traceback here, not "Infinity" a
-            # JSON parser refuses (the view has none: _finite_sum, _value)
-            print(json.dumps(render_json(view), indent=2, allow_nan=False))
-            sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
-            return ExitCode.OK
-        use_rich = sys.stdout.isatty() and not args.plain and _has_rich()
-        if args.once:
-            view = refresh(
-                client,
-                args.idle_window,
-                args.idle_threshold,
-                namespaces=args.namespaces,
-                gpu_resources=args.gpu_resources,
-            )
-            if use_rich:
-                from rich.console import Console
-
-                Console().print(render_rich(view, tz))
-            else:
-                sys.stdout.write(render_plain(view, tz))
-            sys.stdout.flush()
-            return ExitCode.OK
+        use_rich = not args.json and sys.stdout.isatty() and not args.plain and _has_rich()
+        if args.json or args.once:
+            code = ExitCode.OK
+            try:
+                view = refresh(
+                    client,
+                    args.idle_window,
+                    args.idle_threshold,
+                    namespaces=args.namespaces,
+                    gpu_resources=args.gpu_resources,
+                    refresh_timeout_seconds=args.refresh_timeout_seconds,
+                )
+            except RefreshCutShort as err:  # what was read is shown; a failed read
+                print(f"gpu-eta top: {err}", file=sys.stderr)
+                view, code = err.view, ExitCode.RUNTIME
+            _print_snapshot(view, args.json, use_rich, tz)
+            return code
         return _loop(client, args, tz, use_rich)
     except BrokenPipeError:
         return _reader_gone()
@@ -447,6 +529,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             with contextlib.suppress(ValueError, OSError):  # closed: nothing to restore
                 sys.stdout.reconfigure(errors="strict")  # type: ignore[union-attr]
         client.close()
+
+
+def _print_snapshot(view: View, as_json: bool, use_rich: bool, tz: tzinfo | None) -> None:
+    """``--json``'s or ``--once``'s one snapshot of ``view`` on stdout."""
+    if as_json:
+        # strict: a NaN or infinity left would be a traceback here, not "Infinity" a
+        # JSON parser refuses (the view has none: _finite_sum, _value)
+        print(json.dumps(render_json(view), indent=2, allow_nan=False))
+    elif use_rich:
+        from rich.console import Console
+
+        Console().print(render_rich(view, tz))
+    else:
+        sys.stdout.write(render_plain(view, tz))
+    sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
 
 
 def _replacing_unencodable(stream: Any) -> bool:
@@ -502,7 +599,12 @@ def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_r
     otherwise. A
     refresh Prometheus does not answer shows the last good view (``RefreshingView``)."""
     views = RefreshingView(
-        client, args.idle_window, args.idle_threshold, args.namespaces, args.gpu_resources
+        client,
+        args.idle_window,
+        args.idle_threshold,
+        args.namespaces,
+        args.gpu_resources,
+        args.refresh_timeout_seconds,
     )
     with Signals().caught() as signals:
         if use_rich:

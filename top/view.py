@@ -343,6 +343,7 @@ def build_view(
     idle_threshold: float = 0.05,
     idle_window_seconds: float = 300.0,
     refused: Collection[str] = (),
+    late: Collection[str] = (),
 ) -> View:
     """Join the query results (name → ``promapi`` samples) into one ``View``.
 
@@ -374,6 +375,9 @@ def build_view(
     only). Without ``since`` (when each holder got its device) the idle holders are
     judged on utilisation alone, as without the kube collector, and say so
     (``View.held_unknown``).
+
+    ``late``: the names of the queries a refresh's deadline left out (``main.fetch``):
+    unknown as a refused one is, said as ``not answered in time``.
     """
     # ``exported_*`` labels read as the plain ones (a scrape that did not honour the
     # exporter's labels: its own namespace and pod would name every run), as the
@@ -424,10 +428,10 @@ def build_view(
     gpu_total = {
         _gpu_key(s.labels): v for s in get("gpu_memory_total") if (v := _value(s)) is not None
     }
-    idle_unknown = refused_cause(refused, "allocated", AVERAGE_QUERY)
+    idle_unknown = refused_cause(refused, "allocated", AVERAGE_QUERY, late=late)
     idle_holders = {
         hk
-        for hk in (() if AVERAGE_QUERY in refused else holders)
+        for hk in (() if AVERAGE_QUERY in refused or AVERAGE_QUERY in late else holders)
         if (avg := util_avg.get(hk, util.get(hk))) is not None
         and avg < idle_threshold
         and (hk not in since or now - since[hk] >= idle_window_seconds)
@@ -523,8 +527,8 @@ def build_view(
     gpus: list[GpuRow] = []
     info = {_gpu_key(s.labels): s.labels.get("model", "") for s in get("gpu_info")}
     unknown_nodes = holders_unknown(get("holders_unknown"))
-    unanswered_cause = refused_cause(refused, *HOLDER_QUERIES)
-    util_unknown = refused_cause(refused, UTIL_QUERY)
+    unanswered_cause = refused_cause(refused, *HOLDER_QUERIES, late=late)
+    util_unknown = refused_cause(refused, UTIL_QUERY, late=late)
     device_util: dict[tuple[str, str, str], float] = {}
     for s in get("gpu_util"):
         if (v := _value(s)) is not None:
@@ -587,9 +591,9 @@ def build_view(
         gpus=tuple(gpus),
         alerts=_firing(get("alerts")),
         pending=pending_rows(results, forecasters),
-        allocations_unknown=refused_cause(refused, "allocated"),
+        allocations_unknown=refused_cause(refused, "allocated", late=late),
         idle_unknown=idle_unknown,
-        held_unknown=refused_cause(refused, "since"),
+        held_unknown=refused_cause(refused, "since", late=late),
         forecast_timestamp=forecasters.cycle,
         forecaster_failed=any(f.failed for f in forecasters.by_source.values()),
         forecasts_stale=any(f.stale for f in forecasters.by_source.values()),
@@ -661,11 +665,18 @@ def _forecasters(samples: Sequence[Sample], now: float) -> Forecasters:
     return Forecasters({(f.job, f.instance): f for f in states}, cycle, stale)
 
 
-def refused_cause(refused: Collection[str], *names: str) -> str:
+def refused_cause(refused: Collection[str], *names: str, late: Collection[str] = ()) -> str:
     """Why what ``names`` answer is unknown, ``query a, b refused``, naming those of
-    them Prometheus refused; empty when it refused none. Pure."""
+    them Prometheus refused, and ``query c not answered in time`` those a refresh's
+    deadline left out (``late``), joined by ``; ``; empty when neither. Pure."""
     said = [name for name in names if name in refused]
-    return f"query {', '.join(said)} refused" if said else ""
+    slow = [name for name in names if name in late and name not in refused]
+    causes = [
+        f"query {', '.join(which)} {why}"
+        for which, why in ((said, "refused"), (slow, "not answered in time"))
+        if which
+    ]
+    return "; ".join(causes)
 
 
 # How far from the workstation's clock a sample's stamp may be and still be the server's

@@ -772,6 +772,8 @@ def test_auth_flags_reach_prometheus_on_every_query(http_server, tmp_path: Path)
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     for argv in (
         ["--interval", "0"],
+        ["--interval", "0.5"],  # below the floor: back-to-back refreshes
+        ["--refresh-timeout", "0"],
         ["--interval", "nan"],  # argparse's float takes it; time.sleep does not
         ["--interval", "inf"],
         ["--interval", "1e10"],  # finite, but time.sleep overflows: a traceback a view later
@@ -837,7 +839,7 @@ def test_a_layout_with_once_plain_or_json_is_a_usage_error_naming_them(
 
 
 @pytest.mark.parametrize(
-    "mode", [["--json"], ["--once", "--plain"], ["--interval", "0.2"]], ids=["json", "once", "live"]
+    "mode", [["--json"], ["--once", "--plain"], ["--interval", "1"]], ids=["json", "once", "live"]
 )
 def test_a_reader_closing_the_pipe_ends_top_quietly(http_server, mode: list[str]) -> None:  # noqa: F811
     """``top | head``: the reader goes away before top writes; top exits 0 with nothing
@@ -1757,7 +1759,7 @@ def test_a_refreshing_view_keeps_the_last_good_one_when_prometheus_goes_away(
             prom.wait_for("gpu_eta_training_epochs_planned", timeout=30)
             proc = subprocess.Popen(
                 [sys.executable, "-m", "gpu_eta.top", "--prometheus.url", prom.url, "--plain",
-                 "--interval", "0.3", "--prometheus.retries", "0", "--prometheus.timeout", "1"],
+                 "--interval", "1", "--prometheus.retries", "0", "--prometheus.timeout", "1"],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 cwd=Path(__file__).resolve().parents[2],
@@ -2650,7 +2652,7 @@ def test_a_sample_stamped_at_an_impossible_time_is_not_now(
     assert (code, err) == (0, "") and "error: " in out and "n/0" in out
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpu_eta.top", "--prometheus.url", url, "--plain",
-         "--interval", "0.2", "--prometheus.retries", "0"],
+         "--interval", "1", "--prometheus.retries", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=Path(__file__).resolve().parents[2],
