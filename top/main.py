@@ -274,6 +274,14 @@ def refresh(
     return view
 
 
+def asking_line(url: str, refresh_timeout_seconds: float) -> str:
+    """What a refreshing view shows before its first refresh is in. Pure."""
+    return (
+        f"gpu-eta top  {url}: asking Prometheus (at most {refresh_timeout_seconds:g}s, "
+        "--refresh-timeout)…"
+    )
+
+
 def failed_view(url: str, error: str, now: float, namespaces: Sequence[str] = ()) -> View:
     """A view of nothing but ``error`` (a refresh that got no answer, and no earlier
     view to show); the header keeps saying the ``-n`` filter."""
@@ -608,11 +616,14 @@ def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_r
     )
     with Signals().caught() as signals:
         if use_rich:
+            from rich.text import Text
+
             with LiveTop(views, signals, tz, layout=args.layout) as live:
-                live.start()
+                # the first refresh may take all of --refresh-timeout: say what it waits for
+                live.start(Text(asking_line(client.safe_url, args.refresh_timeout_seconds)))
                 while True:
-                    signals.wait(args.interval)
                     live.refresh()
+                    signals.wait(args.interval)
         while True:
             sys.stdout.write(render_plain(views.view(), tz) + "\n")
             sys.stdout.flush()

@@ -187,3 +187,19 @@ def test_a_bad_refresh_timeout_is_a_usage_error(value: str) -> None:
     code, out, err = run_top("--refresh-timeout", value, "--once")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("gpu-eta top: --refresh-timeout")
+
+
+def test_a_refreshing_view_on_a_terminal_says_it_is_asking_before_the_first_answer(
+    silent_server: str,
+) -> None:
+    """The first refresh may take all of --refresh-timeout: the terminal says what
+    top is waiting for at once, not blank until then."""
+    from tests.top.test_top import on_a_terminal
+
+    argv = ["-m", "gpu_eta.top", "--prometheus.url", silent_server, "--interval", "60",
+            "--refresh-timeout", "8"]  # fmt: skip
+    started = time.monotonic()
+    out, _ = on_a_terminal(argv, b"asking Prometheus")
+    took = time.monotonic() - started
+    assert b"asking Prometheus" in out and took < 6, (took, out)
+    assert silent_server.encode() in out and b"--refresh-timeout" in out
