@@ -344,8 +344,13 @@ def summary_line(view: View, tz: tzinfo | None = None) -> str:
     unknown = f", {counts['unknown']} holders unknown" if counts["unknown"] else ""
     # no holder's idleness known (View.idle_unknown): 0 would say none sits idle on a GPU
     idle = "idle holders unknown" if view.idle_unknown else f"{len(view.idle)} idle holders"
+    # the runs' query unanswered (View.training_unknown): 0 would say none trains, and
+    # the runs shown (by another progress series) are some of them
+    training = f"{len(view.jobs)} training"
+    if view.training_unknown:
+        training = f"{len(view.jobs)}+ training" if view.jobs else "training unknown"
     return printable(
-        f"gpu-eta top  {view.prometheus_url}{only}  {when}  |  {len(view.jobs)} training, "
+        f"gpu-eta top  {view.prometheus_url}{only}  {when}  |  {training}, "
         f"{idle}, GPUs: {counts['seen']} seen, {counts['busy']} busy, "
         f"{counts['idle']} idle, {counts['free']} free{unknown}"
     )
@@ -363,8 +368,10 @@ GPU_STATES = ("busy", "idle", "free", "unknown")
 
 
 def alerts_line(view: View) -> str:
-    """``ALERTS firing: GpuEtaGpuAllocatedIdle ×2, …`` or ``ALERTS firing: none``."""
-    body = ", ".join(f"{name} ×{count}" for name, count in view.alerts) or "none"
+    """``ALERTS firing: GpuEtaGpuAllocatedIdle ×2, …`` or ``ALERTS firing: none``; with
+    the alerts' query unanswered (``View.alerts_unknown``), ``unknown (…)``, not none."""
+    unknown = f"unknown ({view.alerts_unknown})" if view.alerts_unknown else "none"
+    body = ", ".join(f"{name} ×{count}" for name, count in view.alerts) or unknown
     return printable(f"ALERTS firing: {body}")  # an alertname is a label value
 
 
@@ -576,11 +583,15 @@ _TALLER = "--once or a taller terminal shows them"
 
 def empty_text(view: View, title: str) -> str:
     """What the table ``title`` of ``view`` says when it has no row: ``_EMPTY``'s text,
-    but for the idle holders "unknown" and why while no holder's idleness is known
-    (``View.idle_unknown``): "none" would say no pod sits idle on a GPU. Pure."""
-    if title == "Idle GPU holders" and view.idle_unknown:
-        return f"unknown: {view.idle_unknown}"
-    return _EMPTY[title]
+    but "unknown" and why while what the table lists is not known (``View``'s
+    ``idle_unknown``, ``training_unknown``, ``pending_unknown``): "none" would say no
+    pod sits idle on a GPU, no run trains, no pod waits. Pure."""
+    unknown = {
+        "Idle GPU holders": view.idle_unknown,
+        "Training": view.training_unknown,
+        "Pending": view.pending_unknown,
+    }.get(title)
+    return f"unknown: {unknown}" if unknown else _EMPTY[title]
 
 
 def fitting_rows(

@@ -158,6 +158,12 @@ class View:
     # utilisation alone (a pod seconds old may be listed), and their HELD says unknown,
     # not "-" (which says the exporter runs without the kube collector)
     held_unknown: str = ""
+    # why the firing alerts, the training runs or the pending pods are not known (their
+    # query refused or left out by the refresh's deadline); empty: known. Then an empty
+    # list is no answer, and the renderers say "unknown", never "none"
+    alerts_unknown: str = ""
+    training_unknown: str = ""
+    pending_unknown: str = ""
     # the end of the newest forecaster's last good cycle (None: no forecaster series),
     # whether one reports its last cycle failed (``judged_together``), and whether any
     # forecaster's forecasts are stale: each row says whether its own are
@@ -594,6 +600,9 @@ def build_view(
         allocations_unknown=refused_cause(refused, "allocated", late=late),
         idle_unknown=idle_unknown,
         held_unknown=refused_cause(refused, "since", late=late),
+        alerts_unknown=refused_cause(refused, "alerts", late=late),
+        training_unknown=refused_cause(refused, "epoch", "step", late=late),
+        pending_unknown=refused_cause(refused, "pending_info", late=late),
         forecast_timestamp=forecasters.cycle,
         forecaster_failed=any(f.failed for f in forecasters.by_source.values()),
         forecasts_stale=any(f.stale for f in forecasters.by_source.values()),

@@ -4,6 +4,7 @@ answers that are not Prometheus', auth flags on the wire, and a real Prometheus.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gc
 import io
 import json
@@ -2475,6 +2476,36 @@ def test_with_the_allocations_refused_no_holder_is_counted_or_listed_as_idle() -
     known = top_view.build_view(results(), NOW, "http://prom", refused=("holders_unknown",))
     assert known.allocations_unknown == "" and [h.pod for h in known.idle] == ["nb-alice"]
     assert "1 idle holders" in top_render.summary_line(known)
+
+
+@pytest.mark.parametrize("how", ["refused", "late"])
+def test_with_the_alerts_runs_or_queue_unanswered_the_view_says_unknown_not_none(
+    how: str,
+) -> None:
+    """The alerts', the runs' and the queue's queries refused or left out by the
+    refresh's deadline: "ALERTS firing: none", "0 training" and "no pod waiting" would
+    say the cluster has none; the view says they are unknown, and why."""
+    gone = ("alerts", "epoch", "step", "pending_info")
+    data = {k: parsed(v) for k, v in answers().items() if k not in gone}
+    view = top_view.build_view(data, NOW, "http://prom", **{how: gone})
+    why = "refused" if how == "refused" else "not answered in time"
+    assert view.jobs == () and view.pending == () and view.alerts == ()
+    lines = top_render.render_plain(view, timezone.utc).splitlines()
+    assert "|  training unknown, " in lines[0], lines[0]
+    assert lines[1] == f"ALERTS firing: unknown (query alerts {why})"
+    assert lines[lines.index("TRAINING") + 1] == f"  (unknown: query epoch, step {why})"
+    assert lines[lines.index("PENDING") + 1] == f"  (unknown: query pending_info {why})"
+    data_json = top_render.render_json(view)
+    assert data_json["alerts_unknown"] == f"query alerts {why}"
+    assert data_json["pending_unknown"] == f"query pending_info {why}"
+    # answered, as before; runs shown with one of the runs' queries unanswered (by the
+    # other's progress series) are some of them
+    whole = top_view.build_view(results(), NOW, "http://prom")
+    partial = dataclasses.replace(whole, training_unknown=f"query step {why}")
+    assert "|  1+ training, " in top_render.summary_line(partial)
+    assert top_render.alerts_line(whole).startswith("ALERTS firing: ")
+    assert "unknown" not in top_render.alerts_line(whole)
+    assert "|  1 training, " in top_render.summary_line(whole)
 
 
 def test_with_the_averages_refused_no_holder_is_idle_and_the_view_says_unknown() -> None:
