@@ -347,9 +347,16 @@ def _reference_files() -> list[Path]:
 # names with our metric prefix that are no metric: the progress client's module, the
 # pod labels gpu_eta_pod_info always carries (label_gpu_eta_io_long_running), and
 # kube-state-metrics' spelling of the node label gpu-eta.io/exporter on kube_node_labels
-# (GpuEtaExporterMissing leaves the nodes opted out with it alone)
+# (GpuEtaExporterMissing leaves the nodes opted out with it alone), and an environment
+# variable written in lower case, which the progress client names as misspelt
+# (docs/progress.md)
 NOT_METRICS = frozenset(
-    {"gpu_eta_report", *map(pod_label_name, ALWAYS_POD_LABELS), "label_gpu_eta_io_exporter"}
+    {
+        "gpu_eta_report",
+        *map(pod_label_name, ALWAYS_POD_LABELS),
+        "label_gpu_eta_io_exporter",
+        "gpu_eta_url",
+    }
 )
 
 
