@@ -23,6 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpu_eta.launch.prometheus import PrometheusServer, ScrapeJob, start_prometheus
 from tests.integration.helpers import Exporter, wait_until
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 SECTION = "## Joining with DCGM's series"
