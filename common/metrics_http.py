@@ -11,6 +11,12 @@ Prometheus (or several) comes. ``render(accept)`` gets the request's ``Accept`` 
 and returns the body and its content type (the exporter always answers the text
 format 0.0.4, as node_exporter does; the forecaster negotiates OpenMetrics).
 
+``/metrics`` is gzip-compressed for a client that accepts it (Prometheus always does:
+a node at the progress store's bound serves ~16 MB of text, ~0.9 MB compressed), at
+level 1: 0.04 s for 18 MB here, against seconds to send 18 MB over a busy link. Each
+scrape's body is compressed anew: both programs' bodies carry values computed at the
+scrape (the snapshot's age, the remaining times), so no two are the same.
+
 Requests are handled in threads, at most ``MAX_CONNECTIONS`` connections at once and
 ``MAX_CONNECTIONS_PER_ADDRESS`` from one client address (one more is closed as it is
 accepted, and counted). A request's line and headers must be in within
@@ -27,6 +33,7 @@ a traceback to the client), and request lines are logged at debug only.
 
 from __future__ import annotations
 
+import gzip
 import io
 import logging
 import socket
@@ -52,6 +59,29 @@ MAX_CONNECTIONS = 32
 # behind one address (a NAT) and still leaves 24 to the others.
 MAX_CONNECTIONS_PER_ADDRESS = 8
 IO_TIMEOUT_SECONDS = 10.0
+GZIP_LEVEL = 1  # a scrape's text compresses ~18x at level 1; higher levels cost more CPU
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an ``Accept-Encoding`` header accepts gzip (RFC 9110: ``gzip`` or ``*``
+    with a q-value above 0; ``gzip;q=0`` refuses it). Pure."""
+    star = False
+    for item in accept_encoding.split(","):
+        coding, _, params = item.strip().partition(";")
+        q = 1.0
+        for param in params.split(";"):
+            name, _, value = param.strip().partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        coding = coding.strip().lower()
+        if coding in ("gzip", "x-gzip"):
+            return q > 0
+        if coding == "*":
+            star = q > 0
+    return star
 
 
 def landing_page(title: str, description: str) -> bytes:
@@ -274,11 +304,23 @@ def _handler(
                 log.exception("rendering /metrics failed")
                 self._send(500, "text/plain; charset=utf-8", b"rendering metrics failed\n")
                 return
-            self._send(200, content_type, body)
+            if accepts_gzip(self.headers.get("Accept-Encoding", "")):
+                packed = gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
+                self._send(200, content_type, packed, encoding="gzip")
+            else:
+                self._send(200, content_type, body, encoding="identity")
 
-        def _send(self, code: int, content_type: str, body: bytes) -> None:
+        def _send(
+            self, code: int, content_type: str, body: bytes, encoding: str | None = None
+        ) -> None:
+            """``encoding``: /metrics' content coding, which varies by the request's
+            Accept-Encoding (None: an answer that never varies)."""
             self.send_response(code)
             self.send_header("Content-Type", content_type)
+            if encoding is not None:
+                self.send_header("Vary", "Accept-Encoding")
+                if encoding != "identity":
+                    self.send_header("Content-Encoding", encoding)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if self.command != "HEAD":
