@@ -5,12 +5,14 @@ forecast. Those left out as the seeded run are counted."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gpu_eta.forecaster.history import SEEDED_START_SECONDS, HistoryStore
+from gpu_eta.forecaster.history import _IS_SEEDED, SEEDED_START_SECONDS, HistoryStore
+from gpu_eta.forecaster.history_file import SCHEMA_VERSION
 from gpu_eta.forecaster.runs import Run, RunUpdate
 from gpu_eta.forecaster.runs_csv import read_runs
 from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle
@@ -122,3 +124,108 @@ def test_a_seeded_run_under_a_live_runs_key_with_another_start_is_added(tmp_path
         assert _key_runs(st) == [(1000.0, True), (5000.0, True)]
     finally:
         st.close()
+
+
+def _shared_id_history(db: Path, n_finished: int) -> HistoryStore:
+    """A history of ``n_finished`` finished runs that all carry the run_id ``exp``, each
+    in a pod of its own (a notebook's ``ProgressReporter(run_id="exp")`` run again and
+    again), and one seeded run ``exp`` without a pod."""
+    store = HistoryStore.open(db)
+    seeded = Run("exp", 2.0, ((0.0, 500.0), (1.0, 600.0), (2.0, 700.0)), completed=True)
+    assert store.import_finished([seeded]) == 1
+    live = [
+        RunUpdate(
+            run_id="exp",
+            epochs_planned=2.0,
+            start_timestamp=1000.0 + i,
+            epoch_ends=((1.0, 1100.0 + i), (2.0, 1200.0 + i)),
+            namespace="ml",
+            pod=f"nb-{i}",
+            container="c",
+            seen_timestamp=1300.0 + i,
+        )
+        for i in range(n_finished)
+    ]
+    store.record(live)
+    store.finish([("ml", f"nb-{i}", "c", "exp") for i in range(n_finished)], 2000.0)
+    assert store.count_finished() == n_finished + 1
+    return store
+
+
+def _record_steps(store: HistoryStore, n_live: int) -> int:
+    """SQLite virtual-machine steps (in thousands) of one ``record`` of ``n_live`` running
+    runs with the run_id ``exp``, after a first one (a cycle's steady state)."""
+
+    def updates(seen: float) -> list[RunUpdate]:
+        return [
+            RunUpdate(
+                run_id="exp",
+                epochs_planned=100.0,
+                start_timestamp=5000.0,
+                epoch_ends=((1.0, seen),),
+                namespace="ml",
+                pod=f"live-{i}",
+                container="c",
+                seen_timestamp=seen,
+            )
+            for i in range(n_live)
+        ]
+
+    store.record(updates(5100.0))
+    store.running()
+    ticks = [0]
+
+    def tick() -> int:
+        ticks[0] += 1
+        return 0
+
+    store._conn.set_progress_handler(tick, 1000)
+    try:
+        store.record(updates(5200.0))
+    finally:
+        store._conn.set_progress_handler(None, 0)
+    assert store.seeded_updates == 0 and len(store.running()) == n_live
+    return ticks[0]
+
+
+def test_a_cycles_write_does_not_grow_with_the_finished_runs_sharing_its_run_id(
+    tmp_path: Path,
+) -> None:
+    """Whether a live run is a seeded one (``_IS_SEEDED``, asked for every update at
+    every ``record``) is looked up among the runs without a pod only: along an index of
+    the run_id alone, each update read the row of every finished run with its run_id,
+    so a notebook's named run (``run_id="exp"``) made every cycle slower as its runs
+    piled up (50,000 of them and 200 live: 17 s a ``record``)."""
+    few = _record_steps(_shared_id_history(tmp_path / "few.sqlite", 10), 20)
+    many = _record_steps(_shared_id_history(tmp_path / "many.sqlite", 2000), 20)
+    assert many < 2 * few + 5, (few, many)
+
+
+def test_a_file_without_the_podless_index_gains_it_at_open_and_stays_schema_4(
+    tmp_path: Path,
+) -> None:
+    """A file an earlier release wrote (no ``runs_podless``) gets the index at open with
+    its rows and ``user_version`` as they were (an earlier release still opens it), and
+    the seeded check of a cycle's write is looked up along it."""
+    db = tmp_path / "h.sqlite"
+    store = _shared_id_history(db, 3)
+    store.close()
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("DROP INDEX runs_podless")
+    rows = conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
+    conn.close()
+    store = HistoryStore.open(db)
+    plan = [
+        row[3]
+        for row in store._conn.execute(
+            f"EXPLAIN QUERY PLAN SELECT 1 FROM runs WHERE {_IS_SEEDED}",
+            {"run_id": "exp", "namespace": "ml", "start_timestamp": 500.0},
+        )
+    ]
+    store.close()
+    assert any("USING INDEX runs_podless" in step for step in plan), plan
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("SELECT * FROM runs ORDER BY id").fetchall() == rows
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
