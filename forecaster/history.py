@@ -104,6 +104,7 @@ from gpu_eta.forecaster.history_rows import (
     running_from_row,
     to_learn_from,
     unencodable,
+    unholdable_number,
     unpack_epoch_times,
 )
 from gpu_eta.forecaster.history_space import (
@@ -375,6 +376,10 @@ class HistoryStore:
         # Unicode, e.g. a lone surrogate decoded from a label's JSON); the rest are kept
         self.skipped_updates = 0
         self._unstorable: frozenset[RunKey] = frozenset()  # their keys, logged once
+        # run updates the last ``record`` left out: a number the file cannot hold as a
+        # run's (``history_rows.unholdable_number``); the rest are kept
+        self.invalid_updates = 0
+        self._invalid: frozenset[RunKey] = frozenset()  # their keys, logged once
         # run updates the last ``record`` left out because their key holds a finished
         # run they can be neither (``_retire_finished``)
         self.dropped_updates = 0
@@ -1181,7 +1186,8 @@ class HistoryStore:
 
     def _storable(self, updates: Iterable[RunUpdate]) -> list[RunUpdate]:
         """``updates`` without those whose text SQLite cannot store, counted in
-        ``skipped_updates``; one WARNING line whenever the set of such runs changes.
+        ``skipped_updates``, and without those with a number the file cannot hold
+        (``_holdable``); one WARNING line whenever the set of such runs changes.
 
         Why: Python strings may hold lone surrogates (a label decoded from JSON
         ``"\\ud800"``) that UTF-8 cannot encode; binding one fails the whole
@@ -1192,7 +1198,7 @@ class HistoryStore:
         """
         good: list[RunUpdate] = []
         bad: list[tuple[RunKey, str]] = []
-        for up in updates:
+        for up in self._holdable(updates):
             where = unencodable(
                 (
                     ("run_id", up.run_id),
@@ -1220,6 +1226,35 @@ class HistoryStore:
                 ascii("/".join(key)),
             )
         self._unstorable = keys
+        return good
+
+    def _holdable(self, updates: Iterable[RunUpdate]) -> list[RunUpdate]:
+        """``updates`` without those with a number the file cannot hold as a run's
+        (``history_rows.unholdable_number``: a plan not finite and > 0, a start or a
+        time seen not finite), counted in ``invalid_updates``; one WARNING line
+        whenever the set of such runs changes. Nothing stored is touched: the run is
+        recorded again once its numbers are."""
+        good: list[RunUpdate] = []
+        bad: list[tuple[RunKey, str]] = []
+        for up in updates:
+            what = unholdable_number(up.epochs_planned, up.start_timestamp, up.seen_timestamp)
+            if what is None:
+                good.append(up)
+            else:
+                bad.append((run_key(up), what))
+        self.invalid_updates = len(bad)
+        keys = frozenset(key for key, _ in bad)
+        if bad and keys != self._invalid:
+            key, what = bad[0]
+            log.warning(
+                "history file %s: %d run update(s) skipped, a number out of range "
+                "(first: namespace/pod/container/run_id %s: %s); the others were recorded",
+                self.path,
+                len(bad),
+                ascii("/".join(key))[:300],
+                what,
+            )
+        self._invalid = keys
         return good
 
     def _percent_to_steps(self, key: RunKey, steps_planned: float) -> None:

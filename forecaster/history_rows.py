@@ -102,6 +102,24 @@ def unencodable(
     return None
 
 
+def unholdable_number(
+    epochs_planned: float, start_timestamp: float, seen_timestamp: float
+) -> str | None:
+    """The name of the first of a run update's numbers the file cannot hold as a run's,
+    or None: a plan that is not finite and > 0, a start or a time seen that is not
+    finite. Why refuse them at the write: SQLite binds NaN as NULL, which the columns
+    refuse, failing the whole transaction (every run's write with it); an infinite or
+    negative plan was stored and read back as a damaged row at every cycle, never
+    finished; an infinite time seen never lets its run vanish. Pure."""
+    if not (finite(epochs_planned) and epochs_planned > 0):
+        return f"epochs_planned {epochs_planned!r}"
+    if not finite(start_timestamp):
+        return f"start_timestamp {start_timestamp!r}"
+    if not finite(seen_timestamp):
+        return f"seen_timestamp {seen_timestamp!r}"
+    return None
+
+
 RUNNING_COLUMNS = (
     "id, run_id, namespace, pod, container, node, epochs_planned, start_timestamp, "
     "features, util_sum, util_weight, memory_sum, memory_weight, last_seen"

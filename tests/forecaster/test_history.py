@@ -283,9 +283,17 @@ def test_import_finished_is_idempotent(tmp_path: Path) -> None:
 
 
 def test_a_failing_write_leaves_nothing_half_done(tmp_path: Path) -> None:
-    store = HistoryStore.open(tmp_path / "h.sqlite")
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
     store.record([update("ok", [(1, 1100)])])
-    bad = update("bad", planned=float("nan"))  # NOT NULL violated (NaN is NULL in SQLite)
+    other = sqlite3.connect(db)  # a constraint the second run's insert fails
+    other.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON runs WHEN NEW.run_id = 'bad' "
+        "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+    )
+    other.commit()
+    other.close()
+    bad = update("bad")
     with pytest.raises(HistoryError, match="write failed"):
         store.record([update("ok", [(2, 1200)]), bad])
     (stored,) = store.running()

@@ -11,10 +11,12 @@ What each test guards: nothing already stored is lost or moved aside, the error 
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import resource
@@ -880,6 +882,47 @@ def test_an_update_with_text_that_is_not_unicode_is_skipped_and_counted(
     assert [r.run_id for r in done] == ["a"]
     store.record([update("old", [(2, 1200.0)], pod="p")])
     assert store.skipped_updates == 0
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"start_timestamp": math.nan},
+        {"epochs_planned": math.nan},
+        {"seen_timestamp": math.nan},
+        {"epochs_planned": math.inf},
+        {"epochs_planned": -3.0},
+        {"start_timestamp": math.inf},
+        {"seen_timestamp": math.inf},
+    ],
+    ids=repr,
+)
+def test_an_update_with_a_number_the_file_cannot_hold_is_skipped_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, bad: dict[str, float]
+) -> None:
+    """A start, plan or time seen that is not finite (or a plan not > 0), from a
+    caller that did not check it: NaN binds as NULL and failed the whole transaction
+    (every run's write and the cycle's state lost, every cycle), and an infinite or
+    negative value was stored, then read as a damaged row at every cycle and never
+    finished (an infinite time seen never vanishes). The update is left out, counted
+    and said once; the others are recorded."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    odd = dataclasses.replace(update("x", [(1, 1100.0)], pod="q"), **bad)
+    batch = [update("a", [(1, 1100.0)], pod="p"), odd]
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.history"):
+        store.record(batch)
+        store.record([*batch, update("a", [(2, 1200.0)], pod="p")])  # the next cycle
+    got = {s.run.run_id: s.run.epoch_times for s in store.running()}
+    assert got == {"a": ((0.0, 1000.0), (1.0, 1100.0), (2.0, 1200.0))}
+    assert store.skipped_rows == 0
+    assert store.invalid_updates == 1
+    lines = [r.getMessage() for r in caplog.records if "out of range" in r.getMessage()]
+    assert len(lines) == 1 and "/q//x" in lines[0] and next(iter(bad)) in lines[0], lines
+    assert [r.run_id for r in store.finish([key("a", pod="p"), key("x", pod="q")], 5000.0)] == ["a"]
+    store.record([update("b", [(1, 1100.0)], pod="p")])
+    assert store.invalid_updates == 0
     store.close()
 
 
