@@ -286,6 +286,39 @@ def new_attempt(
     return start >= last_end - NEW_ATTEMPT_SKEW_SECONDS
 
 
+def _sift(
+    updates: Iterable[RunUpdate], fault: Callable[[RunUpdate], str | None]
+) -> tuple[list[RunUpdate], list[tuple[RunKey, str]]]:
+    """``updates`` split into those ``fault`` finds nothing wrong with and the others'
+    (key, what is wrong). Pure."""
+    good: list[RunUpdate] = []
+    bad: list[tuple[RunKey, str]] = []
+    for up in updates:
+        wrong = fault(up)
+        if wrong is None:
+            good.append(up)
+        else:
+            bad.append((run_key(up), wrong))
+    return good, bad
+
+
+def _unencodable_update(up: RunUpdate) -> str | None:
+    """The name of an update's first text SQLite cannot store (``unencodable``), or None."""
+    names = (
+        ("run_id", up.run_id),
+        ("namespace", up.namespace),
+        ("pod", up.pod),
+        ("container", up.container),
+        ("node", up.node),
+    )
+    return unencodable(names, up.features)
+
+
+def _unholdable_update(up: RunUpdate) -> str | None:
+    """An update's first number no run can have (``unholdable_number``), or None."""
+    return unholdable_number(up.epochs_planned, up.start_timestamp, up.seen_timestamp)
+
+
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
@@ -1186,76 +1219,51 @@ class HistoryStore:
 
     def _storable(self, updates: Iterable[RunUpdate]) -> list[RunUpdate]:
         """``updates`` without those whose text SQLite cannot store, counted in
-        ``skipped_updates``, and without those with a number the file cannot hold
-        (``_holdable``); one WARNING line whenever the set of such runs changes.
+        ``skipped_updates``, and without those with a number the file cannot hold as
+        a run's (``history_rows.unholdable_number``: a plan not finite and > 0, a start
+        or a time seen not finite), counted in ``invalid_updates``; one WARNING line
+        for each kind whenever the set of such runs changes.
 
         Why: Python strings may hold lone surrogates (a label decoded from JSON
         ``"\\ud800"``) that UTF-8 cannot encode; binding one fails the whole
-        transaction, so one odd label used to fail every cycle. A run's key cannot be
+        transaction, so one odd label used to fail every cycle. A NaN binds as NULL,
+        which the columns refuse, failing it too; an infinite or negative number was
+        stored and read back as a damaged row at every cycle. A run's key cannot be
         repaired without risking it meeting another run's, so the update is left out
-        (nothing stored is touched); the run is forecast again once its labels are
-        valid.
+        (nothing stored is touched); the run is forecast again once its labels (its
+        numbers) are valid.
         """
-        good: list[RunUpdate] = []
-        bad: list[tuple[RunKey, str]] = []
-        for up in self._holdable(updates):
-            where = unencodable(
-                (
-                    ("run_id", up.run_id),
-                    ("namespace", up.namespace),
-                    ("pod", up.pod),
-                    ("container", up.container),
-                    ("node", up.node),
-                ),
-                up.features,
-            )
-            if where is None:
-                good.append(up)
-            else:
-                bad.append((run_key(up), where))
-        self.skipped_updates = len(bad)
-        keys = frozenset(key for key, _ in bad)
-        if bad and keys != self._unstorable:
-            key, where = bad[0]
-            log.warning(
-                "history file %s: %d run update(s) skipped, their %s is not valid Unicode "
-                "(first: namespace/pod/container/run_id %s); the others were recorded",
-                self.path,
-                len(bad),
-                where,
-                ascii("/".join(key)),
-            )
-        self._unstorable = keys
+        good, numbers = _sift(updates, _unholdable_update)
+        good, text = _sift(good, _unencodable_update)
+        self.invalid_updates, self.skipped_updates = len(numbers), len(text)
+        self._invalid = self._say_skipped(
+            numbers,
+            self._invalid,
+            "a number out of range (first: namespace/pod/container/run_id {key}: {why})",
+        )
+        self._unstorable = self._say_skipped(
+            text,
+            self._unstorable,
+            "their {why} is not valid Unicode (first: namespace/pod/container/run_id {key})",
+        )
         return good
 
-    def _holdable(self, updates: Iterable[RunUpdate]) -> list[RunUpdate]:
-        """``updates`` without those with a number the file cannot hold as a run's
-        (``history_rows.unholdable_number``: a plan not finite and > 0, a start or a
-        time seen not finite), counted in ``invalid_updates``; one WARNING line
-        whenever the set of such runs changes. Nothing stored is touched: the run is
-        recorded again once its numbers are."""
-        good: list[RunUpdate] = []
-        bad: list[tuple[RunKey, str]] = []
-        for up in updates:
-            what = unholdable_number(up.epochs_planned, up.start_timestamp, up.seen_timestamp)
-            if what is None:
-                good.append(up)
-            else:
-                bad.append((run_key(up), what))
-        self.invalid_updates = len(bad)
+    def _say_skipped(
+        self, bad: Sequence[tuple[RunKey, str]], said: frozenset[RunKey], reason: str
+    ) -> frozenset[RunKey]:
+        """One WARNING line for the updates ``_storable`` left out (``bad``: key, why),
+        ``reason`` filled with the first one's key and why, unless they are the runs
+        ``said`` last time; the keys said now."""
         keys = frozenset(key for key, _ in bad)
-        if bad and keys != self._invalid:
-            key, what = bad[0]
+        if bad and keys != said:
+            key, why_left = bad[0]
             log.warning(
-                "history file %s: %d run update(s) skipped, a number out of range "
-                "(first: namespace/pod/container/run_id %s: %s); the others were recorded",
+                "history file %s: %d run update(s) skipped, %s; the others were recorded",
                 self.path,
                 len(bad),
-                ascii("/".join(key))[:300],
-                what,
+                reason.format(key=ascii("/".join(key))[:300], why=why_left),
             )
-        self._invalid = keys
-        return good
+        return keys
 
     def _percent_to_steps(self, key: RunKey, steps_planned: float) -> None:
         """Rescale a running run's stored ends from percent of its steps to steps (the

@@ -12,7 +12,9 @@ import dataclasses
 import json
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -22,6 +24,8 @@ from gpu_eta.forecaster.history_space import HistorySpace, Retention, low_room_b
 from gpu_eta.forecaster.runs import Run, RunUpdate, run_key
 from tests.support.read_only import read_only_directory, run_unprivileged
 from tests.support.tmpfs import run_on_tmpfs
+
+_T = TypeVar("_T")
 
 DAY = 86400.0
 T0 = 1_700_000_000.0
@@ -445,21 +449,28 @@ def test_a_volume_filled_without_retention_is_written_again_after_a_start_with_i
     assert got["finished"] < (got["cycles"] + 10) * 20
 
 
-def _pass_steps(store: HistoryStore, now: float) -> tuple[int, int]:
-    """The runs a retention pass at ``now`` deleted and the SQLite VM instructions it
-    ran (a count of the work done, the same on any machine)."""
+def vm_steps(store: HistoryStore, call: Callable[[], _T], every: int = 1) -> tuple[_T, int]:
+    """What ``call`` returned and the SQLite VM instructions it ran on ``store``'s
+    connection, in units of ``every`` (a count of the work done, the same on any
+    machine)."""
     steps = [0]
 
     def count() -> int:
         steps[0] += 1
         return 0
 
-    store._conn.set_progress_handler(count, 1)
+    store._conn.set_progress_handler(count, every)
     try:
-        gone = store.retain(now)
+        got = call()
     finally:
-        store._conn.set_progress_handler(None, 1)
-    return gone, steps[0]
+        store._conn.set_progress_handler(None, every)
+    return got, steps[0]
+
+
+def _pass_steps(store: HistoryStore, now: float) -> tuple[int, int]:
+    """The runs a retention pass at ``now`` deleted and the SQLite VM instructions it
+    ran."""
+    return vm_steps(store, lambda: store.retain(now))
 
 
 def _seeded_history(db: Path, n_seeded: int) -> HistoryStore:

@@ -16,6 +16,7 @@ from gpu_eta.forecaster.history_file import SCHEMA_VERSION
 from gpu_eta.forecaster.runs import Run, RunUpdate
 from gpu_eta.forecaster.runs_csv import read_runs
 from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle
+from tests.forecaster.test_history_retention import vm_steps
 
 SEED_START = NOW - 90_000
 
@@ -173,19 +174,9 @@ def _record_steps(store: HistoryStore, n_live: int) -> int:
 
     store.record(updates(5100.0))
     store.running()
-    ticks = [0]
-
-    def tick() -> int:
-        ticks[0] += 1
-        return 0
-
-    store._conn.set_progress_handler(tick, 1000)
-    try:
-        store.record(updates(5200.0))
-    finally:
-        store._conn.set_progress_handler(None, 0)
+    _, steps = vm_steps(store, lambda: store.record(updates(5200.0)), 1000)
     assert store.seeded_updates == 0 and len(store.running()) == n_live
-    return ticks[0]
+    return steps
 
 
 def test_a_cycles_write_does_not_grow_with_the_finished_runs_sharing_its_run_id(
