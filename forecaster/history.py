@@ -1729,7 +1729,8 @@ class HistoryStore:
         is back.
 
         Runs the model reads are kept when ``keep_runs`` is at least the number it
-        reads (the CLI's floor is ``--model.fit-runs``): the finished runs held in
+        reads (the CLI's floor is ``--model.fit-runs``; the floor reaches past the
+        damaged rows that read left out, ``_kept_rows``): the finished runs held in
         memory stay as they are and the version does not change. Otherwise the memory
         is dropped and the version bumps, so that the next fit reads what is left.
 
@@ -1749,7 +1750,7 @@ class HistoryStore:
                 self._note_room(low, space, rule)
             cutoff = math.inf if low else now - rule.max_age_seconds
             with self._reading():
-                if self._finished_count() <= rule.keep_runs:
+                if self._finished_count() <= self._kept_rows(rule):
                     return 0
             gone = self._delete_fitting(cutoff, rule, now + rule.linger_seconds)
             if not gone:
@@ -1788,7 +1789,7 @@ class HistoryStore:
         while True:
             try:
                 with self._tx():
-                    gone = self._delete_old(cutoff, rule, batch, until)
+                    gone = self._delete_old(cutoff, self._kept_rows(rule), batch, until)
             except VolumeFull:
                 if batch == 1:
                     raise
@@ -1797,8 +1798,18 @@ class HistoryStore:
             self._retain_batch = min(batch * 2, rule.batch_runs)
             return gone
 
+    def _kept_rows(self, rule: Retention) -> int:
+        """The most recent finished rows a pass keeps: ``rule.keep_runs`` (0: no floor),
+        and as many more as the last read of finished runs left out as damaged
+        (``_skipped``). Why: that read takes the next older run in place of each damaged
+        row (``finished``), so a floor of ``keep_runs`` rows deleted runs the model read;
+        the rows left out are those among the most recent the read went through."""
+        if not rule.keep_runs:
+            return 0
+        return rule.keep_runs + self._skipped_by.get("finished read", 0)
+
     def _delete_old(
-        self, cutoff: float, rule: Retention, batch: int, until: float
+        self, cutoff: float, keep_rows: int, batch: int, until: float
     ) -> list[tuple[float, int]]:
         """``retain``'s deletes of at most ``batch`` runs, in the caller's transaction:
         the (finish time, id) of the runs deleted, oldest first. Each completed run
@@ -1807,8 +1818,8 @@ class HistoryStore:
 
         The candidates come first, along the index ``runs_retainable`` from the oldest
         (after ``_retained_after``); only when there are some is the floor's boundary
-        read, the ``keep_runs``-th most recent finish (a walk of that many entries of
-        ``runs_finished``)."""
+        read, the ``keep_rows``-th most recent finish (``_kept_rows``: a walk of that
+        many entries of ``runs_finished``)."""
         where = [
             "finished_timestamp IS NOT NULL",
             "finished_timestamp < :cutoff",
@@ -1824,11 +1835,11 @@ class HistoryStore:
             "ORDER BY finished_timestamp, id LIMIT :batch",
             params,
         ).fetchall()
-        if found and rule.keep_runs:
+        if found and keep_rows:
             bound = self._conn.execute(
                 "SELECT finished_timestamp, id FROM runs WHERE finished_timestamp IS NOT NULL "
                 "ORDER BY finished_timestamp DESC, id DESC LIMIT 1 OFFSET ?",
-                (rule.keep_runs - 1,),
+                (keep_rows - 1,),
             ).fetchone()
             found = [] if bound is None else [row for row in found if tuple(row) < tuple(bound)]
         gone = [(float(ts), int(row_id)) for ts, row_id in found]

@@ -268,6 +268,35 @@ def test_the_model_keeps_its_runs_when_the_floor_covers_them(tmp_path: Path) -> 
     fresh.close()
 
 
+def test_the_floor_reaches_past_damaged_rows_the_models_read_skipped(tmp_path: Path) -> None:
+    """A damaged row among the most recent (text a ``sqlite3`` shell wrote into a
+    number column) is skipped by the model's read, which reads the next older run in
+    its place; the floor counted the damaged rows as runs kept, so a pass deleted runs
+    the model read (two damaged rows of the newest five: after a restart the model had
+    three runs of the five it fits on). The floor reaches as far past them as the
+    read did."""
+    db = tmp_path / "h.sqlite"
+    rule = Retention(max_age_seconds=DAY, keep_runs=5)
+    store = HistoryStore.open(db, retention=rule)
+    for i in range(10):
+        finish_runs(store, range(i, i + 1), T0 + 60.0 * i)
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE runs SET epochs_planned = 'x' WHERE run_id IN ('r8', 'r9')")
+    conn.commit()
+    conn.close()
+    store = HistoryStore.open(db, retention=rule)
+    before = [r.run_id for r in store.finished(5)]
+    assert before == ["r3", "r4", "r5", "r6", "r7"]
+    assert store.retain(T0 + 10 * DAY) == 3
+    assert store.retain(T0 + 10 * DAY) == 0  # the floor holds
+    store.close()
+    fresh = HistoryStore.open(db, retention=rule)
+    assert [r.run_id for r in fresh.finished(5)] == before  # a restart reads the same
+    assert stored_ids(db) == ["r3", "r4", "r5", "r6", "r7", "r8", "r9"]  # damaged: kept
+    fresh.close()
+
+
 def test_runs_the_model_read_that_go_ask_for_a_refit(tmp_path: Path) -> None:
     """A floor below what the model reads (``--model.fit-runs 0``: all of them): the
     deleted runs leave the model's history at the next fit."""
