@@ -73,6 +73,7 @@ from gpu_eta.forecaster.history_file import (
     IndexNotBuilt,
     Transaction,
     VolumeFull,
+    aside_copies,
     connect,
     corrupt,
     create_new,
@@ -1854,24 +1855,33 @@ class HistoryStore:
         return gone
 
     def _note_room(self, low: bool, space: HistorySpace | None, rule: Retention) -> None:
-        """One WARNING line when the room turns low, one INFO line when the volume has
-        that room again by itself (not counting the file's free pages: while they are
-        what keeps it going, the volume is still tight)."""
+        """One WARNING line when the room turns low (naming the damaged copies set
+        aside beside the file, ``aside_copies``: room no pass can free), one INFO line
+        when the volume has that room again by itself (not counting the file's free
+        pages: while they are what keeps it going, the volume is still tight)."""
         if space is None:
             return
         mib = 1024 * 1024
         if low and not self._room_low:
             self._room_low = True
+            n_aside, aside_bytes = aside_copies(self.path)
+            aside = (
+                f"; {n_aside} damaged cop{'y' if n_aside == 1 else 'ies'} set aside beside "
+                f"it hold {aside_bytes / mib:.1f} MiB (delete them once inspected)"
+                if n_aside
+                else ""
+            )
             log.warning(
                 "history file %s: little room left on its volume (%.1f MiB available, "
                 "%.1f MiB free in the file, of %.1f MiB): deleting the oldest finished runs "
                 "beyond the most recent %d whatever their age (--history.retention), so "
-                "that the file stops growing; grow the volume or shorten the retention",
+                "that the file stops growing; grow the volume or shorten the retention%s",
                 self.path,
                 (space.available_bytes or 0) / mib,
                 space.free_bytes / mib,
                 (space.capacity_bytes or 0) / mib,
                 rule.keep_runs,
+                aside,
             )
         elif (
             self._room_low

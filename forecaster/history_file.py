@@ -12,6 +12,7 @@ only calls; the store's own queries stay with it.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -549,6 +550,33 @@ def set_aside(path: str) -> str:
 
 # the database file and the files SQLite keeps beside it (rollback journal, WAL)
 _FILE_SUFFIXES = ("", "-journal", "-wal", "-shm")
+
+
+def aside_copies(path: str) -> tuple[int, int]:
+    """How many damaged copies of the history at ``path`` lie beside it as
+    ``set_aside`` left them (``<name>.corrupt-<unix time>[-<n>]``), and the bytes they
+    hold with their journals; (0, 0) where the directory cannot be read. Why ask: they
+    stay for a human and take the volume's room (as big as the history was), which
+    retention cannot free (``HistoryStore._note_room`` names them)."""
+    directory, name = os.path.split(path)
+    copy = re.compile(re.escape(name) + r"\.corrupt-\d+(?:-\d+)?")
+    copies: set[str] = set()
+    total = 0
+    try:
+        with os.scandir(directory or ".") as entries:
+            for entry in entries:
+                base = entry.name
+                for suffix in _FILE_SUFFIXES[1:]:
+                    base = base.removesuffix(suffix)
+                if not copy.fullmatch(base):
+                    continue
+                with suppress(OSError):
+                    total += entry.stat(follow_symlinks=False).st_size
+                    if base == entry.name:
+                        copies.add(base)
+    except OSError:
+        return 0, 0
+    return len(copies), total
 
 
 def _reserve_aside(path: str) -> str:

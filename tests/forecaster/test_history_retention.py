@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Callable
@@ -385,6 +386,28 @@ def test_low_room_deletes_runs_beyond_the_floor_whatever_their_age(
     monkeypatch.setattr(history_space, "low_room_bytes", lambda capacity: 1 << 62)
     assert store.retain(T0 + DAY) == 7
     assert stored_ids(db) == ["r7", "r8", "r9"]
+    store.close()
+
+
+def test_low_room_names_the_damaged_copies_set_aside_beside_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A damaged file set aside (``<name>.corrupt-<time>``) stays on the volume for a
+    human, as big as the history was: with the room low, retention deletes the new
+    history's runs while those copies hold the space, and the WARNING said only to
+    grow the volume or shorten the retention. It names the copies and their size."""
+    db = tmp_path / "h.sqlite"
+    (tmp_path / "h.sqlite.corrupt-1700000000").write_bytes(b"\0" * (3 << 20))
+    (tmp_path / "h.sqlite.corrupt-1700000000-journal").write_bytes(b"\0" * (1 << 20))
+    (tmp_path / "h.sqlite.corrupt-1700000500").write_bytes(b"\0" * (2 << 20))
+    (tmp_path / "other.sqlite.corrupt-1700000000").write_bytes(b"\0" * (5 << 20))
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=365 * DAY, keep_runs=3))
+    finish_runs(store, range(5), T0)
+    monkeypatch.setattr(history_space, "low_room_bytes", lambda capacity: 1 << 62)
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.history"):
+        assert store.retain(T0 + DAY) == 2
+    (line,) = [r.getMessage() for r in caplog.records if "little room" in r.getMessage()]
+    assert "2 damaged copies set aside beside it hold 6.0 MiB" in line, line
     store.close()
 
 
