@@ -79,6 +79,8 @@ SLOW_FILES = (
     "tests/integration/test_demo_standalone.py",
     "tests/integration/test_demo.py",
     "tests/ops/test_chart.py",
+    "tests/ops/test_rules.py",
+    "tests/ops/test_rules_prometheus3.py",
     "tests/integration/test_forecaster_prometheus.py",
     "tests/forecaster/test_history_steps.py",
     "tests/top/test_top.py",

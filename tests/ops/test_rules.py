@@ -46,47 +46,6 @@ def test_promtool_unit_tests_pass() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-# A range selector's duration in PromQL (``[5m]``, ``[1h30m]``, a subquery's ``[5m:1s]``)
-_RANGE = re.compile(r"\[((?:\d+(?:ms|s|m|h|d|w|y))+)(:[^\]]*)?\]")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_UNIT_MS |= {"w": 7 * _UNIT_MS["d"], "y": 365 * _UNIT_MS["d"]}
-
-
-def left_open(rules: str) -> tuple[str, int]:
-    """``rules`` with every range 1 ms shorter, and how many: on samples at whole
-    milliseconds, Prometheus 2.x's left-closed windows then count what 3.x's left-open
-    ones do (its migration guide: "Lookback and range selectors are now left-open")."""
-
-    def shorter(m: re.Match[str]) -> str:
-        ms = sum(int(n) * _UNIT_MS[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", m[1]))
-        return f"[{ms - 1}ms{m[2] or ''}]"
-
-    return _RANGE.subn(shorter, rules)
-
-
-def test_left_open_shortens_every_range() -> None:
-    text, n = left_open("rate(x[5m]) + max_over_time(y[1h30m:1s]) + z[2h] offset 5m")
-    assert n == 3
-    assert text == "rate(x[299999ms]) + max_over_time(y[5399999ms:1s]) + z[7199999ms] offset 5m"
-
-
-def test_promtool_unit_tests_pass_with_prometheus_3_windows(tmp_path: Path) -> None:
-    """The rule tests hold on Prometheus 3.x too (only 2.42 runs here): a fork of the
-    rules tested with its own 3.x promtool must not fail on a sample our test put on
-    a window's left edge, which 2.x counts and 3.x does not. Lookback's own left edge
-    is not emulated (no test evaluates exactly 5 minutes after a series' last sample)."""
-    text, n = left_open(RULES.read_text())
-    assert n >= 20, n
-    (tmp_path / "rules").mkdir()
-    (tmp_path / "rules" / RULES.name).write_text(text)
-    tests = tmp_path / "tests" / "rules"
-    tests.mkdir(parents=True)
-    for path in RULE_TESTS:
-        (tests / path.name).write_text(path.read_text())
-    proc = promtool("test", "rules", *(str(tests / p.name) for p in RULE_TESTS))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
 def test_rules_reading_a_record_now_evaluate_after_it_in_its_group() -> None:
     """A rule that reads a record's current value (an instant selector) sits in the
     record's group, after it. Prometheus (and promtool) evaluate a group's rules in
