@@ -137,6 +137,14 @@ __all__ = ["HistoryConflict", "HistoryError", "HistoryStore", "RunUpdate", "Stor
 
 log = logging.getLogger(__name__)
 
+# A finish time later than the time a store was last given (the cycle's ``now``:
+# ``record``, ``finish``, ``retain``; the import's, ``import_finished``) by more than
+# this is no finish yet (``_horizon``). Why 5 min: above the steps back a healthy clock
+# takes (NTP; the cycle moving between its own clock and Prometheus' while they agree
+# within ``prom_clock.OFFSET_BOUND_SECONDS``) and a seed CSV's times from nodes a few
+# minutes off, far below the years a clock taken from a wrong Date header may be ahead.
+FUTURE_SECONDS = 300.0
+
 # A stored run with no pod and no container (seeded from a CSV) is the same run as
 # any run with its run_id in a compatible namespace (equal, or either one unknown).
 _SAME_SEEDED = (
@@ -398,6 +406,15 @@ class HistoryStore:
         # (finished_timestamp, id) of the last run ``retain`` deleted: every finished
         # row before it is one retention keeps (seeded), so a pass starts after it
         self._retained_after: tuple[float, int] | None = None
+        # The latest time this store was given (a cycle's ``now``, an import's): finishes
+        # beyond it by more than ``FUTURE_SECONDS`` are left out (``_horizon``). None
+        # until the first: the read at start reads every run, as no horizon is known.
+        self._now: float | None = None
+        # finished rows the last read left out as finishing after the horizon (said once
+        # per count), and the earliest such finish: the read is renewed when it comes
+        self.future_rows = 0
+        self._future_from = math.inf
+        self._cache_newest = -math.inf  # the latest finish time the cache holds
         self._room_low = False  # the room was low at the last pass (logged on change)
         self._retain_error = ""  # the last pass's failure, logged when it changes
         # runs a pass deletes at most: halved when a delete does not fit the volume,
@@ -1303,6 +1320,7 @@ class HistoryStore:
         done: list[Run] = []
         damaged: list[str] = []
         with self._lock:
+            self._told(finished_timestamp)
             with self._tx():
                 done = self._finish_keys(wanted, finished_timestamp, damaged)
             # committed: the memory follows (a failed commit leaves it as the file is)
@@ -1311,7 +1329,12 @@ class HistoryStore:
                 if self._running_ends is not None:
                     self._running_ends.pop(run_key(run), None)
             if done:
-                self._finished_changed(done)
+                self._finished_changed(done, [finished_timestamp])
+                after = self._retained_after
+                if after is not None and finished_timestamp < after[0]:
+                    # finished before the last run retention deleted (a clock that
+                    # stepped back): the next pass starts from the oldest again
+                    self._retained_after = None
         if damaged:
             log.error(
                 "history file %s: %d damaged running run row(s) not finished, kept as they "
@@ -1355,7 +1378,7 @@ class HistoryStore:
         return done
 
     @_recovering
-    def import_finished(self, runs: Sequence[Run]) -> int:
+    def import_finished(self, runs: Sequence[Run], now: float | None = None) -> int:
         """Add finished runs (a seed CSV) that are not stored yet; idempotent.
 
         A run is already stored when a stored run has its key and its start within
@@ -1372,6 +1395,11 @@ class HistoryStore:
         run, with another start, goes under the key's next attempt (``_free_attempt``).
         A run whose text SQLite cannot store (not valid
         Unicode) is left out with one WARNING line, the others are added.
+
+        ``now`` (the import's time): a run ending after it by more than
+        ``FUTURE_SECONDS`` is no finished run (a typo, a clock far ahead) and is left
+        out, the first named in one WARNING line. Why: stored, it would be the newest
+        run until that time came, and retention would measure the others against it.
         """
         storable = [
             run
@@ -1386,12 +1414,28 @@ class HistoryStore:
                 len(runs) - len(storable),
                 len(runs),
             )
+        if now is not None:
+            late = [run for run in storable if not run.last_timestamp <= now + FUTURE_SECONDS]
+            if late:
+                log.warning(
+                    "history file %s: %d of %d finished runs to import left out, they end "
+                    "after the import's time by more than %g s (first: %s ending at %.0f)",
+                    self.path,
+                    len(late),
+                    len(runs),
+                    FUTURE_SECONDS,
+                    ascii(late[0].run_id)[:200],
+                    late[0].last_timestamp,
+                )
+                storable = [run for run in storable if run.last_timestamp <= now + FUTURE_SECONDS]
         added: list[Run] = []
         with self._lock:
+            if now is not None:
+                self._told(now)
             with self._tx():
                 added = self._import_runs(storable)
             if added:  # committed: the cache follows (a failed commit leaves it as the file)
-                self._finished_changed(added)
+                self._finished_changed(added, [run.last_timestamp for run in added])
         return len(added)
 
     def _import_runs(self, runs: Sequence[Run]) -> list[Run]:
@@ -1595,6 +1639,9 @@ class HistoryStore:
         objects are gigabytes. A run's size is its points (~110 bytes each in memory)
         and runs reported epoch by epoch keep them all, so a count of runs alone does
         not bound the memory: 100,000 runs of 300 epochs are ~3.4 GB.
+
+        Runs finishing after the latest time given (``_horizon``) are left out, counted
+        in ``future_rows``.
         """
         with self._lock, self._reading():
             if self._finished_cache is None or self._cache_limit != (limit, points):
@@ -1604,8 +1651,8 @@ class HistoryStore:
                 # temporary file about the size of the history (469 MB for 100,000
                 # runs) under ``/tmp``, which is the forecaster's 64 MiB ``emptyDir``.
                 query = """SELECT run_id, namespace, pod, container, epochs_planned, state,
-                       features, epoch_times FROM runs WHERE state != 'running'
-                       ORDER BY finished_timestamp DESC, id DESC"""
+                       features, epoch_times, finished_timestamp FROM runs
+                       WHERE state != 'running' ORDER BY finished_timestamp DESC, id DESC"""
                 # ``limit`` counts the runs kept, not the rows read: a damaged row is
                 # skipped and the next one read in its place (no SQL LIMIT)
                 most = None if limit is None else max(0, int(limit))
@@ -1613,13 +1660,24 @@ class HistoryStore:
                 runs: list[Run] = []  # newest first until reversed
                 bad: list[str] = []
                 held = 0
+                # Rows finishing after the horizon are no finish yet (``_horizon``): they
+                # come first, newest first, and are counted and passed over, the last
+                # one passed the earliest. Text in the column (a hand edit) is no time.
+                horizon = self._horizon()
+                future: list[tuple] = []
+                newest = -math.inf
                 rows = self._conn.execute(query)
                 try:
                     for row in rows:
                         if most is not None and len(runs) >= most:
                             break
+                        if is_number(row[8]) and row[8] > horizon:
+                            future.append(row)
+                            continue
+                        if newest == -math.inf and is_number(row[8]):
+                            newest = float(row[8])
                         try:
-                            run = finished_from_row(row, features_cache)
+                            run = finished_from_row(row[:8], features_cache)
                         except (HistoryError, RunError, TypeError, ValueError) as err:
                             bad.append(str(err))
                             continue
@@ -1631,6 +1689,8 @@ class HistoryStore:
                     rows.close()  # a read the budget stopped ends its statement here
                 runs.reverse()
                 self._skipped("finished", bad)
+                self._count_future(future)
+                self._cache_newest = newest
                 self._finished_cache = runs
                 self._cache_limit = (limit, points)
                 self._cache_points = held
@@ -1719,7 +1779,9 @@ class HistoryStore:
         runs that finished before ``now`` less ``max_age_seconds`` and are not among
         the most recent ``keep_runs`` finished runs (by finish time, then id: the
         order the model reads them in), nor seeded from a CSV (``runs.seeded``, set by
-        ``import_finished``).
+        ``import_finished``). A run finishing after ``now`` by more than
+        ``FUTURE_SECONDS`` is neither deleted nor counted in that floor (``_horizon``):
+        the age is measured against ``now``, never against such a run.
         While the room is low (``HistorySpace.low``: the volume's available bytes and
         the file's free pages below ``history_space.low_room_bytes``) the age does not
         protect a run: the oldest beyond the floor go, a batch a pass, until the file
@@ -1741,6 +1803,8 @@ class HistoryStore:
         was OOM-killed.
         """
         rule = self.retention
+        with self._lock:
+            self._told(now)
         if rule is None:
             return 0
         with self._lock:
@@ -1749,7 +1813,8 @@ class HistoryStore:
                 space = self._space()
                 low = space is not None and space.low
                 self._note_room(low, space, rule)
-            cutoff = math.inf if low else now - rule.max_age_seconds
+            # a run finishing after the horizon is no finish yet: never deleted
+            cutoff = min(math.inf if low else now - rule.max_age_seconds, self._horizon())
             with self._reading():
                 if self._finished_count() <= self._kept_rows(rule):
                     return 0
@@ -1837,10 +1902,13 @@ class HistoryStore:
             params,
         ).fetchall()
         if found and keep_rows:
+            # the floor is of the runs the model reads: none finishing after the horizon
             bound = self._conn.execute(
                 "SELECT finished_timestamp, id FROM runs WHERE finished_timestamp IS NOT NULL "
+                "AND NOT (typeof(finished_timestamp) IN ('integer', 'real') "
+                "AND finished_timestamp > ?) "
                 "ORDER BY finished_timestamp DESC, id DESC LIMIT 1 OFFSET ?",
-                (keep_rows - 1,),
+                (self._horizon(), keep_rows - 1),
             ).fetchone()
             found = [] if bound is None else [row for row in found if tuple(row) < tuple(bound)]
         gone = [(float(ts), int(row_id)) for ts, row_id in found]
@@ -1934,10 +2002,18 @@ class HistoryStore:
             )
         self._skipped_by[kind] = len(bad)
 
-    def _finished_changed(self, added: list[Run]) -> None:
+    def _finished_changed(self, added: list[Run], finished_at: Sequence[float]) -> None:
+        """Runs ``added`` to the finished history, finishing at ``finished_at``:
+        appended to the cache where a read of the file would put them last, else the
+        cache is read again. Why: a read sorts by finish time, and the model takes the
+        runs after the last one it learnt as the new ones (``refit.appended_since``):
+        two orders would hand it a run twice."""
         self._count_finished_by(len(added))
+        if min(finished_at) < self._cache_newest:
+            self._finished_cache = None
         cache = self._finished_cache
         if cache is not None:  # as a read of the file would give them
+            self._cache_newest = max(self._cache_newest, *finished_at)
             learn = [to_learn_from(run) for run in added]
             cache.extend(learn)
             self._cache_points += sum(len(run.epoch_times) for run in learn)
@@ -1950,6 +2026,51 @@ class HistoryStore:
             del cache[:drop]
             self._cache_points = held
         self.version += 1
+
+    def _horizon(self) -> float:
+        """The latest finish time a read takes as a finish: the time last given plus
+        ``FUTURE_SECONDS`` (infinite before any). Why: a run finishing after the time
+        the cycle runs at was stamped by a clock that was ahead (a Prometheus clock
+        adopted, ``prom_clock``, then corrected; a clock that stepped back since). Read,
+        it is the newest run until that time comes, the floor of retention counts it,
+        and the model learns it as the latest; left out, it is kept in the file and
+        read as any once that time comes (docs/forecaster.md, "Finish times")."""
+        return math.inf if self._now is None else self._now + FUTURE_SECONDS
+
+    def _told(self, now: float) -> None:
+        """The cycle's (or the import's) time, under the caller's lock. The finished
+        runs cached are read again (the version bumps: the model refits) when the
+        horizon moved past a run they hold (a clock that stepped back) or reached a run
+        the read left out (its time came)."""
+        if not math.isfinite(now):
+            return
+        self._now = now
+        horizon = self._horizon()
+        if self._finished_cache is not None and (
+            self._cache_newest > horizon or self._future_from <= horizon
+        ):
+            self._finished_cache = None
+            self.version += 1
+
+    def _count_future(self, future: Sequence[tuple]) -> None:
+        """The finished rows a read passed over as finishing after the horizon
+        (``future``, newest first) counted in ``future_rows``, one WARNING line naming
+        the earliest whenever that count changes; its time in ``_future_from``."""
+        first = future[-1] if future else None
+        if first is not None and len(future) != self.future_rows:
+            log.warning(
+                "history file %s: %d finished run(s) finish after this cycle's time by more "
+                "than %g s (a clock that was ahead), left out of the model's reads and of "
+                "retention until that time comes, kept in the file (first: "
+                "namespace/pod/container/run_id %s at %s)",
+                self.path,
+                len(future),
+                FUTURE_SECONDS,
+                ascii("/".join(str(part) for part in first[1:4] + first[:1]))[:300],
+                first[8],
+            )
+        self.future_rows = len(future)
+        self._future_from = float(first[8]) if first is not None else math.inf
 
     def _finished_revived(self, keys: list[RunKey]) -> None:
         """Runs that left the finished history (``_revive``): the cache is read again,

@@ -573,7 +573,8 @@ def _open(config: Config):
             if seed.warning():
                 log.warning("history seed %s: %s", config.seed_csv, seed.warning())
             runs = seed.runs
-            added = store.import_finished(runs)
+            # a run ending after this start is no finished run: left out and named
+            added = store.import_finished(runs, now=time.time())
             log.info("history seed %s: %d runs read, %d new", config.seed_csv, len(runs), added)
         # Load what the first fit reads now (cached for it): a damaged file fails at start,
         # not in a cycle. Only the most recent --model.fit-runs (and --model.fit-points):

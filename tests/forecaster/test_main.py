@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -384,26 +385,44 @@ def test_bad_seed_csv_is_one_line(tmp_path: Path) -> None:
     assert f"history seed {tmp_path / 'missing.csv'}: cannot read: " in proc.stderr
 
 
-def test_a_damaged_run_in_the_seed_csv_is_skipped_and_named(tmp_path: Path) -> None:
+def _seed_skips(tmp_path: Path, csv_text: str, said: str, named: str) -> list[str]:
+    """``once`` with ``csv_text`` as its seed and no Prometheus (the cycle fails, the seed
+    stays): one stderr line with ``said`` naming ``named``, no traceback; the run ids
+    the file holds."""
     seed = tmp_path / "runs.csv"
-    seed.write_text(
-        "run_id,epoch,epochs_planned,timestamp_seconds\n"
-        "a,0,2,100\na,1,2,160\na,2,2,220\nbad,0,2,0\nbad,1,2,soon\n"
-    )
+    seed.write_text(csv_text)
     db = tmp_path / "h.sqlite"
     args = ["once", "--history.db", str(db), "--history.seed-csv", str(seed)]
     args += ["--prometheus.url", f"http://127.0.0.1:{free_port()}", "--prometheus.retries", "0"]
     proc = run_cli(*args)
-    assert proc.returncode == 1  # no Prometheus: the cycle fails, the seed stays
-    warned = [line for line in proc.stderr.splitlines() if "skipped 1 malformed run" in line]
-    assert len(warned) == 1 and "'bad'" in warned[0] and "Traceback" not in proc.stderr
-    from gpu_eta.forecaster.history import HistoryStore
-
-    store = HistoryStore.open(db)
+    assert proc.returncode == 1
+    warned = [line for line in proc.stderr.splitlines() if said in line]
+    assert len(warned) == 1 and named in warned[0] and "Traceback" not in proc.stderr
+    conn = sqlite3.connect(db)
     try:
-        assert [r.run_id for r in store.finished()] == ["a"]
+        return [row[0] for row in conn.execute("SELECT run_id FROM runs")]
     finally:
-        store.close()
+        conn.close()
+
+
+def test_a_damaged_run_in_the_seed_csv_is_skipped_and_named(tmp_path: Path) -> None:
+    csv_text = (
+        "run_id,epoch,epochs_planned,timestamp_seconds\n"
+        "a,0,2,100\na,1,2,160\na,2,2,220\nbad,0,2,0\nbad,1,2,soon\n"
+    )
+    assert _seed_skips(tmp_path, csv_text, "skipped 1 malformed run", "'bad'") == ["a"]
+
+
+def test_a_seed_run_ending_after_the_imports_time_is_skipped_and_named(tmp_path: Path) -> None:
+    """A run ending in the year 3000 (a typo, a clock far ahead) is no finished run: stored,
+    it would be the newest run for ever and retention would measure every other against
+    it; the others are imported."""
+    csv_text = (
+        "run_id,epoch,epochs_planned,timestamp_seconds\n"
+        "a,0,2,100\na,1,2,160\na,2,2,220\n"
+        "late,0,2,100\nlate,1,2,160\nlate,2,2,32503680000\n"
+    )
+    assert _seed_skips(tmp_path, csv_text, "after the import's time", "'late'") == ["a"]
 
 
 def test_seed_csv_is_imported_once(tmp_path: Path) -> None:
