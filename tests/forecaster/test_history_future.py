@@ -129,3 +129,18 @@ def test_a_seeded_run_ending_after_the_imports_time_is_skipped_and_named(
     assert len(said) == 1 and "'typo'" in said[0], said
     assert stored_ids(db) == ["past"]
     store.close()
+
+
+def test_runs_held_in_memory_are_read_again_when_the_clock_steps_back(tmp_path: Path) -> None:
+    """A run finished at the cycle's time, read by the model, and then the clock steps
+    back 5 years (the Prometheus clock the cycle took was wrong): the next cycle's read
+    leaves it out, and the version bumps so that the model refits without it."""
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    finish_runs(store, range(0, 1), T0 - DAY)
+    finish_runs(store, range(1, 2), T0 + 5 * YEAR)  # the cycle on the clock ahead
+    assert ids(store.finished()) == ["r0", "r1"]
+    version = store.version
+    store.record([], now=T0)  # the clock back
+    assert ids(store.finished()) == ["r0"] and store.future_rows == 1
+    assert store.version > version
+    store.close()
