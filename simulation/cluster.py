@@ -65,6 +65,14 @@ POOL_NAMESPACE = "team-a"
 # pod's toleration of it (PodTolerationRestriction adds it to Burstable and Guaranteed
 # pods): ClusterConfig.pressure_node
 PRESSURE_TAINT: Taint = ("node.kubernetes.io/memory-pressure", "", "NoSchedule")
+# cluster seconds from the kubelet accepting a pod (``status.startTime``) to its
+# containers running (phase Running): pulling a cached image and creating the containers,
+# well inside the shortest startup (``ClusterConfig.startup_seconds``)
+CONTAINERS_START_SECONDS = 10.0
+# wall seconds a notebook server's pod name stays taken after its pod ended: KubeSpawner
+# names a user's default server ``jupyter-<user>`` again only once the old pod is gone,
+# and the node's scenario still lists a pod 10 s after its end
+NAME_REUSE_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,11 +277,11 @@ class Pod:
     def owner(self) -> tuple[str, str]:
         """Its controller's (kind, name): a training pod's Job, one per run and named as
         the pod (its job family and a generated suffix: a Job's name is unique in its
-        namespace, so two runs of one family are two Jobs), a notebook's StatefulSet (a
-        Kubeflow Notebook's)."""
+        namespace, so two runs of one family are two Jobs); ("", "") for a notebook,
+        which JupyterHub's KubeSpawner creates as a bare pod (no ``ownerReferences``)."""
         if self.kind == "training":
             return ("Job", self.name)
-        return ("StatefulSet", self.name)
+        return ("", "")
 
     @property
     def completed(self) -> bool:
@@ -412,6 +420,27 @@ class ClusterSim:
                 out.append((n, g, r))
         return out
 
+    def containers_started(self, pod: Pod) -> float:
+        """When ``pod``'s containers run (phase Running): ``CONTAINERS_START_SECONDS``
+        after its start, when its kubelet accepted it and set ``status.startTime``."""
+        return pod.start + CONTAINERS_START_SECONDS / self.config.time_scale
+
+    def _notebook_name(self, user: str, at: float) -> str:
+        """The pod name KubeSpawner gives ``user``'s server spawned at ``at``
+        (``pod_name_template`` ``jupyter-{username}--{servername}``, the trailing ``-``
+        stripped for the default server): ``jupyter-<user>`` while no pod of that name
+        is alive or gone less than ``NAME_REUSE_SECONDS`` ago, else a named server,
+        ``jupyter-<user>--<server>``. The server's name is drawn either way, so a seed's
+        draws stay those of every other pod."""
+        server = self._name("").lstrip("-")
+        default = f"jupyter-{user}"
+        taken = any(
+            p.name == default and (p.end is None or p.end > at - NAME_REUSE_SECONDS)
+            for p in self.pods
+            if p.kind == "notebook"
+        )
+        return f"{default}--{server}" if taken else default
+
     def under_pressure(self, node: int, t: float) -> bool:
         """Whether ``node`` is under memory pressure at ``t`` (``pressure_cycle_seconds``)."""
         if node != self.config.pressure_node:
@@ -512,7 +541,7 @@ class ClusterSim:
         user = USERS[self._rng.randrange(len(USERS))]
         pod = Pod(
             namespace="jupyterhub",
-            name=self._name(f"jupyter-{user}"),
+            name=self._notebook_name(user, at),
             uid=self._uid(),
             ip=self._take_ip(node, at),
             node=node,

@@ -22,7 +22,8 @@ later ones "": the forecaster reads either),
 unit``; KSM writes both for every node, the capacity counting unhealthy devices too:
 GpuEtaExporterMissing reads it), ``kube_node_labels`` (only allow-listed labels, as
 ``label_<sanitised key>``), ``kube_node_spec_unschedulable``,
-``kube_node_status_condition`` (the ``Ready`` condition, one series per status),
+``kube_node_status_condition`` (the conditions a kubelet reports, ``Ready``,
+``MemoryPressure``, ``DiskPressure`` and ``PIDPressure``, one series per status),
 ``kube_node_spec_taint`` (one series per taint: ``key, value, effect``) and
 ``kube_pod_tolerations`` (one series per distinct toleration: ``key, operator, value,
 effect, toleration_seconds``) and ``kube_pod_status_reason`` (``reason``; KSM 2.19 and
@@ -46,7 +47,7 @@ from dataclasses import dataclass, field
 
 from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.forecaster.kube_state import NO_OWNER
-from gpu_eta.simulation.cluster import ClusterSim, Pod
+from gpu_eta.simulation.cluster import ClusterSim, Pod, Taint
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 # the reasons ``kube_pod_status_reason`` writes a series for (KSM ``pod.go``
@@ -86,6 +87,7 @@ class KsmNode:
     ready: bool = True
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
     capacity: Mapping[str, int] | None = None
+    memory_pressure: bool = False  # its ``MemoryPressure`` condition True
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,14 +209,20 @@ def exposition(
                     1.0,
                 )
             )
-        for status in ("true", "false", "unknown"):
-            families["kube_node_status_condition"].append(
-                _line(
-                    "kube_node_status_condition",
-                    {"node": n.name, "condition": "Ready", "status": status},
-                    float(status == ("true" if n.ready else "false")),
+        for condition, true in (
+            ("Ready", n.ready),
+            ("MemoryPressure", n.memory_pressure),
+            ("DiskPressure", False),
+            ("PIDPressure", False),
+        ):
+            for status in ("true", "false", "unknown"):
+                families["kube_node_status_condition"].append(
+                    _line(
+                        "kube_node_status_condition",
+                        {"node": n.name, "condition": condition, "status": status},
+                        float(status == ("true" if true else "false")),
+                    )
                 )
-            )
         capacity = n.allocatable if n.capacity is None else n.capacity
         for family, amounts in (
             ("kube_node_status_allocatable", n.allocatable),
@@ -366,11 +374,32 @@ def exposition(
     return "\n".join(out) + "\n"
 
 
+# the tolerations the DefaultTolerationSeconds admission plugin adds to every pod that
+# has none of these keys: 300 s on a not-ready or unreachable node before eviction
+DEFAULT_TOLERATIONS = tuple(
+    KsmToleration(f"node.kubernetes.io/{key}", "Exists", "", "NoExecute", 300)
+    for key in ("not-ready", "unreachable")
+)
+
+
 def _controller(pod: Pod) -> dict[str, str]:
-    """A simulated pod's owner and restart policy, as ``KsmPod`` keywords."""
+    """A simulated pod's owner and restart policy, as ``KsmPod`` keywords; a bare pod's
+    owner ``NO_OWNER`` (a notebook server's: KubeSpawner sets no owner reference)."""
     kind, name = pod.owner
     policy = "OnFailure" if pod.kind == "training" else "Always"
+    if not kind:
+        kind = name = NO_OWNER
     return {"owner_kind": kind, "owner_name": name, "restart_policy": policy}
+
+
+def _tolerations(tolerated: Sequence[Taint]) -> tuple[KsmToleration, ...]:
+    """A pod's spec tolerations: one per taint it tolerates (``Exists`` for a taint
+    without a value), then the admission's defaults."""
+    own = tuple(
+        KsmToleration(key, "Equal" if value else "Exists", value, effect)
+        for key, value, effect in tolerated
+    )
+    return own + DEFAULT_TOLERATIONS
 
 
 def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], list[KsmPod]]:
@@ -386,14 +415,21 @@ def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], l
     queued pod was often placed with its start still ahead; it was then neither queued
     nor alive, missing from kube-state-metrics for those seconds, and ``top`` showed
     it pending with no wait and its start "due".
-    Training pods are a Job's (``restartPolicy: OnFailure``), notebooks a
-    StatefulSet's (``Always``), as a Kubeflow Notebook's are.
+    From its start (its kubelet accepted it: ``status.startTime``, ``hostIP``, and its
+    sandbox's ``podIP``) until its containers run (``ClusterSim.containers_started``) a
+    pod is Pending on its node with its start time, as a real one is while its image is
+    pulled. Training pods are a Job's (``restartPolicy: OnFailure``), notebooks bare
+    pods (``Always``), as JupyterHub's KubeSpawner creates them. A node carries its
+    taints at ``t`` (``ClusterSim.taints_at``) and its ``MemoryPressure`` condition
+    while under pressure; a pod its tolerations and the admission's defaults.
     """
     nodes = [
         KsmNode(
             n.name,
             {GPU: sum(g.replicas for g in n.gpus)},
             {"nvidia.com/gpu.product": n.gpu_model.replace(" ", "-")},
+            taints=sim.taints_at(n.index, t),
+            memory_pressure=sim.under_pressure(n.index, t),
         )
         for n in sim.nodes
     ]
@@ -410,15 +446,16 @@ def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], l
                 pod.namespace,
                 pod.name,
                 pod.uid,
-                "Running" if started else "Pending",
+                "Running" if t >= sim.containers_started(pod) else "Pending",
                 anchor + created,
                 {GPU: len(pod.gpus)},
                 pod.container,
                 sim.nodes[pod.node].name,
                 anchor + pod.start if started else None,
                 **_controller(pod),
+                tolerations=_tolerations(pod.tolerations),
                 # the kubelet's: the pod's own address and its node's (the .1 of the
-                # node's pod range), once it runs
+                # node's pod range), once it accepted the pod
                 pod_ip=pod.ip if started else "",
                 host_ip=f"{sim.nodes[pod.node].ip_prefix}.1" if started else "",
             )
@@ -436,6 +473,7 @@ def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], l
                 {GPU: len(pod.gpus)},
                 pod.container,
                 **_controller(pod),
+                tolerations=_tolerations(pod.tolerations),
             )
         )
     return nodes, pods

@@ -4,34 +4,18 @@ from __future__ import annotations
 
 from gpu_eta.forecaster.kube_state import NO_OWNER
 from gpu_eta.simulation import ksm
-from gpu_eta.simulation.cluster import ClusterConfig, warm_start
+from gpu_eta.simulation.cluster import ClusterConfig, ClusterSim, Pod, warm_start
 
 
 def test_a_pod_placed_to_start_later_is_pending_on_its_node() -> None:
     """The demo's simulation runs a few seconds ahead of the clock: a queued pod is
     placed with its start still ahead. It was then neither queued nor alive, missing
     from kube-state-metrics for those seconds (``top``: pending, no wait, "due"). It
-    is Pending on its node, without a start time; once started, Running; a pod that
-    arrives after ``t`` is not there yet."""
+    is Pending on its node, without a start time (bound, its kubelet has not accepted
+    it yet); once its containers run, Running with its start time; a pod that arrives
+    after ``t`` is not there yet."""
     sim, _ = warm_start(ClusterConfig())
-    placed = None
-    for until in range(10, 3000, 10):
-        sim.advance(until)
-        placed = next(
-            (
-                p
-                for p in sim.pods
-                if p.kind == "training"
-                and p.node >= 0
-                and p.created is not None
-                and p.created < p.start - 1
-                and p.start > until - 10
-            ),
-            None,
-        )
-        if placed is not None:
-            break
-    assert placed is not None, "no queued pod was placed in 50 simulated minutes"
+    placed = _placed_from_queue(sim)
 
     def seen(t: float) -> ksm.KsmPod | None:
         _, pods = ksm.from_sim(sim, t, 1000.0)
@@ -43,7 +27,7 @@ def test_a_pod_placed_to_start_later_is_pending_on_its_node() -> None:
     assert before is not None and before.phase == "Pending"
     assert before.node == sim.nodes[placed.node].name and before.start_time is None
     assert before.created == 1000.0 + placed.created
-    after = seen(placed.start + 0.5)
+    after = seen(sim.containers_started(placed) + 0.01)
     assert (
         after is not None and after.phase == "Running" and after.start_time == 1000.0 + placed.start
     )
@@ -185,3 +169,137 @@ def test_init_container_info_has_kube_state_metrics_labels() -> None:
         *("container_id", "restart_policy"),
     ]
     assert sample.labels["restart_policy"] == "Always"
+
+
+def _placed_from_queue(sim: ClusterSim) -> Pod:
+    """A training pod that waited in the queue and was then placed (advancing ``sim``)."""
+    for until in range(10, 3000, 10):
+        sim.advance(until)
+        placed = next(
+            (
+                p
+                for p in sim.pods
+                if p.kind == "training"
+                and p.node >= 0
+                and p.created is not None
+                and p.created < p.start - 1
+                and p.start > until - 10
+            ),
+            None,
+        )
+        if placed is not None:
+            return placed
+    raise AssertionError("no queued pod was placed in 50 simulated minutes")
+
+
+def test_a_pod_its_kubelet_accepted_has_its_start_time_while_its_containers_start() -> None:
+    """The kubelet sets ``status.startTime`` (and ``hostIP``) when it accepts a pod,
+    before it pulls images and starts containers; KSM's ``kube_pod_start_time`` reads
+    ``p.Status.StartTime`` (``internal/store/pod.go``), so a pod is Pending on its node
+    with a start time while its containers are created. The simulated pod went from
+    bound without a start time straight to Running: kube-state-metrics never showed the
+    order the forecaster reads from a real cluster."""
+    sim, _ = warm_start(ClusterConfig())
+    placed = _placed_from_queue(sim)
+
+    def seen(t: float) -> ksm.KsmPod:
+        _, pods = ksm.from_sim(sim, t, 1000.0)
+        return next(p for p in pods if (p.namespace, p.pod) == (placed.namespace, placed.name))
+
+    node = sim.nodes[placed.node]
+    states = [seen(placed.start + k / 100) for k in range(200)]
+    creating = [s for s in states if s.phase == "Pending"]
+    assert creating, "never Pending on its node after the kubelet accepted it"
+    for s in creating:
+        assert s.node == node.name and s.start_time == 1000.0 + placed.start
+        assert (s.host_ip, s.pod_ip) == (f"{node.ip_prefix}.1", placed.ip)
+    assert states[-1].phase == "Running" and states[-1].start_time == 1000.0 + placed.start
+    # Pending while created, then Running for good
+    phases = [s.phase for s in states]
+    assert phases == sorted(phases, key=lambda ph: ph == "Running")
+
+
+def test_notebook_pods_are_kubespawners_bare_pods() -> None:
+    """JupyterHub's KubeSpawner creates each server as a bare pod (no
+    ``ownerReferences``) named from ``pod_name_template``, ``jupyter-{username}--
+    {servername}`` with the trailing ``-`` stripped: ``jupyter-<user>`` for a user's
+    default server, ``jupyter-<user>--<server>`` for a named one. The simulated
+    notebooks were a StatefulSet's, named ``jupyter-<user>-<random>``: no KubeSpawner
+    pod looks like that, and the forecaster read their end from the StatefulSet rule,
+    not from the bare-pod one it applies to a real hub's (``kube_state._release``)."""
+    import re
+
+    from gpu_eta.simulation.scenarios import node_scenario
+
+    sim, _ = warm_start(ClusterConfig(notebook_share=0.5, nodes=4))
+    names = re.compile(r"^jupyter-[a-z]+(--[a-z0-9]+)?$")
+    for t in range(0, 3000, 100):
+        sim.advance(t + 10)
+        _, pods = ksm.from_sim(sim, t, 0.0)
+        notebooks = [p for p in pods if p.namespace == "jupyterhub"]
+        assert notebooks
+        assert all(names.match(p.pod) for p in notebooks), [p.pod for p in notebooks]
+        assert all(p.owner_kind == NO_OWNER for p in notebooks)
+        keys = [(p.namespace, p.pod) for p in notebooks]
+        assert len(keys) == len(set(keys)), keys  # a name is unique while its pod lives
+    every = [p for p in sim.pods if p.kind == "notebook"]
+    assert any("--" not in p.name for p in every) and any("--" in p.name for p in every)
+    nb = every[-1]
+    (entry,) = node_scenario(sim.nodes[nb.node], [nb], 0.0, nb.start)["pods"]
+    assert (entry["owner_kind"], entry["owner_name"]) == ("", "")
+    text = ksm.exposition(*ksm.from_sim(sim, nb.start, 0.0))
+    owner = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("kube_pod_owner{") and f'pod="{nb.name}"' in line
+    )
+    assert f'owner_kind="{NO_OWNER}"' in owner
+
+
+def test_a_node_under_memory_pressure_shows_its_condition_and_taint() -> None:
+    """Under memory pressure the kubelet sets the node's ``MemoryPressure`` condition
+    True and the node lifecycle controller taints it ``node.kubernetes.io/
+    memory-pressure:NoSchedule``; KSM writes every condition the node reports
+    (``kube_node_status_condition``: Ready, MemoryPressure, DiskPressure, PIDPressure)
+    and each taint (``kube_node_spec_taint``), and each pod's tolerations
+    (``kube_pod_tolerations``: those it asked for, and the not-ready and unreachable
+    ones the DefaultTolerationSeconds admission adds to every pod). The simulation kept
+    pods off the pressured node, but kube-state-metrics showed no taint, no condition
+    but Ready and no toleration: the forecaster, which reads the taint, predicted
+    starts on a node that took none of the pods."""
+    from gpu_eta.simulation.cluster import PRESSURE_TAINT
+
+    config = ClusterConfig(
+        nodes=3,
+        pressure_node=1,
+        pressure_cycle_seconds=(300.0, 100.0),
+        pressure_tolerating_share=0.5,
+        warm_start_seconds=0.0,
+    )
+    sim, _ = warm_start(config)
+    sim.advance(1800.0)
+    nodes, pods = ksm.from_sim(sim, 650.0, 0.0)  # 650 % 300 = 50: under pressure
+    by_name = {n.name: n for n in nodes}
+    assert PRESSURE_TAINT in by_name["gpu-node-1"].taints
+    assert by_name["gpu-node-1"].memory_pressure and not by_name["gpu-node-0"].memory_pressure
+    lines = ksm.exposition(nodes, pods).splitlines()
+    for node, status in (("gpu-node-1", "true"), ("gpu-node-0", "false")):
+        assert (
+            f'kube_node_status_condition{{node="{node}",condition="MemoryPressure",'
+            f'status="{status}"}} 1.0'
+        ) in lines
+    assert (
+        'kube_node_spec_taint{node="gpu-node-1",key="node.kubernetes.io/memory-pressure",'
+        'value="",effect="NoSchedule"} 1.0'
+    ) in lines
+    assert not ksm.from_sim(sim, 750.0, 0.0)[0][1].taints  # 750 % 300 = 150: over
+    tolerating = [p for p in sim.pods if PRESSURE_TAINT in p.tolerations and p.alive_at(650.0)]
+    assert tolerating
+    seen = {p.pod: p for p in pods}
+    for p in tolerating:
+        keys = {(t.key, t.operator, t.effect) for t in seen[p.name].tolerations}
+        assert ("node.kubernetes.io/memory-pressure", "Exists", "NoSchedule") in keys
+    for p in pods:
+        keys = {(t.key, t.effect, t.toleration_seconds) for t in p.tolerations}
+        assert ("node.kubernetes.io/not-ready", "NoExecute", 300) in keys
+        assert ("node.kubernetes.io/unreachable", "NoExecute", 300) in keys
