@@ -516,6 +516,11 @@ class Cycle:
             pending=queue,
             history_persisted=self.store.persistent,
             history_rows_skipped=self.store.skipped_rows,
+            history_updates_skipped={
+                "text": self.store.skipped_updates,
+                "number": self.store.invalid_updates,
+            },
+            history_future_runs=self.store.future_rows,
             n_held=len(self._held),
             clock_offset_seconds=offset,
             prometheus_clock_offset_seconds=self._measured_offset(),

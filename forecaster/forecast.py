@@ -78,6 +78,14 @@ class ForecastSet:
     history_persisted: bool = True
     # rows of the history file its last reads left out as damaged (kept in the file)
     history_rows_skipped: int = 0
+    # run updates the last write left out (by reason: ``text`` SQLite cannot store,
+    # a ``number`` no run can hold), and finished runs the last read left out as
+    # finishing after the cycle's time (a clock that was ahead): HistoryStore's
+    # skipped_updates, invalid_updates and future_rows
+    history_updates_skipped: Mapping[str, int] = field(
+        default_factory=lambda: {"text": 0, "number": 0}
+    )
+    history_future_runs: int = 0
     # runs forecast from a scrape gap: hidden by a failed scrape of their exporter or
     # its target's removal, held from their last samples (gpu_eta.forecaster.scrape_gap)
     n_held: int = 0

@@ -383,6 +383,15 @@ def forecast_families(
         "gpu_eta_forecaster_history_rows_skipped",
         "Rows of the history file the last reads left out as damaged (kept in the file as they are; the log names the first).",
     )
+    skipped_updates = GaugeMetricFamily(
+        "gpu_eta_forecaster_history_updates_skipped",
+        "Run updates the last history write left out, by reason: text SQLite cannot store (a label with a lone surrogate), a number no run can hold (a plan not finite and above 0, a start or time seen not finite); the log names the first.",
+        labels=["reason"],
+    )
+    future_runs = GaugeMetricFamily(
+        "gpu_eta_forecaster_history_future_runs",
+        "Finished runs of the history file the last read left out as finishing after the cycle's time by more than 5 minutes (stamped by a clock that was ahead); kept in the file, read once that time comes.",
+    )
     jobs_g = GaugeMetricFamily(
         "gpu_eta_forecaster_jobs", "Jobs seen in the last good cycle by state.", labels=["state"]
     )
@@ -419,6 +428,9 @@ def forecast_families(
         history.add_metric([], float(fs.n_history))
         persisted.add_metric([], 1.0 if fs.history_persisted else 0.0)
         skipped_rows.add_metric([], float(fs.history_rows_skipped))
+        for reason, count in sorted(fs.history_updates_skipped.items()):
+            skipped_updates.add_metric([reason], float(count))
+        future_runs.add_metric([], float(fs.history_future_runs))
         jobs_g.add_metric(["running"], float(fs.n_running))
         jobs_g.add_metric(["finished"], float(fs.n_finished))
         held.add_metric([], float(fs.n_held))
@@ -431,6 +443,8 @@ def forecast_families(
         tail.append(history)
         tail.append(persisted)
         tail.append(skipped_rows)
+        tail.append(skipped_updates)
+        tail.append(future_runs)
     tail.append(jobs_g)
     if fs is not None:
         tail.append(held)

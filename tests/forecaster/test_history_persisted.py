@@ -210,3 +210,32 @@ def test_the_history_s_size_and_room_are_published_after_every_cycle(
     assert values["gpu_eta_forecaster_history_volume_capacity_bytes"] == capacity
     assert 0 < values["gpu_eta_forecaster_history_volume_available_bytes"] <= capacity
     promtool_check(text)
+
+
+def test_a_finished_run_from_the_future_is_published_as_left_out(tmp_path: Path) -> None:
+    """A finished run stamped a year ahead (a clock that was ahead): the model's read
+    leaves it out, and the gauge says so, where only a WARNING line did; the updates a
+    write left out are published by reason, none here."""
+    import sqlite3
+
+    path = tmp_path / "h.sqlite"
+    store = HistoryStore.open(str(path))
+    try:
+        client = CannedClient(job("run", 2, [(1, NOW - 200), (2, NOW - 100)], NOW - 300))
+        make_cycle(client, store).run()
+    finally:
+        store.close()
+    with sqlite3.connect(path) as conn:
+        (finished,) = conn.execute("SELECT count(*) FROM runs WHERE finished_timestamp IS NOT NULL")
+        assert finished == (1,)
+        conn.execute("UPDATE runs SET finished_timestamp = finished_timestamp + 365 * 86400")
+    values = {
+        (s.name, s.labels.get("reason")): s.value
+        for fam in text_string_to_metric_families(exposition(str(path)))
+        for s in fam.samples
+        if fam.name.startswith("gpu_eta_forecaster_history_")
+    }
+    assert values[("gpu_eta_forecaster_history_future_runs", None)] == 1.0
+    assert values[("gpu_eta_forecaster_history_updates_skipped", "number")] == 0.0
+    assert values[("gpu_eta_forecaster_history_updates_skipped", "text")] == 0.0
+    promtool_check(exposition(str(path)))
