@@ -68,6 +68,26 @@ def test_runs_finished_after_a_future_run_read_in_one_order_across_a_restart(
     store.close()
 
 
+def test_runs_imported_between_runs_held_in_memory_are_read_in_the_files_order(
+    tmp_path: Path,
+) -> None:
+    """A seeded run finishing before the newest run the memory holds: appended, it came
+    after that run, where a read of the file sorts it before (``_finished_changed``), and
+    the model was handed it again after a restart (``refit.appended_since``)."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    finish_runs(store, range(0, 1), T0)
+    finish_runs(store, range(1, 2), T0 + DAY)
+    store.finished()  # the model's read, cached
+    seed = Run("seed", 2, ((0, T0 - 20), (1, T0 - 10), (2, T0 + 10)))
+    assert store.import_finished([seed], now=T0 + DAY) == 1
+    in_memory = ids(store.finished())
+    store.close()
+    store = HistoryStore.open(db)
+    assert in_memory == ids(store.finished()) == ["r0", "seed", "r1"]
+    store.close()
+
+
 def test_the_floor_counts_no_run_from_the_future(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     store = HistoryStore.open(db, retention=Retention(max_age_seconds=DAY, keep_runs=3))
