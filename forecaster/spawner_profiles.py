@@ -165,6 +165,12 @@ def is_gpu_resource(name: str, own: Sequence[str] = ()) -> bool:
     return name in BUILT_IN or name.startswith(MIG_PREFIX) or name in own
 
 
+def own_resources(gpu_resources: Sequence[str]) -> tuple[str, ...]:
+    """The site's own GPU resources (``gpu_resources``) as ``is_gpu_resource``'s
+    ``own``: one name given as a string is one resource, not its characters."""
+    return (gpu_resources,) if isinstance(gpu_resources, str) else tuple(gpu_resources)
+
+
 def ksm_label(resource: str) -> str:
     """A resource name as kube-state-metrics' ``resource`` label writes it (every
     character outside ``[a-zA-Z0-9_]`` an underscore), the forecaster's ``resource``:
@@ -491,7 +497,7 @@ def merged_gpu_request(
     (the forecaster publishes one resource's start per request); SpawnTimeValue when
     none is and a level's value is a callable (it may ask for GPUs, or not: unknown
     until KubeSpawner calls it); ProfileError for a count that is no integer >= 0."""
-    own = (gpu_resources,) if isinstance(gpu_resources, str) else tuple(gpu_resources)
+    own = own_resources(gpu_resources)
     limits, limits_later = merged(levels, "extra_resource_limits")
     guarantees, guarantees_later = merged(levels, "extra_resource_guarantees")
     asked = {
@@ -694,7 +700,7 @@ def parts_named(item: Any, gpu_resources: Sequence[str] = ()) -> frozenset[str]:
         return frozenset()
     try:
         override = overrides(item)
-        own = (gpu_resources,) if isinstance(gpu_resources, str) else tuple(gpu_resources)
+        own = own_resources(gpu_resources)
         named = set()
         for key in ("extra_resource_limits", "extra_resource_guarantees"):
             asked = override.get(key) or {}
@@ -773,7 +779,7 @@ def typed_settings(
     a GPU resource), a placing ``extra_pod_config`` key, and any of ``node_selector``,
     the required affinities, ``tolerations``, ``SCHEDULING`` or a key named by the
     value typed."""
-    own = (gpu_resources,) if isinstance(gpu_resources, str) else tuple(gpu_resources)
+    own = own_resources(gpu_resources)
     placing = ("node_selector", *REQUIRED_AFFINITIES, "tolerations", *SCHEDULING)
     by_entry = ("extra_resource_limits", "extra_resource_guarantees", "extra_pod_config")
     out = []
