@@ -406,7 +406,6 @@ class PooledRegression:
         if msgs:
             self.converged_ = False
             self.warnings_ = msgs
-        coef = np.asarray(coef, dtype=float)
         if not np.all(np.isfinite(coef)):
             self.numeric_, self.medians_, self.levels_ = [], {}, {}
             self.converged_ = False
