@@ -316,10 +316,11 @@ def add_retired_table(conn: sqlite3.Connection, path: str) -> None:
 def add_indexes(conn: sqlite3.Connection, path: str) -> None:
     """Build ``runs_finished``, ``runs_retainable`` and ``runs_podless`` where missing (a
     file an earlier release created, or rebuilt by a tool without them), each in a
-    transaction of its own; nothing to do, and nothing written, where they exist. A read-only file raises
-    SQLite's error (the caller builds them in the memory copy); any other failure is
-    ``IndexNotBuilt``, the file unchanged by that build. ``prepare`` calls this last:
-    when it raises that, everything else ``prepare`` does is done."""
+    transaction of its own; nothing to do, and nothing written, where they exist. A
+    read-only file raises SQLite's error (the caller builds them in the memory copy);
+    any other failure is ``IndexNotBuilt``, the file unchanged by that build.
+    ``prepare`` calls this last: when it raises that, everything else ``prepare`` does
+    is done."""
     for name, script in (
         ("runs_finished", _FINISHED_INDEX),
         ("runs_retainable", _RETAINABLE_INDEX),
