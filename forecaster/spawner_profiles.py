@@ -43,25 +43,26 @@ alike and is taken to admit the site's GPU nodes: only what a profile or a choic
 adds or changes beyond it is "no estimate". So is a ``scheduler_name`` or
 ``priority_class_name`` (or ``extra_pod_config`` ``schedulerName``,
 ``priorityClassName``, ``priority``) other than the hub's own: the forecaster predicts
-a request placed by the default scheduler at priority 0 (``check_scheduling``). A count the forecaster
-does not publish (3, 5...) takes the next published size up. Profiles without GPUs
-are left alone, and so is one whose resources are a callable (KubeSpawner calls an
-override value that is one with the spawner, at spawn time: the hook cannot know its
-answer); a GPU profile whose placement is a callable is "no estimate". Such a
-profile, or one the hook cannot read at all, costs its own estimate only, logged in
-one line. When a ``profile_options`` choice sets the GPU count, type or placement
-(its override, merged into the profile's), the estimates go after the names of that
-option's choices, each for its own request, and none after the profile's
-(``annotate_one``); an enabled ``unlisted_choice`` gets its own after the name the form
-lists it by, ``display_name_in_choices`` ("Other..."): "no estimate" where the value
-the user types sets the GPU count, type or placement (``annotate_unlisted``). When Prometheus cannot be read, does not answer within the
-timeout (2 s: the query runs in a thread, never in the hub's event loop, and gives up
-by then too, status line and headers included: ``fetch``), answers an error status
-(its connection closed there and then: ``open_answer``), or something else answers (a
-port speaking HTTP/2 or another protocol, an answer cut short, JSON of another shape,
-a redirect, which is not followed: it would take the URL's credentials along), the
-profiles come back unchanged (the spawn page must never break, nor wait, because of a
-forecast) and the reason is logged in one line. A series of another shape is skipped.
+a request placed by the default scheduler at priority 0 (``check_scheduling``). A
+count the forecaster does not publish (3, 5...) takes the next published size up.
+Profiles without GPUs are left alone, and so is one whose resources are a callable
+(KubeSpawner calls an override value that is one with the spawner, at spawn time: the
+hook cannot know its answer); a GPU profile whose placement is a callable is "no
+estimate". Such a profile, or one the hook cannot read at all, costs its own estimate
+only, logged in one line. When a ``profile_options`` choice sets the GPU count, type
+or placement (its override, merged into the profile's), the estimates go after the
+names of that option's choices, each for its own request, and none after the profile's
+(``annotate_one``); an enabled ``unlisted_choice`` gets its own after the name the
+form lists it by, ``display_name_in_choices`` ("Other..."): "no estimate" where the
+value the user types sets the GPU count, type or placement (``annotate_unlisted``).
+When Prometheus cannot be read, does not answer within the timeout (2 s: the query
+runs in a thread, never in the hub's event loop, and gives up by then too, status line
+and headers included: ``fetch``), answers an error status (its connection closed there
+and then: ``open_answer``), or something else answers (a port speaking HTTP/2 or
+another protocol, an answer cut short, JSON of another shape, a redirect, which is not
+followed: it would take the URL's credentials along), the profiles come back unchanged
+(the spawn page must never break, nor wait, because of a forecast) and the reason is
+logged in one line. A series of another shape is skipped.
 
 A frozen forecast is "no estimate", never "free now": a P50 ``PAST_LIMIT_SECONDS`` (the
 alerts' ``pending_prediction_past_seconds``) or more in the past, and the series of a
