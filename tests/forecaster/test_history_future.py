@@ -100,16 +100,20 @@ def test_the_floor_counts_no_run_from_the_future(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.parametrize(("keep_runs", "kept"), [(1, ["r2", "r0"]), (0, ["r0"])])
 def test_a_pass_on_a_low_room_volume_keeps_a_run_from_the_future(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_runs: int, kept: list[str]
 ) -> None:
+    """With a floor, the floor is of real runs; without one (``--model.fit-runs 0``) the
+    age protects no run while the room is low, and the horizon alone keeps the run from
+    the future (``retain``'s cutoff)."""
     db = tmp_path / "h.sqlite"
-    store = HistoryStore.open(db, retention=Retention(max_age_seconds=DAY, keep_runs=1))
+    store = HistoryStore.open(db, retention=Retention(max_age_seconds=DAY, keep_runs=keep_runs))
     finish_runs(store, range(0, 1), T0 + 5 * YEAR)
     finish_runs(store, range(1, 3), T0 - 10 * DAY)
     monkeypatch.setattr(history_space, "low_room_bytes", lambda capacity: 1 << 62)
     store.retain(T0)
-    assert stored_ids(db) == ["r2", "r0"]
+    assert stored_ids(db) == kept
     store.close()
 
 
