@@ -35,6 +35,7 @@ from gpu_eta.forecaster.spawner_profiles import (
     label,
     profile_list_hook,
     start_for,
+    with_typed,
     without_credentials,
 )
 from gpu_eta.launch.prometheus import ScrapeJob, free_port
@@ -1530,6 +1531,22 @@ def unlisted(override: dict, **fields: object) -> dict:
     """A ``profile_options`` entry's ``unlisted_choice``: a free-text value the user
     types, put into ``override``'s strings where they say ``{value}``."""
     return {"enabled": True, "display_name": "Type it", "kubespawner_override": override, **fields}
+
+
+def test_a_typed_value_is_put_where_kubespawner_puts_it() -> None:
+    """``with_typed`` renders an unlisted choice's override as KubeSpawner's
+    ``recursive_format`` does: ``{value}`` in every string of lists, sets and dicts
+    (keys too), any other field left as written, anything else as it is."""
+    override = {
+        "image": "{value}:{tag}",
+        "{value}-key": ["a-{value}", {"{value}"}, 2],
+        "cpu": 1.5,
+    }
+    assert with_typed(override, "x") == {
+        "image": "x:{tag}",
+        "x-key": ["a-x", {"x"}, 2],
+        "cpu": 1.5,
+    }
 
 
 def test_an_unlisted_choice_says_whether_its_start_can_be_known(
