@@ -102,6 +102,23 @@ def test_a_dripping_body_fails_at_its_deadline_not_when_it_ends(
     assert time.monotonic() - started < 2.0
 
 
+def test_a_dripping_body_fails_at_the_callers_deadline_not_at_the_attempts(
+    http_server,  # noqa: F811
+) -> None:
+    """``instant(deadline=)``: an attempt given 0.6 s of it may take its headers and
+    body 3 × 0.6 s to come (``_BODY_TIMEOUTS``), but no part of it goes past the
+    caller's deadline (``_fetch``'s ``until``): ``PromDeadlineError`` at 0.6 s, not 1.8."""
+    stop = threading.Event()
+    url, _ = http_server(_drip(BODY, 0.1, 1, stop, chunked=False, gz=False))
+    started = time.monotonic()
+    try:
+        with pytest.raises(promapi.PromDeadlineError, match="deadline"):
+            client(url, timeout_seconds=5.0).instant("up", deadline=started + 0.6)
+    finally:
+        stop.set()
+    assert time.monotonic() - started < 1.2
+
+
 def test_the_deadline_holds_when_each_pause_is_just_under_the_timeout(http_server) -> None:  # noqa: F811
     """A byte every 1.9 s with a 2 s timeout: no single read times out, yet the body
     must fail at its 6 s deadline, not at the first byte after it (up to 7.9 s; the
