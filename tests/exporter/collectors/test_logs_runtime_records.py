@@ -18,10 +18,8 @@ a pattern the rules do not handle, named in their reason.
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 import itertools
-import re
 from pathlib import Path
 
 import pytest
@@ -29,7 +27,6 @@ from tqdm import tqdm
 
 from tests.exporter.collectors.logreplay import (
     FIXTURES,
-    T0,
     Row,
     cri,
     follow,
@@ -40,21 +37,9 @@ from tests.exporter.collectors.logreplay import (
 
 
 def _crio(output: bytes, stream: str) -> bytes:
-    """CRI-O's records for ``output``: one per write of the program, which for tqdm is
-    one per screen (``\\r`` and the screen); a piece that ends no line is ``P``."""
-    out: list[bytes] = []
-    t = T0
-    lines = output.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    for line in lines:
-        pieces = [p for p in re.split(rb"(?=\r)", line) if p] or [b""]
-        for j, piece in enumerate(pieces):
-            tag = "F" if j == len(pieces) - 1 else "P"
-            stamp = t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"
-            out.append(f"{stamp} {stream} {tag} ".encode() + piece + b"\n")
-            t += dt.timedelta(milliseconds=10)
-    return b"".join(out)
+    """CRI-O's records for ``output`` (lines ended by newlines) written at once by one
+    stream: ``runtime_records``' (one per tqdm screen; a piece that ends no line ``P``)."""
+    return runtime_records([(stream, output)], "crio")
 
 
 def _followed(
