@@ -2534,6 +2534,12 @@ def test_with_the_averages_refused_no_holder_is_idle_and_the_view_says_unknown()
         refused=("allocated", "pod_util_avg"),
     )
     assert both.idle_unknown == "query allocated, pod_util_avg refused"
+    # left out by the refresh's deadline (``late``): unknown the same way
+    late = top_view.build_view(
+        {k: parsed(v) for k, v in data.items()}, NOW, "http://prom", late=("pod_util_avg",)
+    )
+    assert late.idle == () and not any(g.state == "idle" for g in late.gpus), late.idle
+    assert late.idle_unknown == "query pod_util_avg not answered in time"
     # answered, the notebook is idle
     assert [h.pod for h in top_view.build_view(results(), NOW, "http://prom").idle] == ["nb-alice"]
 
