@@ -188,7 +188,7 @@ def snapshot(
     replay's own error from the forecasts'); notebooks then get theirs too. Whether a
     pod ends with its run (``Holder.ends_with_run``) is what ``kube_state`` reads from
     the simulator's owners (``simulation.ksm``): a training pod is a Job's and does, a
-    notebook is a StatefulSet's and does not; an exact end is the pod's own. A training
+    notebook has no owner (as KubeSpawner's) and does not; an exact end is the pod's own. A training
     pod whose run has completed and which still holds its GPU is in its release lag
     (``Holder.run_ended``: the run's last report), as the service's ``ReleaseLags``
     watches it from the cycle that reads the run completed.

@@ -381,7 +381,7 @@ def forecast_families(
     )
     skipped_rows = GaugeMetricFamily(
         "gpu_eta_forecaster_history_rows_skipped",
-        "Rows of the history file the last reads left out as damaged (kept in the file as they are; the log names the first).",
+        "Rows of the history file the last reads and the last write left out as damaged (kept in the file as they are; the log names the first).",
     )
     skipped_updates = GaugeMetricFamily(
         "gpu_eta_forecaster_history_updates_skipped",
