@@ -154,20 +154,29 @@ def test_a_read_only_history_without_the_finish_index_is_read_along_it_in_memory
 SKIPPED = "gpu_eta_forecaster_history_rows_skipped"
 
 
-def test_rows_the_history_reads_leave_out_are_published(tmp_path: Path) -> None:
-    """A finished run whose job name another tool wrote as bytes that are not UTF-8:
-    the cycle goes on without it, and the gauge says one row is left out."""
+def _finished_then_edited(directory: Path, sql: str) -> Path:
+    """A history file holding one run finished by a cycle, then changed by ``sql`` as
+    an admin's sqlite3 shell (or another tool) would; its path."""
     import sqlite3
 
-    path = tmp_path / "h.sqlite"
+    path = directory / "h.sqlite"
     store = HistoryStore.open(str(path))
     try:
         client = CannedClient(job("run", 2, [(1, NOW - 200), (2, NOW - 100)], NOW - 300))
         make_cycle(client, store).run()
     finally:
         store.close()
-    with sqlite3.connect(path) as conn:  # as an admin's sqlite3 shell would
-        conn.execute("UPDATE runs SET run_id = CAST(x'ff' AS TEXT)")
+    with sqlite3.connect(path) as conn:
+        finished = conn.execute("SELECT count(*) FROM runs WHERE finished_timestamp IS NOT NULL")
+        assert finished.fetchone() == (1,)
+        conn.execute(sql)
+    return path
+
+
+def test_rows_the_history_reads_leave_out_are_published(tmp_path: Path) -> None:
+    """A finished run whose job name another tool wrote as bytes that are not UTF-8:
+    the cycle goes on without it, and the gauge says one row is left out."""
+    path = _finished_then_edited(tmp_path, "UPDATE runs SET run_id = CAST(x'ff' AS TEXT)")
     text = exposition(str(path))
     values = {
         fam.name: fam.samples[0].value
@@ -216,26 +225,17 @@ def test_a_finished_run_from_the_future_is_published_as_left_out(tmp_path: Path)
     """A finished run stamped a year ahead (a clock that was ahead): the model's read
     leaves it out, and the gauge says so, where only a WARNING line did; the updates a
     write left out are published by reason, none here."""
-    import sqlite3
-
-    path = tmp_path / "h.sqlite"
-    store = HistoryStore.open(str(path))
-    try:
-        client = CannedClient(job("run", 2, [(1, NOW - 200), (2, NOW - 100)], NOW - 300))
-        make_cycle(client, store).run()
-    finally:
-        store.close()
-    with sqlite3.connect(path) as conn:
-        (finished,) = conn.execute("SELECT count(*) FROM runs WHERE finished_timestamp IS NOT NULL")
-        assert finished == (1,)
-        conn.execute("UPDATE runs SET finished_timestamp = finished_timestamp + 365 * 86400")
+    path = _finished_then_edited(
+        tmp_path, "UPDATE runs SET finished_timestamp = finished_timestamp + 365 * 86400"
+    )
+    text = exposition(str(path))
     values = {
         (s.name, s.labels.get("reason")): s.value
-        for fam in text_string_to_metric_families(exposition(str(path)))
+        for fam in text_string_to_metric_families(text)
         for s in fam.samples
         if fam.name.startswith("gpu_eta_forecaster_history_")
     }
     assert values[("gpu_eta_forecaster_history_future_runs", None)] == 1.0
     assert values[("gpu_eta_forecaster_history_updates_skipped", "number")] == 0.0
     assert values[("gpu_eta_forecaster_history_updates_skipped", "text")] == 0.0
-    promtool_check(exposition(str(path)))
+    promtool_check(text)
