@@ -257,7 +257,9 @@ def refresh(
     served_at = evaluation_time(results, answered_at)
     now = answered_at if served_at is None else served_at  # the server's clock if it says
     view = build_view(results, now, client.safe_url, idle_threshold, idle_seconds, refused, late)
-    cut = late_errors(late, len(queries(idle_window, gpu_resources)), refresh_timeout_seconds)
+    # every query was answered, refused or left out (any other failure raised)
+    asked = len(results) + len(refused) + len(late)
+    cut = late_errors(late, asked, refresh_timeout_seconds)
     view = dataclasses.replace(
         view,
         errors=cut
