@@ -1,16 +1,22 @@
-"""Render rules/gpu-eta.rules.yaml as a PrometheusRule for prometheus-operator.
+"""Render rules/gpu-eta.rules.src.yaml into the rules Prometheus loads.
 
-The rules file is the single source: a plain Prometheus loads it as is (ConfigMap
-``gpu-eta-rules``) and this script wraps its ``groups`` unchanged in a
-PrometheusRule, written to manifests/components/prometheus-operator/prometheusrule.yaml
-(kustomize cannot turn a file's content into a resource's spec). Run
-``python rules/render.py`` after editing the rules; ``--check`` exits 1 when the
-committed PrometheusRule is stale (tests/ops/test_manifests.py runs it).
+The source is the single place to edit. It is the rules file with one shorthand:
+``bridged(X)``, for a series X whose alert must outlive one failed scrape of X's
+target, which this script writes out as ``BRIDGE`` (docs/alerts.md, "A failed scrape").
+It writes two files: rules/gpu-eta.rules.yaml, the source with every ``bridged(X)``
+written out and its comments kept (a plain Prometheus loads it as is: ConfigMap
+``gpu-eta-rules``, the chart, ``promtool test rules``), and its ``groups`` wrapped
+unchanged in a PrometheusRule for prometheus-operator,
+manifests/components/prometheus-operator/prometheusrule.yaml (kustomize cannot turn a
+file's content into a resource's spec). Run ``python rules/render.py`` after editing
+the source; ``--check`` exits 1 when either file is stale
+(tests/ops/test_manifests.py and tests/ops/test_rules_bridge.py run it).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,8 +24,92 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "rules" / "gpu-eta.rules.src.yaml"
 RULES = ROOT / "rules" / "gpu-eta.rules.yaml"
 OUT = ROOT / "manifests" / "components" / "prometheus-operator" / "prometheusrule.yaml"
+
+# The one definition of the failed-scrape bridge: X, or, while X's own target's last
+# scrape failed (its up 0, matched on job and instance), X's last value within 5m
+# (Prometheus' lookback). A series that ends while its target answers ends at once.
+BRIDGE = "({selector} or last_over_time({selector}[5m]) and on (job, instance) up == 0)"
+
+MARKER = "bridged("
+
+# A series selector: a metric name (no colon: a record has no target whose scrape could
+# fail), then optional {label matchers}. last_over_time needs a selector, not an expression.
+_SELECTOR = re.compile(
+    r'[a-zA-Z_][a-zA-Z0-9_]*(?:\{\s*(?:[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"'
+    r"\s*(?:,\s*|(?=\})))*\})?"
+)
+
+
+class RenderError(ValueError):
+    """The source cannot be rendered: a ``bridged(...)`` that is not one series selector."""
+
+
+def bridge(selector: str) -> str:
+    """``BRIDGE`` for one series selector."""
+    return BRIDGE.format(selector=selector)
+
+
+def _closing(line: str, start: int) -> int:
+    """Index of the parenthesis closing the one opened just before ``start`` (quoted
+    label values may hold parentheses), or -1."""
+    depth, quoted, i = 1, False, start
+    while i < len(line):
+        char = line[i]
+        if quoted:
+            if char == "\\":
+                i += 1
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _expand_line(line: str, where: str) -> str:
+    """One source line with each ``bridged(X)`` written out."""
+    out, pos = [], 0
+    while (start := line.find(MARKER, pos)) >= 0:
+        if start and (line[start - 1].isalnum() or line[start - 1] in "_:"):
+            out.append(line[pos : start + len(MARKER)])  # part of a longer name
+            pos = start + len(MARKER)
+            continue
+        end = _closing(line, start + len(MARKER))
+        if end < 0:
+            raise RenderError(f"{where}: {MARKER}...) has no closing parenthesis on its line")
+        selector = line[start + len(MARKER) : end].strip()
+        if ":" in selector.split("{", 1)[0]:
+            raise RenderError(
+                f"{where}: bridged({selector}) names a record: bridge the scraped series it reads"
+            )
+        if not _SELECTOR.fullmatch(selector):
+            raise RenderError(
+                f"{where}: bridged() takes a series selector (metric{{label matchers}}),"
+                f" not {selector!r}"
+            )
+        out += [line[pos:start], bridge(selector)]
+        pos = end + 1
+    out.append(line[pos:])
+    return "".join(out)
+
+
+def expand(text: str, name: str = "<text>") -> str:
+    """``text`` with every ``bridged(X)`` written out as ``BRIDGE``; comment lines (a
+    ``#`` first) are kept as they are, so they may name the shorthand."""
+    lines = text.splitlines(keepends=True)
+    return "".join(
+        line if line.lstrip().startswith("#") else _expand_line(line, f"{name}:{n}")
+        for n, line in enumerate(lines, 1)
+    )
 
 
 class _BlockDumper(yaml.SafeDumper):
@@ -34,6 +124,10 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _BlockDumper.add_representer(str, _str)
 
 HEADER = "# GENERATED by rules/render.py from rules/gpu-eta.rules.yaml: do not edit.\n"
+RULES_HEADER = (
+    "# GENERATED by rules/render.py from rules/gpu-eta.rules.src.yaml: edit that file,\n"
+    "# then run python rules/render.py.\n"
+)
 
 
 def render(rules_text: str, release: str = "kube-prometheus-stack") -> str:
@@ -58,17 +152,36 @@ def render(rules_text: str, release: str = "kube-prometheus-stack") -> str:
     )
 
 
+def rendered(source_text: str, name: str) -> dict[Path, str]:
+    """Each output file and its text, from the source's text."""
+    rules_text = RULES_HEADER + expand(source_text, name)
+    return {RULES: rules_text, OUT: render(rules_text)}
+
+
+def _shown(path: Path) -> str:
+    """A path as the repository names it (outside it, as it is)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the output is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 if an output is stale")
     args = parser.parse_args(argv)
-    text = render(RULES.read_text())
+    try:
+        outputs = rendered(SOURCE.read_text(), SOURCE.name)
+    except RenderError as err:
+        print(f"rules/render.py: {err}", file=sys.stderr)
+        return 1
     if args.check:
-        if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT.relative_to(ROOT)} is stale: run python rules/render.py", file=sys.stderr)
+        stale = [
+            _shown(p) for p, text in outputs.items() if not p.exists() or p.read_text() != text
+        ]
+        if stale:
+            print(f"{', '.join(stale)} stale: run python rules/render.py", file=sys.stderr)
             return 1
         return 0
-    OUT.write_text(text)
+    for path, text in outputs.items():
+        path.write_text(text)
     return 0
 
 
