@@ -28,10 +28,18 @@ SOURCE = ROOT / "rules" / "gpu-eta.rules.src.yaml"
 RULES = ROOT / "rules" / "gpu-eta.rules.yaml"
 OUT = ROOT / "manifests" / "components" / "prometheus-operator" / "prometheusrule.yaml"
 
-# The one definition of the failed-scrape bridge: X, or, while X's own target's last
-# scrape failed (its up 0, matched on job and instance), X's last value within 5m
-# (Prometheus' lookback). A series that ends while its target answers ends at once.
-BRIDGE = "({selector} or last_over_time({selector}[5m]) and on (job, instance) up == 0)"
+# The one definition of the failed-scrape bridge: X, or, while the last scrape of X's
+# own target failed, X's last value within 5m (Prometheus' lookback). A series that
+# ends while its target answers ends at once. Its target's up is matched on job and
+# instance; a pushed series (the CronJob forecaster's, scraped from the Pushgateway
+# with honor_labels) keeps its pushed job and carries no instance, so no up names it:
+# a series whose job and instance no up has is held while the Pushgateway's own scrape
+# (job gpu-eta-pushgateway, docs/scrape-tuning.md) fails.
+BRIDGE = (
+    "({selector} or last_over_time({selector}[5m]) and on (job, instance) up == 0"
+    " or last_over_time({selector}[5m]) unless on (job, instance) up"
+    ' and on () up{{job="gpu-eta-pushgateway"}} == 0)'
+)
 
 MARKER = "bridged("
 
