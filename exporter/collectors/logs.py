@@ -19,7 +19,9 @@ Docker last rotated it to, ``<id>-json.log.1``, read as a rotated file).
 
 ``P`` (partial) lines are continued by the next line of the same stream; tqdm and
 Keras redraw with ``\\r`` inside one line, so each ``\\r`` segment is a screen state
-and only the last complete one of each chunk is parsed (``gpu_eta.exporter.logformats``).
+and only the last complete one of each chunk is parsed (``gpu_eta.exporter.logformats``);
+for an ``Epoch k/N`` bar, the chunk's first screen and its blank screens (a bar cleared)
+tell whether the bar restarted before it (``shows_epoch_bars``, ``cleared_screens``).
 
 Files are tracked by inode: a rotated file (kubelet renames ``0.log`` to
 ``0.log.<date>`` and starts a new ``0.log``) is read to its end, then dropped;
@@ -88,13 +90,17 @@ from gpu_eta.exporter.config import DEFAULT_DOCKER_CONTAINERS
 from gpu_eta.exporter.logformats import (
     _ANSI,
     MARKER,
+    LogMatch,
     LogState,
     at_exit,
+    cleared_screens,
+    first_screen,
     fold,
     last_segment,
     parse_line,
     parse_setup,
     released,
+    shows_epoch_bars,
     visible,
 )
 from gpu_eta.exporter.progress import (
@@ -288,6 +294,9 @@ class _Follower:
     # streams inside an unfinished segment dropped as over the bound: what follows up to
     # its next \r (or the end of its line) is the rest of it, not a screen of its own
     dropping: set[str] = field(default_factory=set)
+    # streams whose line had a bar at position 0 cleared after the last screen read from
+    # it (``logformats.cleared_screens``): the next screen of that line is a new bar's
+    cleared: set[str] = field(default_factory=set)
     head: bytes = b""  # first bytes: if they change, the file was truncated and rewritten
     unreadable: bool = False  # the last read failed (OSError): nothing waits for this file
     # a cri-dockerd link's Docker file (container id, file name): json-file lines
@@ -309,8 +318,10 @@ class _Follower:
         """
         successor.carry.update(self.carry)
         successor.dropping.update(self.dropping)
+        successor.cleared.update(self.cleared)
         self.carry.clear()
         self.dropping.clear()
+        self.cleared.clear()
 
 
 def _read_out(follower: _Follower, size: int) -> bool:
@@ -1070,6 +1081,7 @@ class LogProgressCollector:
                 return
             message = head
         segment = last_segment(message) if "\r" in message else message
+        cleared = _cleared_before(follower, stream, tag, message, segment)
         if len(segment) > self.max_segment_bytes:
             counts["oversize"] += 1
             return
@@ -1100,6 +1112,12 @@ class LogProgressCollector:
         if now is None:
             counts[done] = counts.get(done, 0) + 1
             return
+        if (
+            match.kind == "tqdm"
+            and match.bar_is_epoch
+            and (cleared or self._first_screen_shows_epoch_bars(message, match))
+        ):
+            match = replace(match, per_epoch_shown=True)
         ns, pod, container = key
         previous = self.store.get(ns, pod, container, "log")
         before = self._states.get(key) or _resumed_state(previous)
@@ -1138,6 +1156,18 @@ class LogProgressCollector:
                 self._note_held_end(key, progress, state)
         counts[done] = counts.get(done, 0) + 1
 
+    def _first_screen_shows_epoch_bars(self, message: str, match: LogMatch) -> bool:
+        """Whether the first screen of the record ``match`` was read from shows its
+        ``Epoch k/N`` bars count one epoch each (``logformats.shows_epoch_bars``): parsed
+        only for a screen of epoch 2 or later (the one reading it can change), within
+        the segment bound."""
+        if "\r" not in message or match.epoch_current is None or match.epoch_current < 2:
+            return False
+        earlier = first_screen(message)
+        if len(earlier) > self.max_segment_bytes:
+            return False
+        return shows_epoch_bars(parse_line(visible(earlier)), match)
+
     def _note_held_end(
         self, key: tuple[str, str, str], progress: Progress, state: LogState
     ) -> None:
@@ -1152,6 +1182,25 @@ class LogProgressCollector:
         if progress.epochs is None or held.epoch > progress.epochs:
             return
         self.store.note_held_end(*key, held.epoch, state.held_timestamp)
+
+
+def _cleared_before(
+    follower: _Follower, stream: str, tag: bytes, message: str, segment: str
+) -> bool:
+    """Whether the screen read from ``message`` (``segment``; none when blank) comes
+    after a bar at position 0 was cleared on its line: in this record, or after the
+    screen read before it from an earlier record of the line (``_Follower.cleared``,
+    kept until the next screen with text, forgotten at the line's end: the clear of
+    ``tqdm.write`` is followed by its message and a newline)."""
+    before, after = cleared_screens(message)
+    if segment.strip():
+        before = before or stream in follower.cleared
+        follower.cleared.discard(stream)
+    if after and tag == b"P":
+        follower.cleared.add(stream)
+    elif tag != b"P":
+        follower.cleared.discard(stream)
+    return before
 
 
 def _held_end_applied(previous: Progress | None, state: LogState, now: float) -> bool:

@@ -8,6 +8,7 @@ import itertools
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,13 @@ from gpu_eta.exporter.logformats import (
     LogState,
     _find_tqdm,
     _first_pairs,
+    cleared_screens,
+    first_screen,
     fold,
     last_segment,
     parse_line,
     parse_setup,
+    shows_epoch_bars,
     visible,
 )
 from gpu_eta.exporter.progress import Report, advance, check_report
@@ -942,10 +946,6 @@ def test_an_epoch_bar_stopped_short_is_not_taken_for_one_bar_over_the_run():
     assert [(p.epoch, p.step, p.steps) for p in history] == [(0, 100, 1500), (1, 600, 1500)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: one bar over the run with Epoch k/N set as each epoch starts is read as per-epoch bars (steps k x count)",
-)
 def test_a_bar_over_the_runs_steps_with_the_epoch_in_its_description():
     """One bar over 48 steps, its description turned to ``Epoch 2/3`` at step 16: from
     then its count is the run's steps (the first epoch cannot tell, see docs)."""
@@ -960,17 +960,131 @@ def test_a_bar_over_the_runs_steps_with_the_epoch_in_its_description():
     assert len({p.run_id for p in history}) == 1
 
 
+def _epoch_screens(*screens: tuple[int, int, int]) -> list[str]:
+    """Screens of real tqdm bars described ``Epoch k/3``: (k, n, total) each."""
+    return [tqdm.format_meter(n, total, 1.0, prefix=f"Epoch {k}/3") for k, n, total in screens]
+
+
+@pytest.mark.parametrize(
+    ("screens", "expected"),
+    [
+        # epoch 1 past a third of its count: a bar over the run is not there before
+        # epoch 2, so the bars are the epochs' own, and epoch 2 at 8 of 16 (where one
+        # over the run is in its second epoch, and past the step read) is step 16 + 8
+        (((1, 6, 16), (2, 8, 16)), [(0, 6, 48), (1, 24, 48)]),
+        # epoch 1's bar at its end: one over the run ends only with the last epoch
+        (((1, 16, 16), (2, 8, 16)), [(1, 16, 48), (1, 24, 48)]),
+        # epoch 2 restarted at 0: the count goes back where one over the run grows
+        (((2, 0, 16), (2, 8, 16)), [(1, 16, 48), (1, 24, 48)]),
+    ],
+)
+def test_epoch_bars_shown_to_count_one_epoch_are_read_so_for_good(
+    screens: tuple[tuple[int, int, int], ...], expected: list[tuple[int, int, int]]
+) -> None:
+    """Once a screen of ``Epoch k/N`` bars over a count lies outside the k-th N-th of
+    it, they are bars of one epoch each: their later screens inside it are too."""
+    history = _fold_lines(_epoch_screens(*screens))
+    assert [(p.epoch, p.step, p.steps) for p in history] == expected
+
+
+def test_an_epoch_bar_first_seen_in_its_share_of_the_count_never_takes_the_step_back():
+    """First seen at ``Epoch 2/3`` 8 of 16 (a log read from its middle), the bar is
+    read as one over the run (step 8 of 16) until a screen outside its second third
+    shows it is the epoch's own: the plan moves to 48 and the step forward, to 28."""
+    history = _fold_lines(_epoch_screens((2, 8, 16), (2, 12, 16)))
+    assert [(p.epoch, p.step, p.steps) for p in history] == [(1, 8, 16), (1, 28, 48)]
+
+
+def test_an_epoch_bar_read_over_the_run_would_take_the_stored_step_back_is_not():
+    """A reader that lost what the earlier screens showed (the log's start rotated away
+    before an exporter restart) sees ``Epoch 2/3`` at 8 of 16 while the stored run is
+    at step 20 of 48: read as one bar over the run, the step went back to 8."""
+    previous = advance(
+        None,
+        Report(epoch=1, epochs=3, step=20, steps=48),
+        namespace="n",
+        pod="p",
+        container="c",
+        source="log",
+        now=NOW,
+    )
+    match = parse_line(_epoch_screens((2, 8, 16))[0])
+    assert match is not None
+    _, report = fold(LogState(), previous, match)
+    assert report is not None and (report.epoch, report.step, report.steps) == (1, 24, 48)
+
+
+def test_an_epoch_bar_drawn_after_a_cleared_bar_is_the_epochs_own():
+    """``Epoch 2/3`` at 8 of 16 drawn after a bar at position 0 was cleared on its line
+    (``leave=False``'s close: the collector's ``per_epoch_shown``) is a new bar, so one
+    of the epoch: it restarted where one bar over the run goes on."""
+    lines = _epoch_screens((1, 4, 16), (2, 8, 16), (2, 9, 16))
+    state, history = LogState(), []
+    for i, line in enumerate(lines):
+        match = parse_line(line)
+        assert match is not None
+        state, report = fold(state, None, replace(match, per_epoch_shown=i == 1))
+        assert report is not None
+        history.append((report.epoch, report.step, report.steps))
+    assert history == [(0, 4, 48), (1, 24, 48), (1, 25, 48)]
+
+
+@pytest.mark.parametrize(
+    ("first", "shows"),
+    [
+        ((2, 0, 16), True),  # the bar started in epoch 2: the epoch's own
+        ((1, 16, 16), True),  # epoch 1's bar at its end
+        ((2, 6, 16), False),  # where one bar over the run is in epoch 2
+        ((1, 4, 16), False),
+        ((2, 0, 32), False),  # another count: another loop's bar
+    ],
+)
+def test_the_first_screen_of_a_record_shows_epoch_bars(
+    first: tuple[int, int, int], shows: bool
+) -> None:
+    """The earliest screen a record shows of ``Epoch k/3`` bars (``first_screen``), read
+    with its last (``Epoch 2/3`` at 8 of 16), tells they count one epoch each when it is
+    outside its epoch's share of the same count."""
+    earlier, last = _epoch_screens(first, (2, 8, 16))
+    message = "\r" + earlier + "\r" + last
+    match = parse_line(last)
+    assert match is not None and first_screen(message) == earlier
+    assert shows_epoch_bars(parse_line(first_screen(message)), match) is shows
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("Epoch 1/3: 15/15\r          \r\rEpoch 2/3: 0/15", (True, False)),
+        ("Epoch 1/3: 15/15\r          ", (False, True)),
+        ("Epoch 1/3: 15/15\r          \r", (False, True)),
+        ("          ", (False, True)),
+        ("", (False, False)),
+        ("Epoch 1/3: 14/15   \rEpoch 1/3: 15/15  ", (False, False)),
+        ("Epoch 1/3: 15/15\r   \x1b[A\rEpoch 1/3: 15/15", (False, False)),
+    ],
+)
+def test_cleared_screens(message: str, expected: tuple[bool, bool]) -> None:
+    """A screen of spaces alone (tqdm's clear of a bar at position 0) before or after
+    a line's last screen with text; a bar's padding and a nested bar's clear (its
+    cursor-up) are none."""
+    assert cleared_screens(message) == expected
+
+
 def test_an_epoch_bar_over_another_count_before_the_epochs_end_is_not_read():
     """A bar with the epoch's own description over another count while the epoch's
-    bar is not at its end is another loop's (an inner one named like it)."""
+    bar is not at its end is another loop's (an inner one named like it). (Epoch 1's
+    bar at its end first: alone, epoch 2 at 8 of 16 is where one bar over the run may
+    be, see test_an_epoch_bar_first_seen_in_its_share_of_the_count_...)"""
     history = _fold_lines(
         [
+            "Epoch 1/3: 100%|██████████| 16/16 [00:02<00:00, 8.0it/s]",
             "Epoch 2/3:  50%|█████     | 8/16 [00:01<00:01, 8.0it/s]",
             "Epoch 2/3:  25%|██▌       | 1/4 [00:00<00:01, 8.0it/s]",
             "Epoch 2/3: 100%|██████████| 16/16 [00:02<00:00, 8.0it/s]",
         ]
     )
-    assert [(p.epoch, p.step) for p in history] == [(1, 24), (2, 32)]
+    assert [(p.epoch, p.step) for p in history] == [(1, 16), (1, 24), (2, 32)]
 
 
 def _tqdm_screen(desc: str, n: int, total: int) -> str:

@@ -188,7 +188,9 @@ def test_a_line_split_by_a_rotation_is_held_to_the_segment_bound(root, head):
 def test_a_new_file_waits_until_its_rotated_predecessor_is_read_to_its_end(root):
     """The rotated file holds more than a poll reads of it (``max_bytes_per_file``):
     the new ``0.log`` is read only after it, so the line split by the rotation is
-    joined and the old file's epochs are applied before the new file's lines."""
+    joined and the old file's epochs are applied before the new file's lines. (The bar
+    is read from 11/16 on, past its epoch's share of its count: at 7/16 it could be one
+    bar over the run, docs/progress.md.)"""
     d = logdir(root)
     (d / "0.log").write_bytes(record(T0, b"F", b"loading data"))
     col = collector(root, max_bytes_per_file=256)
@@ -196,14 +198,14 @@ def test_a_new_file_waits_until_its_rotated_predecessor_is_read_to_its_end(root)
     epochs = b"".join(
         record(T0 + dt.timedelta(seconds=1), b"F", b"Epoch %d/3" % k, b"stdout") for k in (1, 2)
     )
-    line = epoch_bar_at(8)
+    line = epoch_bar_at(12)
     cut = line.rindex(b"%|") + 2
     rotate_inside_a_line(d, line[-300:cut], line[cut:], before=epochs)
     for _ in range(8):
         col.poll()
     (p,) = col.store.snapshot()
-    assert (p.epoch, p.epochs, p.step, p.steps) == (1, 3, 24, 48)
-    assert col.counts()["matched"] == 4  # Epoch 1/3, Epoch 2/3, 7/16, 8/16
+    assert (p.epoch, p.epochs, p.step, p.steps) == (1, 3, 28, 48)
+    assert col.counts()["matched"] == 4  # Epoch 1/3, Epoch 2/3, 11/16, 12/16
 
 
 def test_a_rotated_file_that_cannot_be_read_does_not_hold_up_the_new_one(root, monkeypatch):

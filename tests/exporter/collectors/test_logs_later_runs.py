@@ -120,10 +120,6 @@ def test_nested_epoch_and_iteration_bars_show_the_epochs(root) -> None:
     assert rows[-1][3:] == (3, 3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: one bar over the run with Epoch k/N set as each epoch starts is read as per-epoch bars (steps k x count)",
-)
 def test_one_bar_over_all_steps_with_the_epoch_in_its_description(root) -> None:
     """Real tqdm: ``tqdm(total=48)`` and ``set_description(f"Epoch {e}/3")`` as each
     epoch of 16 steps starts (accelerate- and diffusers-style loops)."""
@@ -142,10 +138,22 @@ def test_one_bar_over_all_steps_with_the_epoch_in_its_description(root) -> None:
     assert rows[-1][1:] == (3, 3, 48, 48)
 
 
+def test_epoch_bars_that_clear_themselves_are_the_epochs_in_records_of_any_size(root) -> None:
+    """Real tqdm: a bar per epoch of 150 steps with ``leave=False`` (one ``\\r`` line),
+    in records of 300 bytes: the clear between two bars may end one record and the next
+    bar start the next; each bar after it is still the epoch's own."""
+    rows = _followed(root, "tqdm_epoch_bars_leave_false.stderr", "stderr")
+    assert len(run_ids(rows)) == 1
+    assert all(r[2:5:2] == (3, 450) for r in rows)
+    assert [r[3] for r in rows] == sorted(r[3] for r in rows)
+    assert rows[-1][1:] == (3, 3, 450, 450)
+
+
 @pytest.mark.parametrize(
     ("name", "stream"),
     [
-        ("tqdm_global_epoch_desc.stderr", "stderr"),  # bar_over_run
+        ("tqdm_global_epoch_desc.stderr", "stderr"),  # per_epoch_bars, one bar over the run
+        ("tqdm_epoch_bars_leave_false.stderr", "stderr"),  # the clear between two bars
         ("hf_train_twice.stderr", "stderr"),  # run_bar_total, a bar seen only at its end
         ("torch_then_bare.stderr", "stderr"),  # epoch_bars ended by the last epoch
         ("tqdm_nested_epochs.stderr", "stderr"),  # an inner bar's close at position 0

@@ -305,11 +305,6 @@ def test_hf_evaluate_after_early_stopping_with_both_streams_starts_no_run(
     assert rows[-1][3:] == (8, 24)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: one bar over the run with Epoch k/N set as each epoch "
-    "starts is read as per-epoch bars (step k x count: 1800 planned, not 600)",
-)
 def test_one_bar_over_the_run_under_containerd_never_goes_back(root: Path) -> None:
     """Real tqdm, one bar over 3 x 200 steps with ``Epoch k/3`` set as each epoch
     starts, as containerd writes it. The documented first-epoch plan (3 x 600) aside,
@@ -319,6 +314,42 @@ def test_one_bar_over_the_run_under_containerd_never_goes_back(root: Path) -> No
     steps = [r[3] for r in rows]
     assert all(a <= b for a, b in itertools.pairwise(steps))
     assert rows[-1][1:] == (3, 3, 600, 600)
+
+
+@pytest.mark.parametrize(
+    ("name", "steps"),
+    [("tqdm_global_epoch_desc.stderr", 48), ("tqdm_global_epoch_desc_long.stderr", 600)],
+)
+def test_one_bar_over_the_run_under_crio_is_the_runs_steps_from_its_second_epoch(
+    root: Path, name: str, steps: int
+) -> None:
+    """Real tqdm, one bar over 3 x 16 (3 x 200) steps with ``Epoch k/3`` set as each
+    epoch starts, every screen seen (CRI-O): the first epoch's screens plan 3 times the
+    bar's count (nothing tells them from an epoch's own bar), the screen redrawn with
+    ``Epoch 2/3`` at the first epoch's last step and every one after it the bar's."""
+    rows = _followed(root, name, "stderr", "crio")
+    assert len(run_ids(rows)) == 1
+    assert rows[0][1:] == (None, None, 0, steps)  # drawn once before set_description
+    first = [r for r in rows[1:] if r[1] == 0]
+    assert first and all(r[4] == 3 * steps and r[3] <= steps // 3 for r in first)
+    later = rows[1 + len(first) :]
+    assert later[0][1:] == (1, 3, steps // 3, steps)
+    assert all(r[4] == steps for r in later)
+    assert [r[3] for r in rows] == sorted(r[3] for r in rows)
+    assert rows[-1][1:] == (3, 3, steps, steps)
+
+
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
+def test_epoch_bars_that_clear_themselves_are_read_as_the_epochs(root: Path, runtime: str) -> None:
+    """Real tqdm: a bar per epoch of 150 steps with ``leave=False``, all on one ``\\r``
+    line as one bar over the run is. containerd's records show epoch 2 at 74/150 and
+    epoch 3 at 139/150, counts one bar over 3 x 150 steps could show: the clear before
+    each bar tells it is a new one, so the epoch's own."""
+    rows = _followed(root, "tqdm_epoch_bars_leave_false.stderr", "stderr", runtime)
+    assert len(run_ids(rows)) == 1
+    assert all(r[2:5:2] == (3, 450) for r in rows)
+    assert [r[3] for r in rows] == sorted(r[3] for r in rows)
+    assert rows[-1][1:] == (3, 3, 450, 450)
 
 
 @pytest.mark.xfail(
