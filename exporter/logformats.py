@@ -256,15 +256,31 @@ def first_screen(message: str) -> str:
     return message[start:] if end < 0 else message[start:end]
 
 
-def shows_epoch_bars(earlier: LogMatch | None, match: LogMatch) -> bool:
-    """Whether ``earlier``, a screen drawn before ``match`` on the same line (the first
-    of its record), shows that ``match``'s ``Epoch k/N`` bars count one epoch each: a
-    tqdm bar of those N epochs over the same count outside its epoch's share of it
-    (``_in_epoch_share``; ``Epoch 2/3`` at 0 of 16: the bar started in epoch 2). Pure.
+def shows_epoch_bars(message: str, match: LogMatch, max_screen_chars: int) -> bool:
+    """Whether the first screen of ``message`` (a record whose last screen ``match`` was
+    read from) shows that ``match``'s ``Epoch k/N`` bars count one epoch each: a tqdm
+    bar of those N epochs over the same count outside its epoch's share of it
+    (``_in_epoch_share``; ``Epoch 2/3`` at 0 of 16: the bar started in epoch 2). Parsed
+    (up to ``max_screen_chars``) only for a screen of epoch 2 or later inside its share,
+    the one whose reading this can change. Pure.
 
     Why: a runtime writing 16 KiB records shows one screen of each (the last), so the
     first screen read of a log begun mid-run (a record of a bar's line) may be where one
     bar over the run is; the record's first screen may still show the bar's restart."""
+    if (
+        match.kind != "tqdm"
+        or match.epochs is None
+        or match.bar is None
+        or match.epoch_current is None
+        or match.epoch_current < 2
+        or "\r" not in message
+        or not _in_epoch_share(match)
+    ):
+        return False
+    screen = first_screen(message)
+    if len(screen) > max_screen_chars:
+        return False
+    earlier = parse_line(visible(screen))
     return (
         earlier is not None
         and earlier.kind == "tqdm"

@@ -90,11 +90,9 @@ from gpu_eta.exporter.config import DEFAULT_DOCKER_CONTAINERS
 from gpu_eta.exporter.logformats import (
     _ANSI,
     MARKER,
-    LogMatch,
     LogState,
     at_exit,
     cleared_screens,
-    first_screen,
     fold,
     last_segment,
     parse_line,
@@ -1115,7 +1113,7 @@ class LogProgressCollector:
         if (
             match.kind == "tqdm"
             and match.bar_is_epoch
-            and (cleared or self._first_screen_shows_epoch_bars(message, match))
+            and (cleared or shows_epoch_bars(message, match, self.max_segment_bytes))
         ):
             match = replace(match, per_epoch_shown=True)
         ns, pod, container = key
@@ -1156,18 +1154,6 @@ class LogProgressCollector:
                 self._note_held_end(key, progress, state)
         counts[done] = counts.get(done, 0) + 1
 
-    def _first_screen_shows_epoch_bars(self, message: str, match: LogMatch) -> bool:
-        """Whether the first screen of the record ``match`` was read from shows its
-        ``Epoch k/N`` bars count one epoch each (``logformats.shows_epoch_bars``): parsed
-        only for a screen of epoch 2 or later (the one reading it can change), within
-        the segment bound."""
-        if "\r" not in message or match.epoch_current is None or match.epoch_current < 2:
-            return False
-        earlier = first_screen(message)
-        if len(earlier) > self.max_segment_bytes:
-            return False
-        return shows_epoch_bars(parse_line(visible(earlier)), match)
-
     def _note_held_end(
         self, key: tuple[str, str, str], progress: Progress, state: LogState
     ) -> None:
@@ -1192,7 +1178,10 @@ def _cleared_before(
     screen read before it from an earlier record of the line (``_Follower.cleared``,
     kept until the next screen with text, forgotten at the line's end: the clear of
     ``tqdm.write`` is followed by its message and a newline)."""
-    before, after = cleared_screens(message)
+    if "\r" in message or follower.cleared:
+        before, after = cleared_screens(message)
+    else:  # a line's only screen, no clear pending (most lines): nothing to look for
+        before = after = False
     if segment.strip():
         before = before or stream in follower.cleared
         follower.cleared.discard(stream)
