@@ -339,6 +339,32 @@ def test_one_bar_over_the_run_under_crio_is_the_runs_steps_from_its_second_epoch
     assert rows[-1][1:] == (3, 3, steps, steps)
 
 
+def _one_bar_over_the_run_with_writes() -> bytes:
+    """Real tqdm: one bar over 3 x 16 steps, ``Epoch k/3`` set as each epoch starts, and
+    ``tqdm.write`` of the epoch's loss at its end (it clears the bar, writes its line and
+    draws the bar again below it)."""
+    buf = io.StringIO()
+    bar = tqdm(total=3 * 16, file=buf, mininterval=0)
+    for epoch in range(3):
+        bar.set_description(f"Epoch {epoch + 1}/3")
+        for _ in range(16):
+            bar.update(1)
+        tqdm.write(f"epoch {epoch + 1} loss 0.5", file=buf)
+    bar.close()
+    return buf.getvalue().encode()
+
+
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
+def test_one_bar_over_the_run_with_tqdm_write_is_the_runs_steps(root: Path, runtime: str) -> None:
+    """``tqdm.write``'s clear is no bar's close: its message and newline follow it, so
+    the bar drawn again on the next line goes on as one bar over the run."""
+    rows = _followed(root, "", "stderr", runtime, _one_bar_over_the_run_with_writes())
+    assert len(run_ids(rows)) == 1
+    assert [r[3] for r in rows] == sorted(r[3] for r in rows)
+    assert all(r[4] == 48 for r in rows if r[1] is not None and r[1] >= 1)
+    assert rows[-1][1:] == (3, 3, 48, 48)
+
+
 @pytest.mark.parametrize("runtime", ["containerd", "crio"])
 def test_epoch_bars_that_clear_themselves_are_read_as_the_epochs(root: Path, runtime: str) -> None:
     """Real tqdm: a bar per epoch of 150 steps with ``leave=False``, all on one ``\\r``
