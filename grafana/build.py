@@ -151,6 +151,33 @@ LONGEST_HELD = (
 )
 
 
+# A forecaster's estimates (run completions, GPU free times, queued pods' and new
+# requests' starts) are shown only while it is live: not once it reports its last cycle
+# failed (gpu_eta_forecaster_stale 1: it serves an earlier cycle's set) nor once its last
+# good cycle ended more than FORECASTER_STALE_SECONDS ago (a CronJob that stopped leaves
+# its last push in the Pushgateway, stale 0 included, for ever). Judged target by target,
+# as GpuEtaForecasterStale, gpu-eta top and the JupyterHub hook judge it
+# (forecaster/spawner_profiles.py's QUERY): a live forecaster beside a stale one is still
+# read. Forecasters pushed to one Pushgateway scraped without honor_labels differ only by
+# exported_job (and exported_instance); absent labels match as empty on both sides.
+# Without it a stopped CronJob's request start 3 h in the past hid the live one's, its
+# long-started pods stayed queued, and its later completion won every ``max``.
+# The rules' forecaster_stale_seconds, copied (tests/ops/test_dashboards.py holds them
+# equal): the dashboards work without the rules.
+FORECASTER_STALE_SECONDS = 900
+SAME_FORECASTER = "on (job, instance, exported_job, exported_instance)"
+
+
+def live(selector: str) -> str:
+    """``selector``'s series (a forecaster's estimate) of live forecasters only, before
+    any aggregation drops the job and instance they are matched on."""
+    return (
+        f"({selector} unless {SAME_FORECASTER} (gpu_eta_forecaster_stale == 1)"
+        f" unless {SAME_FORECASTER} (time() - gpu_eta_forecaster_last_success_timestamp_seconds"
+        f" > {FORECASTER_STALE_SECONDS}))"
+    )
+
+
 def free_at(quantile: str) -> str:
     """When each held device is predicted free (unix seconds) at ``quantile`` (``"0.5"``),
     labelled ``device`` (its GPU index, ``"<gpu> MIG <GPU_I_ID>"`` for a MIG instance).
@@ -163,16 +190,18 @@ def free_at(quantile: str) -> str:
     forecaster requires of a GPU; an instance no pod holds is free now and not listed.
     Each device once however many scrapes bring it.
     """
-    completion = f'gpu_eta_job_predicted_completion_timestamp_seconds{{quantile="{quantile}"}}'
+    completion = live(
+        f'gpu_eta_job_predicted_completion_timestamp_seconds{{quantile="{quantile}"}}'
+    )
+    free = live(f'gpu_eta_gpu_predicted_free_timestamp_seconds{{{NODE}, quantile="{quantile}"}}')
     mig_held = f'gpu_eta_pod_gpu_allocated{{{NODE}, GPU_I_ID!=""}}'
     whole = (
-        "max by (node, gpu, UUID) (gpu_eta_gpu_predicted_free_timestamp_seconds"
-        f'{{{NODE}, quantile="{quantile}"}}) '
+        f"max by (node, gpu, UUID) {free} "
         f'unless on (node, gpu, UUID) gpu_eta_gpu_info{{{NODE}, GPU_I_ID!=""}}'
     )
     instances = (
         f"max by ({DEVICE}) (max by ({DEVICE}, namespace, pod) ({mig_held}) "
-        f"* on (namespace, pod) group_left () max by (namespace, pod) ({completion})) "
+        f"* on (namespace, pod) group_left () max by (namespace, pod) {completion}) "
         f"unless on ({DEVICE}) ({mig_held} unless on (namespace, pod) {completion})"
     )
     return (
@@ -421,6 +450,33 @@ def finish(board: dash.Dashboard, panels: Sequence) -> dict:
 # ---------------------------------------------------------------- dashboards
 
 
+# The queue table's description: every status the forecaster publishes
+# (forecaster/queue_replay.py's STATUSES) and what a row without one means. A pod
+# without a prediction has no series of its own (pods past --pending.max-pods are only
+# counted), so the table cannot name its reason: the description does.
+QUEUE_DESCRIPTION = (
+    "Pods waiting for GPUs (kube-state-metrics) and when the forecaster's replay of the "
+    "queue starts them, P10 / P50 / P90 (docs/pending.md), from forecasters that are not "
+    "stale. status predicted: the replay's start. scheduled: bound to a node, containers "
+    "starting. never_fits: the pod asks more units, or a GPU type, than any node it may "
+    "use (of its type, with taints it tolerates) has. no_schedulable_node: it fits only "
+    "nodes that take no new pod now: cordoned, not Ready, under a pressure taint it does "
+    "not tolerate (memory, disk, PID...), being removed by an autoscaler, or with their "
+    "device plugin away (GPUs 0 allocatable). beyond_horizon: no start within "
+    "--pending.horizon (7 days by default). blocked_elsewhere: it has fit free GPUs for 5 "
+    "minutes and is still not bound, so it waits for something else (a PVC, CPU, "
+    "memory); a start only where the replay gives it one on the other nodes. gated: its "
+    "scheduling gates hold it (Kueue's admission, kube-state-metrics 2.19+), no start. "
+    "A row with a wait and no status or start: no prediction for that pod, because it is "
+    "past --pending.max-pods (counted as pending_skipped), its kube-state-metrics series "
+    "are unusable (pending_rejected; both in Forecaster quality's 'Job errors by reason', "
+    "and the forecaster's 'GPU queue:' log line names the reasons), it was created after "
+    "the forecaster's last cycle, or no live forecaster predicts the queue (stale, or "
+    "run with --no-pending). A row with a status and no wait: kube-state-metrics no "
+    "longer shows the pod Pending (it started after that cycle)."
+)
+
+
 def cluster_overview() -> dict:
     board = (
         base(
@@ -511,8 +567,10 @@ def cluster_overview() -> dict:
             *per_quantile(
                 lambda qv: (
                     "max by (namespace, pod, container, run_id) "
-                    "(gpu_eta_job_predicted_completion_timestamp_seconds"
-                    f'{{{NS}, quantile="{qv}"}}) * 1000 {RUNNING_RUNS}'
+                    + live(
+                        f'gpu_eta_job_predicted_completion_timestamp_seconds{{{NS}, quantile="{qv}"}}'
+                    )
+                    + f" * 1000 {RUNNING_RUNS}"
                 ),
                 refs="BCD",
             ),
@@ -520,8 +578,10 @@ def cluster_overview() -> dict:
                 # from the completion time, not the published remaining seconds: those are
                 # as of the forecaster's last cycle (up to 5 min old under the CronJob)
                 "clamp_min(max by (namespace, pod, container, run_id) "
-                "(gpu_eta_job_predicted_completion_timestamp_seconds"
-                f'{{{NS}, quantile="0.5"}}) - time(), 0) {RUNNING_RUNS}',
+                + live(
+                    f'gpu_eta_job_predicted_completion_timestamp_seconds{{{NS}, quantile="0.5"}}'
+                )
+                + f" - time(), 0) {RUNNING_RUNS}",
                 ref="E",
                 instant=True,
             ),
@@ -555,16 +615,14 @@ def cluster_overview() -> dict:
     queue = rename(
         tbl(
             "Queue: predicted starts",
-            "Pods waiting for GPUs (kube-state-metrics) and when the forecaster's replay of "
-            "the queue starts them, P10 / P50 / P90 (docs/pending.md). status never_fits: "
-            "the pod asks more GPUs, or a GPU type, than any node whose taints it tolerates has; "
-            "no_schedulable_node: "
-            "it fits only nodes that are cordoned or not Ready; beyond_horizon: no start "
-            "within the horizon (GPUs held by pods without a forecast).",
+            QUEUE_DESCRIPTION,
             *per_quantile(
                 lambda qv: (
-                    "max by (namespace, pod) (gpu_eta_pod_predicted_start_timestamp_seconds"
-                    f'{{{NS}, quantile="{qv}"}}) * 1000'
+                    "max by (namespace, pod) "
+                    + live(
+                        f'gpu_eta_pod_predicted_start_timestamp_seconds{{{NS}, quantile="{qv}"}}'
+                    )
+                    + " * 1000"
                 )
             ),
             # pending pods with a GPU request of 1 or more (a container's or an init
@@ -582,7 +640,8 @@ def cluster_overview() -> dict:
                 instant=True,
             ),
             q(
-                f"max by (namespace, pod, gpus, status) (gpu_eta_pod_start_prediction_info{{{NS}}})",
+                "max by (namespace, pod, gpus, status) "
+                + live(f"gpu_eta_pod_start_prediction_info{{{NS}}}"),
                 ref="E",
                 instant=True,
             ),
@@ -601,8 +660,8 @@ def cluster_overview() -> dict:
             *per_quantile(
                 lambda qv: (
                     "min by (model, resource, gpus) "
-                    "(gpu_eta_request_predicted_start_timestamp_seconds"
-                    f'{{quantile="{qv}"}}) * 1000'
+                    + live(f'gpu_eta_request_predicted_start_timestamp_seconds{{quantile="{qv}"}}')
+                    + " * 1000"
                 )
             ),
         ),
@@ -726,6 +785,13 @@ def training_job() -> dict:
             )
         )
     )
+
+    def run_completion(quantile: str) -> str:
+        """$pod's runs' predicted completion at ``quantile``, from live forecasters."""
+        return live(
+            f'gpu_eta_job_predicted_completion_timestamp_seconds{{{JOB}, quantile="{quantile}"}}'
+        )
+
     band_desc = (
         "How the forecaster's P10 / P50 / P90 completion time evolved. The shaded band is "
         "the calibrated 80 % interval; a band that narrows as the run progresses is healthy."
@@ -736,7 +802,7 @@ def training_job() -> dict:
         "dateTimeAsIso",
         *[
             q(
-                f'max(gpu_eta_job_predicted_completion_timestamp_seconds{{{JOB}, quantile="{qv}"}}) * 1000',
+                f"max{run_completion(qv)} * 1000",
                 f"P{name}",
                 ref,
             )
@@ -752,7 +818,7 @@ def training_job() -> dict:
             q(
                 # not gpu_eta_job_predicted_remaining_seconds: that is as of the forecaster's
                 # last cycle, flat between cycles (5 min under the CronJob)
-                f'clamp_min(max(gpu_eta_job_predicted_completion_timestamp_seconds{{{JOB}, quantile="{qv}"}}) - time(), 0)',
+                f"clamp_min(max{run_completion(qv)} - time(), 0)",
                 f"P{name}",
                 ref,
             )
@@ -773,7 +839,7 @@ def training_job() -> dict:
             "ETA (P50)",
             "Median predicted completion.",
             "dateTimeFromNow",
-            f'max(gpu_eta_job_predicted_completion_timestamp_seconds{{{JOB}, quantile="0.5"}}) * 1000',
+            f"max{run_completion('0.5')} * 1000",
             no_value="no forecast",
             now=False,
         ),

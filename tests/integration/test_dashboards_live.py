@@ -31,8 +31,8 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,16 +161,22 @@ def client(url: str) -> PromClient:
     return PromClient(url, timeout_seconds=30.0)
 
 
-@contextmanager
-def backfilled(tmp_path: Path, lines: list[str]) -> Iterator[PromClient]:
-    """A real Prometheus backfilled with ``lines`` (OpenMetrics samples, any order), and
-    a client of it, for the block."""
+def write_openmetrics(path: Path, lines: list[str]) -> Path:
+    """``lines`` (OpenMetrics samples, any order) as an OpenMetrics file at ``path``:
+    each family's samples together, each series' in time order."""
     lines = sorted(
         lines,
         key=lambda line: (line.split("{", 1)[0], line.split(" ", 1)[0], int(line.split()[-1])),
     )
-    data = tmp_path / "series.om"
-    data.write_text("\n".join(lines) + "\n# EOF\n")
+    path.write_text("\n".join(lines) + "\n# EOF\n")
+    return path
+
+
+@contextmanager
+def backfilled(tmp_path: Path, lines: list[str]) -> Iterator[PromClient]:
+    """A real Prometheus backfilled with ``lines`` (OpenMetrics samples, any order), and
+    a client of it, for the block."""
+    data = write_openmetrics(tmp_path / "series.om", lines)
     server = start_prometheus([], backfill_files=[data])
     prom = client(server.url)
     try:
@@ -1292,3 +1298,151 @@ def test_progress_stat_shows_the_latest_run_alone(tmp_path: Path) -> None:
     with backfilled(tmp_path, lines) as prom:
         shown = [s.points[-1][1] for s in prom.range(expr, end - 3600, end, 60)]
     assert shown == [0.25]
+
+
+# The forecaster's estimates every panel reading one must take from live forecasters only
+FORECAST_ESTIMATES = (
+    "gpu_eta_job_predicted_",
+    "gpu_eta_gpu_predicted_free_",
+    "gpu_eta_pod_predicted_start_",
+    "gpu_eta_pod_start_prediction_info",
+    "gpu_eta_request_predicted_start_",
+)
+# per (job, instance, exported_job) of a forecaster: its last good cycle as seconds
+# before each sample (None: the push's frozen stamp, 3 h before the window's end), its
+# stale flag, and how far ahead of the sample (frozen: of 3 h before the end) it puts a
+# start, a completion and a free time
+_LIVE = ("gpu-eta-forecaster", "10.0.0.1:9844", "")
+_FROZEN = ("gpu-eta-forecaster", "", "")  # a stopped CronJob's last push, honor_labels
+_FAILING = ("pushgateway", "pgw:9091", "gpu-eta-forecaster-b")  # pushed, no honor_labels
+_FORECASTERS = {
+    _LIVE: {"cycle_ago": 20, "stale": 0, "start": 5 * 3600, "end": 3600},
+    _FROZEN: {"cycle_ago": None, "stale": 0, "start": 60, "end": 13 * 3600},
+    _FAILING: {"cycle_ago": 600, "stale": 1, "start": 3600, "end": 9 * 3600},
+}
+
+
+def stale_forecaster_lines(end: int, forecasters: Iterable[tuple[str, str, str]]) -> list[str]:
+    """Half an hour ending at ``end`` of a small cluster (n1's GPU 0 held by ml/train-a,
+    m1's MIG instance 1 by ml/train-m, both running planned runs; ml/waiting pending for
+    one GPU) and of ``forecasters`` (keys of ``_FORECASTERS``), each publishing its own
+    estimates: the live one's a start 5 h ahead, completions 1 h ahead; the frozen one's
+    (a stopped CronJob's last push, stale 0) a start 60 s after its last cycle 3 h ago
+    and the pod ml/started-hours-ago, long started; the failing one's (stale 1)
+    others."""
+    frozen_at = end - 3 * 3600
+    lines = []
+    for t in range(end - 1800, end + 1, STEP):
+        ksm = 'job="ksm",namespace="ml",pod="waiting",uid="u-waiting"'
+        lines.append(f"kube_pod_created{{{ksm}}} {end - 7200} {t}")
+        lines.append(f'kube_pod_status_phase{{{ksm},phase="Pending"}} 1 {t}')
+        lines.append(
+            f'kube_pod_container_resource_requests{{{ksm},container="c",'
+            f'resource="nvidia_com_gpu",unit="integer"}} 1 {t}'
+        )
+        for node, uuid, mig, pod in (
+            ("n1", "GPU-n1-0", "", "train-a"),
+            ("m1", "GPU-m1", ',GPU_I_ID="1"', "train-m"),
+        ):
+            device = f'job="e",node="{node}",gpu="0",UUID="{uuid}"{mig}'
+            run = f'job="e",node="{node}",namespace="ml",pod="{pod}",container="c",run_id="r1"'
+            lines.append(f'gpu_eta_gpu_info{{{device},model="A100"}} 1 {t}')
+            lines.append(
+                f'gpu_eta_pod_gpu_allocated{{{device},namespace="ml",pod="{pod}",container="c"}} 1 {t}'
+            )
+            lines.append(f"gpu_eta_training_epoch{{{run}}} 10 {t}")
+            lines.append(f"gpu_eta_training_epochs_planned{{{run}}} 40 {t}")
+        for key in forecasters:
+            job, instance, exported = key
+            f = _FORECASTERS[key]
+            src = f'job="{job}"' + (f',instance="{instance}"' if instance else "")
+            src += f',exported_job="{exported}"' if exported else ""
+            now = frozen_at if f["cycle_ago"] is None else t
+            cycle = frozen_at if f["cycle_ago"] is None else t - f["cycle_ago"]
+            lines.append(f"gpu_eta_forecaster_last_success_timestamp_seconds{{{src}}} {cycle} {t}")
+            lines.append(f"gpu_eta_forecaster_stale{{{src}}} {f['stale']} {t}")
+            pods = ["waiting", "started-hours-ago"] if key == _FROZEN else ["waiting"]
+            status = "beyond_horizon" if key == _FAILING else "predicted"
+            for pod in pods:
+                info = f'{src},namespace="ml",pod="{pod}",resource="nvidia_com_gpu",gpus="1"'
+                lines.append(f'gpu_eta_pod_start_prediction_info{{{info},status="{status}"}} 1 {t}')
+            for quantile, k in (("0.1", 0.5), ("0.5", 1), ("0.9", 2)):
+                q_ = f'quantile="{quantile}"'
+                start = now + f["start"] * k
+                request = f'{src},model="A100",resource="nvidia_com_gpu",gpus="1",{q_}'
+                lines.append(
+                    f"gpu_eta_request_predicted_start_timestamp_seconds{{{request}}} {start} {t}"
+                )
+                for pod in pods:
+                    who = f'{src},namespace="ml",pod="{pod}",{q_}'
+                    lines.append(
+                        f"gpu_eta_pod_predicted_start_timestamp_seconds{{{who}}} {start} {t}"
+                    )
+                done = now + f["end"] * k
+                for pod in ("train-a", "train-m"):
+                    run = f'{src},namespace="ml",pod="{pod}",container="c",run_id="r1",{q_}'
+                    lines.append(
+                        f"gpu_eta_job_predicted_completion_timestamp_seconds{{{run}}} {done} {t}"
+                    )
+                    lines.append(
+                        f"gpu_eta_job_predicted_remaining_seconds{{{run}}} {done - now} {t}"
+                    )
+                gpu = f'{src},node="n1",gpu="0",UUID="GPU-n1-0",{q_}'
+                lines.append(f"gpu_eta_gpu_predicted_free_timestamp_seconds{{{gpu}}} {done} {t}")
+    return lines
+
+
+def forecast_panels_shown(stack: PromAt) -> dict[tuple[str, str, str], list]:
+    """What every target reading a forecaster's estimate (``FORECAST_ESTIMATES``) shows:
+    its series now and over the last half hour, by (file, panel title, refId)."""
+    values = {
+        "cluster-overview.json": {"node": ".*", "namespace": ".*"},
+        "training-job.json": {"namespace": "ml", "pod": "train-a"},
+    }
+    shown = {}
+    for path in FILES:
+        for panel, target in _targets(json.loads(path.read_text())):
+            if not any(needle in target["expr"] for needle in FORECAST_ESTIMATES):
+                continue
+            assert path.name in values, f"{path.name} {panel['title']} reads a forecast"
+            expr = interpolate(target["expr"], values[path.name])
+            now = sorted((sorted(s.labels.items()), s.value) for s in stack.instant(expr))
+            over = sorted(
+                (sorted(s.labels.items()), s.points)
+                for s in stack.client.range(expr, stack.at - 1800, stack.at, 60)
+            )
+            shown[path.name, panel["title"], target["refId"]] = [now, over]
+    return shown
+
+
+def check_live_forecasters_only(
+    tmp_path: Path, serve: Callable[[Path, list[str]], AbstractContextManager[PromClient]]
+) -> None:
+    """Every Cluster overview and Training job panel reading a forecaster's estimates, on
+    a server (``serve(directory, lines)``: a client of it holding ``lines``) holding a
+    live forecaster beside a frozen one (a stopped CronJob's last push, which the
+    Pushgateway keeps serving: last good cycle 3 h ago, stale 0) and a failing one
+    (stale 1), shows what it shows with the live one alone: the spawner hook's and
+    ``gpu-eta top``'s judgement of a stale forecaster (its last cycle failed, or its
+    last good one ended more than 15 min ago). Not a request's start 3 h in the past
+    where the live forecaster says 5 h ahead, not a pod the frozen push still lists that
+    started hours ago, not a run's or a GPU's end a stale forecaster put later."""
+    end = int(time.time()) // STEP * STEP - STEP
+    shown = {}
+    for case, forecasters in (("live", [_LIVE]), ("beside stale", list(_FORECASTERS))):
+        data = tmp_path / case.replace(" ", "_")
+        data.mkdir()
+        with serve(data, stale_forecaster_lines(end, forecasters)) as prom:
+            shown[case] = forecast_panels_shown(PromAt(prom, float(end)))
+    live, mixed = shown["live"], shown["beside stale"]
+    assert all(now for now, _ in live.values()), "every forecast panel shows the live one"
+    request = live["cluster-overview.json", "A new request now would start", "B"][0]
+    assert [value for _, value in request] == [(end + 5 * 3600) * 1000]
+    wrong = [key for key in live if mixed[key] != live[key]]
+    assert not wrong, "\n".join(f"{k}: {mixed[k][0]} (live alone: {live[k][0]})" for k in wrong)
+
+
+@pytest.mark.slow
+def test_forecast_panels_show_live_forecasters_only(tmp_path: Path) -> None:
+    """``check_live_forecasters_only`` on a real Prometheus (backfilled)."""
+    check_live_forecasters_only(tmp_path, backfilled)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,23 @@ def contract_victoria(tmp_path_factory) -> Iterator[live.PromAt]:
 
 def test_every_panel_returns_data(contract_victoria: live.PromAt) -> None:
     live.check_dashboards(contract_victoria, exempt=live.HOLDERS_UNKNOWN_TARGETS)
+
+
+@contextmanager
+def loaded(work: Path, lines: list[str]) -> Iterator[PromClient]:
+    """A VictoriaMetrics holding ``lines`` (OpenMetrics samples, any order), and a client
+    of it, for the block: ``live.backfilled``'s interface."""
+    vm = loaded_victoria(live.write_openmetrics(work / "series.om", lines), work)
+    client = live.client(vm.url)
+    try:
+        yield client
+    finally:
+        client.close()
+        vm.stop()
+
+
+def test_forecast_panels_show_live_forecasters_only(tmp_path: Path) -> None:
+    live.check_live_forecasters_only(tmp_path, loaded)
 
 
 def test_a_wrong_metric_name_is_caught(contract_victoria: live.PromAt) -> None:

@@ -1110,7 +1110,8 @@ def test_forecasts_elsewhere_list_each_run_once_however_the_forecaster_is_scrape
             if panel["title"] == "ETA (P50)"
             else {"A": 1200, "B": 2400, "C": 3600}[target["refId"]]
         )
-        value = end - 600 if "time()" in expr else end * 1000  # remaining s, or a date in ms
+        # remaining seconds, or a date in ms (every expr reads time(): the stale filter)
+        value = end - 600 if expr.startswith("clamp_min(") else end * 1000
         cases.append((expr, [{"labels": "{}", "value": value}]))
     assert len(cases) == 11 + 7, "a Training job panel reading the forecaster was missed"
     _promtool_eval(tmp_path, series, cases)
@@ -1232,3 +1233,38 @@ def test_epoch_duration_counts_the_epochs_since_the_runs_start(tmp_path: Path) -
         for pod in ("fresh", "resumed", "curl")
     ]
     _promtool_eval(tmp_path, series, [(expr, expected)])
+
+
+# a forecaster's estimates, which the dashboards read from live forecasters only
+_ESTIMATE = re.compile(
+    r"gpu_eta_(?:job_predicted_|gpu_predicted_free_|pod_predicted_start_|"
+    r"pod_start_prediction_info|request_predicted_start_)\w*\{[^}]*\}"
+)
+
+
+def test_forecast_estimates_are_read_from_live_forecasters_only() -> None:
+    """Every selector of a forecaster's estimate on a dashboard is followed by the
+    JupyterHub hook's own filter of stale forecasters (its QUERY after the selector:
+    ``gpu_eta_forecaster_stale == 1``, or a last good cycle older than the rules'
+    forecaster_stale_seconds, target by target), so the dashboards, the hook, ``top``
+    and GpuEtaForecasterStale judge a forecaster alike. What the filter does is
+    tests/integration/test_dashboards_live.py's
+    test_forecast_panels_show_live_forecasters_only."""
+    from gpu_eta.forecaster import spawner_profiles
+
+    rules = (ROOT / "rules" / "gpu-eta.rules.yaml").read_text()
+    (limit,) = re.findall(r"> (\d+)\s+# THRESHOLD forecaster_stale_seconds", rules)
+    selector = f'{spawner_profiles.METRIC}{{quantile="0.5"}}'
+    assert spawner_profiles.QUERY.startswith(selector)
+    suffix = spawner_profiles.QUERY[len(selector) :]
+    assert suffix.endswith(f" > {limit})")
+    unfiltered = []
+    read = 0
+    for path in FILES:
+        for panel, target in _targets(_load(path)):
+            for found in _ESTIMATE.finditer(target["expr"]):
+                read += 1
+                if not target["expr"][found.end() :].startswith(suffix):
+                    unfiltered.append(f"{path.name} {panel['title']} [{target['refId']}]")
+    assert read >= 20, "the dashboards' forecast panels were not found"
+    assert not unfiltered, "\n".join(unfiltered)
