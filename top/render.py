@@ -211,7 +211,9 @@ _PENDING_NOTES = {
     "scheduled": "starting (bound to a node)",
     "blocked_elsewhere": "fits free GPUs, not bound: waits for something else (PVC, CPU, memory)",
     "gated": "gated: waits for its queue's admission (scheduling gates, e.g. Kueue)",
-    NO_PREDICTION: "no prediction: see the forecaster's pending_rejected log line",
+    # no series says which: past --pending.max-pods (counted pending_skipped) or rejected
+    # (pending_rejected); the forecaster's "GPU queue:" WARNING names both
+    NO_PREDICTION: "no prediction: past --pending.max-pods or rejected (forecaster log 'GPU queue:')",
 }
 
 

@@ -1127,10 +1127,12 @@ def test_pending_section_lists_the_queue_soonest_first() -> None:
 
 def test_a_pending_gpu_pod_without_a_prediction_is_a_row_not_left_out() -> None:
     """KSM shows pending GPU pods the forecaster publishes nothing for (it rejected
-    them, ``pending_rejected`` in its log, or they are past ``--pending.max-pods``):
-    each is a row with its wait, status ``no_prediction`` and a note saying where to
-    look, after the predicted ones, in ``--json`` too. Before, the table said "no pod
-    waiting for GPUs" while two GPU pods waited."""
+    them, ``pending_rejected``, or they are past ``--pending.max-pods``, counted
+    ``pending_skipped``: no series tells which): each is a row with its wait, status
+    ``no_prediction`` and a note naming both reasons and the forecaster's log line that
+    counts them ("GPU queue: ..."), after the predicted ones, in ``--json`` too. Before,
+    the table said "no pod waiting for GPUs" while two GPU pods waited, and the note
+    sent a pod past the bound to a "pending_rejected log line" that does not name it."""
     pod = {"namespace": "ml"}
     created = [
         vec(NOW - 600, **pod, pod="nfd", uid="u2"),
@@ -1143,7 +1145,8 @@ def test_a_pending_gpu_pod_without_a_prediction_is_a_row_not_left_out() -> None:
     assert "no pod waiting for GPUs" not in text
     (row,) = [line for line in text.splitlines() if line.startswith("ml/nfd")]
     assert row.split()[1:3] == ["-", "10m00s"] and "no prediction" in row, row
-    assert "pending_rejected" in row
+    note = "no prediction: past --pending.max-pods or rejected (forecaster log 'GPU queue:')"
+    assert row.rstrip().endswith(f"  {note}"), row
     res = {
         "pending_info": parsed(
             [vec(1, **pod, pod="next", resource="nvidia_com_gpu", gpus="1", status="predicted")]
