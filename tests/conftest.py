@@ -100,6 +100,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
+# Tests whose cases are handed out one by one, not with their file's other tests: each
+# case is long, independent and starts no server a module shares (``--dist loadfile``
+# would run them all in one worker, one after another). The promtool unit tests, one
+# case per test group of tests/rules (tests/support/rule_tests.py): 190 s in two tests.
+SPREAD_TESTS = (
+    "tests/ops/test_rules.py::test_promtool_unit_tests_pass[",
+    "tests/ops/test_rules_prometheus3.py::test_promtool_unit_tests_pass_with_prometheus_3_windows[",
+)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` with each case of ``SPREAD_TESTS`` a work unit of its own;
+    every other test stays with its file. None (xdist's own) for another ``--dist``."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SpreadScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if nodeid.startswith(SPREAD_TESTS) else super()._split_scope(nodeid)
+
+    return SpreadScheduling(config, log)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     wrong = _installed_elsewhere()
     if wrong:

@@ -18,10 +18,13 @@ import yaml
 from gpu_eta.common.gpu_use import use_mean
 from gpu_eta.launch.prometheus import promtool
 from tests.support.records import inlined, instant_reads
+from tests.support.rule_tests import PROMTOOL_ENV, group_cases, one_group_file, split
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules" / "gpu-eta.rules.yaml"
 RULE_TESTS = sorted((ROOT / "tests" / "rules").glob("*.test.yaml"))
+# every group of every file above, each a test of its own (tests/support/rule_tests.py)
+RULE_GROUPS = group_cases(RULE_TESTS)
 ALERTS_DOC = ROOT / "docs" / "alerts.md"
 
 
@@ -40,10 +43,50 @@ def test_promtool_check_rules() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_promtool_unit_tests_pass() -> None:
-    assert RULE_TESTS, "no promtool test files in tests/rules"
-    proc = promtool("test", "rules", *map(str, RULE_TESTS))
+def group_id(case: tuple[Path, int]) -> str:
+    return f"{case[0].name}:{case[1]}"
+
+
+def run_group(case: tuple[Path, int], rules: Path, tmp_path: Path) -> None:
+    """promtool's unit test of one group (``case``) against the rules in the folder
+    ``rules``: the group written under its file's header to tmp_path/tests/rules/,
+    where the header's ``../../rules/`` finds ``rules`` (a link to it)."""
+    path, index = case
+    (tmp_path / "rules").symlink_to(rules, target_is_directory=True)
+    tests = tmp_path / "tests" / "rules"
+    tests.mkdir(parents=True)
+    (tests / path.name).write_text(one_group_file(path, index))
+    proc = promtool("test", "rules", str(tests / path.name), env=PROMTOOL_ENV)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_there_are_rule_tests() -> None:
+    assert RULE_TESTS, "no promtool test files in tests/rules"
+
+
+@pytest.mark.parametrize("case", RULE_GROUPS, ids=group_id)
+def test_promtool_unit_tests_pass(case: tuple[Path, int], tmp_path: Path) -> None:
+    run_group(case, RULES.parent, tmp_path)
+
+
+def test_split_writes_each_group_under_the_files_other_keys() -> None:
+    """A group reading an anchor another group set gets its value; the file's other
+    keys are in every part; data promtool's YAML would read otherwise is refused."""
+    text = (
+        "rule_files:\n  - r.yaml\nevaluation_interval: 1m\ntests:\n"
+        "  - interval: 1m\n    promql_expr_test:\n      - expr: &up up == 1\n"
+        "  # the second\n  - interval: 30s\n    promql_expr_test:\n      - expr: *up\n"
+    )
+    parts = [yaml.safe_load(part) for part in split(text)]
+    header = {"rule_files": ["r.yaml"], "evaluation_interval": "1m"}
+    assert parts == [
+        {**header, "tests": [{"interval": "1m", "promql_expr_test": [{"expr": "up == 1"}]}]},
+        {**header, "tests": [{"interval": "30s", "promql_expr_test": [{"expr": "up == 1"}]}]},
+    ]
+    with pytest.raises(ValueError, match="not plain YAML data"):
+        split(text.replace("interval: 30s", "interval: 2026-12-07"))
+    with pytest.raises(ValueError, match="no 'tests:'"):
+        split("rule_files: []\n")
 
 
 def test_rules_reading_a_record_now_evaluate_after_it_in_its_group() -> None:

@@ -1,14 +1,15 @@
 """The rule tests on Prometheus 3.x's range windows, emulated on the 2.42 promtool that
-runs here. A file of its own: with ``--dist loadfile`` it runs beside the 2.x
-``promtool test rules`` of test_rules.py, not after it."""
+runs here, one test a group of tests/rules as test_rules.py's (the suite's workers share
+them: tests/conftest.py, ``SPREAD_TESTS``)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from gpu_eta.launch.prometheus import promtool
-from tests.ops.test_rules import RULE_TESTS, RULES
+import pytest
+
+from tests.ops.test_rules import RULE_GROUPS, RULES, group_id, run_group
 
 # A range selector's duration in PromQL (``[5m]``, ``[1h30m]``, a subquery's ``[5m:1s]``)
 _RANGE = re.compile(r"\[((?:\d+(?:ms|s|m|h|d|w|y))+)(:[^\]]*)?\]")
@@ -34,18 +35,20 @@ def test_left_open_shortens_every_range() -> None:
     assert text == "rate(x[299999ms]) + max_over_time(y[5399999ms:1s]) + z[7199999ms] offset 5m"
 
 
-def test_promtool_unit_tests_pass_with_prometheus_3_windows(tmp_path: Path) -> None:
+def test_left_open_rules_shorten_many_ranges() -> None:
+    assert left_open(RULES.read_text())[1] >= 20
+
+
+@pytest.mark.parametrize("case", RULE_GROUPS, ids=group_id)
+def test_promtool_unit_tests_pass_with_prometheus_3_windows(
+    case: tuple[Path, int], tmp_path: Path
+) -> None:
     """The rule tests hold on Prometheus 3.x too (only 2.42 runs here): a fork of the
     rules tested with its own 3.x promtool must not fail on a sample our test put on
     a window's left edge, which 2.x counts and 3.x does not. Lookback's own left edge
-    is not emulated (no test evaluates exactly 5 minutes after a series' last sample)."""
-    text, n = left_open(RULES.read_text())
-    assert n >= 20, n
-    (tmp_path / "rules").mkdir()
-    (tmp_path / "rules" / RULES.name).write_text(text)
-    tests = tmp_path / "tests" / "rules"
-    tests.mkdir(parents=True)
-    for path in RULE_TESTS:
-        (tests / path.name).write_text(path.read_text())
-    proc = promtool("test", "rules", *(str(tests / p.name) for p in RULE_TESTS))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    is not emulated (no test evaluates exactly 5 minutes after a series' last sample).
+    Each group on its own, as test_rules.py's."""
+    rules = tmp_path / "left-open"
+    rules.mkdir()
+    (rules / RULES.name).write_text(left_open(RULES.read_text())[0])
+    run_group(case, rules, tmp_path)
