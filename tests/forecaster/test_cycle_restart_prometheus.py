@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import requests
 
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster.config import CycleSettings
@@ -52,10 +53,26 @@ class Notebook:
         left_out = set(self.series) - set(values) - {"last_report_timestamp_seconds"}
         self.series = {**values, "last_report_timestamp_seconds": report}
         for name, value in self.series.items():
-            self.prom.wait_for(f"abs(gpu_eta_training_{name}{{{_RUN}}} - {value!r}) < 0.01")
-            self.prom.wait_for(f"abs(gpu_eta_training_{name} - {value!r}) < 0.01")
+            self.wait_for(f"abs(gpu_eta_training_{name}{{{_RUN}}} - {value!r}) < 0.01")
+            self.wait_for(f"abs(gpu_eta_training_{name} - {value!r}) < 0.01")
         for name in left_out:
-            self.prom.wait_for(f"absent(gpu_eta_training_{name})")
+            self.wait_for(f"absent(gpu_eta_training_{name})")
+
+    def wait_for(self, expr: str, timeout: float = 30.0) -> None:
+        """Poll ``expr`` until the server answers it. VictoriaMetrics is asked to flush
+        its in-memory index between polls (``/internal/force_flush``): it keeps a
+        selector's empty answer until its next flush, so a series first scraped after
+        the polling began was answered about 10 s late, at once with the flush (the
+        cycle then reads what it would read 10 s on; docs/victoriametrics.md)."""
+        if not isinstance(self.prom, VictoriaServer):
+            self.prom.wait_for(expr, timeout)
+            return
+        deadline = time.monotonic() + timeout
+        while not self.prom.query(expr):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{expr!r}: no series after {timeout}s")
+            requests.get(f"{self.prom.url}/internal/force_flush", timeout=5).raise_for_status()
+            time.sleep(0.25)
 
     def exposition(self) -> bytes:
         lines = [f"gpu_eta_training_{name}{{{_RUN}}} {v!r}" for name, v in self.series.items()]
