@@ -223,13 +223,14 @@ def test_pods_that_end_during_a_slow_start_do_not_linger_in_prometheus(
     with `--warm-start 86400` Prometheus was first scraping ~70 s after the anchor, and
     pods that ended in between kept their backfilled last sample for Prometheus' 5
     minutes (23 pods in gpu_eta_pod_gpu_allocated, 21 on the exporters; ended pods
-    shown TRAINING holding GPUs). The history's and the warm-up's backfills made 25 s
-    slower each here: once Prometheus scrapes, no pod that ended before it shows as
-    holding a GPU."""
+    shown TRAINING holding GPUs). The warm-up's bulk backfill, the slow step after the
+    anchor (the history's is before it), made 40 s slower here, past a fixed 30 s
+    window: once Prometheus scrapes, no pod that ended before it shows as holding a GPU
+    (3 did with the window fixed at 30 s; 25 s on each backfill could not show it)."""
 
-    def slow(file: Path) -> None:  # a long history's and a long warm-up's promtool run
-        if file.name != "warm.om":  # the last 5 minutes: a small file
-            time.sleep(25)
+    def slow(file: Path) -> None:  # a long warm-up's promtool run
+        if file.name == "warm-older.om":  # the warm-up up to the lookback: its bulk
+            time.sleep(40)
 
     _before_each_backfill(monkeypatch, slow)
     config = _with_history(
