@@ -33,10 +33,12 @@ from gpu_eta.forecaster.queue_replay import (
     StartPrediction,
     Toleration,
     default_requests,
+    fits_somewhere,
     newest_by_name,
     nodes_fitting_now,
     queue_key,
     replay,
+    request_tolerations,
 )
 from gpu_eta.forecaster.runs import Run
 
@@ -122,6 +124,9 @@ class PendingSet:
     # ClusterQueue's: priority class names no --pending.priority-class gives a value →
     # pending pods of each (queued at 0)
     priorities_unknown: Mapping[str, int] = field(default_factory=dict)
+    # (resource, GPU type: "" for nodes of unknown type) → the largest request a node
+    # could hold (``largest_requests``), while pods are skipped too
+    largest_requests: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 def predict(
@@ -222,7 +227,56 @@ def predict(
         selectors_not_read=queue.selectors_not_read,
         created_missing=queue.created_missing,
         priorities_unknown=queue.priorities_unknown,
+        largest_requests=largest_requests(
+            queue.nodes, settings.request_tolerations, settings.one_replica_per_pod
+        ),
     )
+
+
+def largest_requests(
+    nodes: Sequence[Node],
+    tolerations: Sequence[Toleration] | None = None,
+    one_replica_per_pod: bool = False,
+) -> dict[tuple[str, str], int]:
+    """(resource, GPU type) → the most units a request made now could get on one node of
+    that type, with nothing else on it: 0 where every such node has a taint the request
+    does not tolerate (``request_tolerations``, ``tolerations`` the configured ones).
+    Nodes of unknown type are their own entry, type "". A node closed now (cordoned,
+    not Ready, its device plugin away, being removed) counts, as in ``replay``'s
+    ``never_fits``: a request only it holds waits for it (``no_schedulable_node``).
+
+    Why: a request size no node holds is simply not published
+    (``default_requests``), as is one whose prediction failed, so the spawner hook
+    showed "no estimate" for a profile that can never start (16 GPUs where nodes have
+    8, a type the cluster lacks) as for a Prometheus that is down. This says which."""
+    tolerated: dict[str, tuple[Toleration, ...]] = {}
+    out: dict[tuple[str, str], int] = {}
+    for node in nodes:
+        for resource, units in node.allocatable.items():
+            if units <= 0:
+                continue
+            if resource not in tolerated:
+                tolerated[resource] = request_tolerations(nodes, resource, tolerations)
+            most = _largest_on(node, resource, tolerated[resource], one_replica_per_pod)
+            key = (resource, node.product)
+            out[key] = max(out.get(key, 0), most)
+    return out
+
+
+def _largest_on(
+    node: Node, resource: str, tolerations: Sequence[Toleration], one_replica_per_pod: bool
+) -> int:
+    """The most units of ``resource`` a request (one container) could get on ``node``
+    alone, by the replay's own fit rule (``fits_somewhere``), searched by halves: a node
+    that holds n units holds fewer too (a pool holding n holds n - 1)."""
+    lo, hi = 0, node.allocatable.get(resource, 0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits_somewhere((node,), resource, node.product, mid, tolerations, one_replica_per_pod):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def capped(waiting: Sequence[PendingPod], max_pods: int) -> list[PendingPod]:

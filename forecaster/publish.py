@@ -207,9 +207,9 @@ class ServiceState:
 
 
 def publishable(fs: ForecastSet) -> tuple[ForecastSet, int]:
-    """``fs`` without the jobs, GPUs, pending pods and request rows that carry a label
-    value the exposition cannot encode, and how many were left out (``fs`` itself when
-    none).
+    """``fs`` without the jobs, GPUs, pending pods, requests and largest requests that
+    carry a label value the exposition cannot encode, and how many were left out (``fs``
+    itself when none).
 
     Why: label values come from Prometheus' JSON, where an escape such as ``"\\ud800"``
     decodes to a lone surrogate that UTF-8 cannot encode; the encoder then fails the
@@ -229,10 +229,18 @@ def publishable(fs: ForecastSet) -> tuple[ForecastSet, int]:
         requests = {
             r: pred for r, pred in pending.requests.items() if _encodable(r.product, r.resource)
         }
-        dropped = len(pending.pods) - len(pods) + len(pending.requests) - len(requests)
+        largest = {k: n for k, n in pending.largest_requests.items() if _encodable(*k)}
+        dropped = (
+            len(pending.pods)
+            - len(pods)
+            + len(pending.requests)
+            - len(requests)
+            + len(pending.largest_requests)
+            - len(largest)
+        )
         if dropped:
             bad += dropped
-            pending = replace(pending, pods=pods, requests=requests)
+            pending = replace(pending, pods=pods, requests=requests, largest_requests=largest)
     if not bad:
         return fs, 0
     return replace(fs, jobs=jobs, gpus=gpus, pending=pending), bad
@@ -575,7 +583,14 @@ def pending_families(pending: PendingSet | None) -> list[Metric]:
         "When a request for `gpus` units of `resource` on a `model` GPU made now would start (unix seconds), P10/P50/P90.",
         ["model", "resource", "gpus"],
     )
+    largest = GaugeMetricFamily(
+        "gpu_eta_request_max_gpus",
+        'The most units of `resource` a request made now could get on one `model` node (model "": of unknown type) with nothing else on it; 0 where every such node has a taint the request does not tolerate. Cordoned and not-Ready nodes count.',
+        labels=["model", "resource"],
+    )
     if pending is not None:
+        for (resource, product), units in sorted(pending.largest_requests.items()):
+            largest.add_metric([product, resource], float(units))
         for p in pending.pods:
             pred = p.prediction
             info.add_metric([p.namespace, p.pod, p.resource, str(p.units), pred.status], 1.0)
@@ -588,7 +603,7 @@ def pending_families(pending: PendingSet | None) -> list[Metric]:
             for q, ts in zip(QUANTILES, pred.starts or (), strict=False):
                 if math.isfinite(ts):
                     request.add_metric([r.product, r.resource, str(r.units)], _q(q), ts)
-    return [start, info, request]
+    return [start, info, request, largest]
 
 
 RELEASE_OBSERVATIONS = "gpu_eta_forecaster_release_observations"

@@ -551,6 +551,7 @@ def _forecaster_text() -> str:
                     "predicted", (now, now + 60, now + 120), 1.0
                 )
             },
+            largest_requests={("nvidia_com_gpu", "NVIDIA-A100"): 8},
         ),
     )
     state = ServiceState()

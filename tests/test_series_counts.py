@@ -206,3 +206,6 @@ def test_forecaster_series_per_run_gpu_pod_and_request(table: dict[str, list[int
         _forecaster_series(_forecaster_state(pending=PendingSet(requests=request))) - fixed
         == per_request
     )
+    (per_type,) = _row(table, "forecaster, per GPU type and resource", 1)
+    largest = PendingSet(largest_requests={("nvidia_com_gpu", "NVIDIA-A100"): 8})
+    assert _forecaster_series(_forecaster_state(pending=largest)) - fixed == per_type

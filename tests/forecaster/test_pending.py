@@ -23,6 +23,7 @@ from gpu_eta.forecaster.queue_replay import (
     Holder,
     Node,
     PendingPod,
+    Toleration,
 )
 
 G = "nvidia_com_gpu"
@@ -325,3 +326,66 @@ def test_a_completed_runs_followers_are_its_owners_pods_started_with_it() -> Non
     # rank 0 in neither read: nothing tells its owner or start
     master_only = {("ml", "ddp-master-0"): NOW - 5}
     assert run_followers((worker, *others), (), master_only, running) == {}
+
+
+MIG = "nvidia_com_mig_1g_5gb"
+
+
+def inventory_queue() -> ClusterQueue:
+    """Nodes of every kind a request's largest size is read from: an 8-GPU A100 node, a
+    16-GPU A100 node cordoned, a T4 node of 4 time-sliced replicas, a node kept for a
+    team by a taint, a node of unknown type, and an A100 node of 7 MIG slices."""
+    nodes = (
+        Node("a8", {G: 8}, "A100"),
+        Node("a16", {G: 16}, "A100", schedulable=False),
+        Node("t4", {G: 4}, "T4", shared={G: 4}),
+        Node("pool", {G: 8}, "RTX", taints=(("dedicated", "team-a", "NoSchedule"),)),
+        Node("new", {G: 2}),
+        Node("mig", {MIG: 7}, "A100"),
+    )
+    return ClusterQueue(nodes, (), ())
+
+
+def test_the_largest_request_each_gpu_type_can_hold_is_published_with_the_requests():
+    """Per (resource, GPU type) the largest request a node of that type, that a request
+    may use, could hold with nothing else on it: a cordoned node counts (it is closed
+    for now, not gone: ``no_schedulable_node``, not ``never_fits``), a node whose taint
+    a request does not tolerate holds none of it, a node of unknown type is its own
+    entry (model ""), time-sliced replicas count unless the device plugin gives a
+    container one at most. What the spawn page tells "never fits on this cluster" from
+    "no estimate" by (docs/pending.md, JupyterHub)."""
+    got = predict(inventory_queue(), {}, [3600.0], NOW, PendingSettings(n_samples=5))
+    assert dict(got.largest_requests) == {
+        (G, "A100"): 16,
+        (G, "T4"): 4,
+        (G, "RTX"): 0,
+        (G, ""): 2,
+        (MIG, "A100"): 7,
+    }
+    one = predict(
+        inventory_queue(), {}, [3600.0], NOW, PendingSettings(n_samples=5, one_replica_per_pod=True)
+    )
+    assert one.largest_requests[(G, "T4")] == 1
+    # the pool's taint tolerated (--pending.request-toleration dedicated=team-a)
+    tolerating = PendingSettings(
+        n_samples=5, request_tolerations=(Toleration("dedicated", "Equal", "team-a", ""),)
+    )
+    assert (
+        predict(inventory_queue(), {}, [3600.0], NOW, tolerating).largest_requests[(G, "RTX")] == 8
+    )
+
+
+def test_the_largest_requests_are_published_while_no_request_is():
+    """Pods past --pending.max-pods leave every request unpublished (they would be
+    predicted early), not what a node can hold: that does not depend on the queue."""
+    queue = full_node_and_queue(120)
+    cut = predict(queue, {}, [3600.0], NOW, PendingSettings(max_pods=100, n_samples=5))
+    assert cut.requests == {}
+    assert dict(cut.largest_requests) == {(G, "A100"): 8}
+    published = [
+        (s.labels, s.value)
+        for f in pending_families(cut)
+        for s in f.samples
+        if s.name == "gpu_eta_request_max_gpus"
+    ]
+    assert published == [({"model": "A100", "resource": G}, 8.0)]

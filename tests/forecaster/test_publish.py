@@ -343,8 +343,9 @@ def promtool_check(text: str) -> tuple[int, str]:
 @pytest.mark.parametrize("accept", ["", "application/openmetrics-text;version=1.0.0"])
 def test_a_label_value_that_cannot_be_encoded_hides_only_its_row(accept: str) -> None:
     """A lone surrogate (a ``"\\ud800"`` JSON escape in Prometheus' answer) in a pod
-    name, a node and a GPU model: those rows are left out and counted, every other
-    forecast is served (it used to be none at all), by ``serve`` and by ``once``."""
+    name, a node and a GPU model (of a request, of a largest request): those rows are
+    left out and counted, every other forecast is served (it used to be none at all),
+    by ``serve`` and by ``once``."""
     bad = "bad\ud800"
 
     def jf(pod: str) -> JobForecast:
@@ -365,6 +366,7 @@ def test_a_label_value_that_cannot_be_encoded_hides_only_its_row(accept: str) ->
                 Request("A100", "nvidia_com_gpu", 1): ok,
                 Request(bad, "nvidia_com_gpu", 1): ok,
             },
+            largest_requests={("nvidia_com_gpu", "A100"): 8, ("nvidia_com_gpu", bad): 4},
         ),
     )
     state = ServiceState()
@@ -372,8 +374,9 @@ def test_a_label_value_that_cannot_be_encoded_hides_only_its_row(accept: str) ->
     body, _ = Exposition(state, clock=lambda: NOW).render(accept)
     text = body.decode("utf-8")
     assert 'pod="good"' in text and 'pod="waits"' in text and 'model="A100"' in text
+    assert 'gpu_eta_request_max_gpus{model="A100",resource="nvidia_com_gpu"} 8.0' in text
     assert 'UUID="GPU-0"' in text and "bad" not in text
-    assert 'gpu_eta_forecaster_job_errors_total{reason="unencodable_label"} 4.0' in text
+    assert 'gpu_eta_forecaster_job_errors_total{reason="unencodable_label"} 5.0' in text
     once = generate_latest(make_registry(state, clock=lambda: NOW)).decode()  # once's path
     assert 'pod="good"' in once and "bad" not in once
     if not accept:
