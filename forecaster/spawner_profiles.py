@@ -3,8 +3,9 @@
 Standard library only, so it runs in the hub's image without gpu-eta's dependencies
 (copy this one file next to ``jupyterhub_config.py``, or install gpu-eta there).
 It reads what the forecaster publishes, ``gpu_eta_request_predicted_start_timestamp_seconds``
-(when a request made now for ``gpus`` GPUs of a ``model`` would start, P50), with one
-Prometheus query per page load, and appends the answer to each GPU profile's
+(when a request made now for ``gpus`` GPUs of a ``model`` would start, P50) and
+``gpu_eta_request_max_gpus`` (the most a node of a type holds), with one Prometheus
+query per page load, and appends the answer to each GPU profile's
 ``display_name``::
 
     from spawner_profiles import profile_list_hook      # or gpu_eta.forecaster.spawner_profiles
@@ -71,6 +72,13 @@ forecaster reporting ``gpu_eta_forecaster_stale 1`` or whose last good cycle
 ``FORECASTER_STALE_SECONDS`` ago, as ``gpu-eta top`` and GpuEtaForecasterStale judge
 it (left out by the query itself).
 
+A profile no node can ever hold is "never fits on this cluster", not "no estimate": it
+asks for more units than the most one node of its type could give a request
+(``MAX_METRIC``, read in the same query; a type or resource no node has: none), and the
+hub logs one INFO line saying so (``never_fits``). While none of that series is read,
+or for a type a node of unknown type may be (``largest_for``), it is not known: "no
+estimate", as for every other absence of a start.
+
 A profile without a ``slug`` gets the one KubeSpawner would make from its display_name
 before the estimate is added (``kubespawner_slug``): KubeSpawner calls the hook again
 when the form comes back and finds the chosen profile by its slug, so a slug made from
@@ -96,6 +104,7 @@ import urllib.request
 import zoneinfo
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -117,8 +126,16 @@ FORECASTER_STALE_SECONDS = 900.0
 # ``exported_job`` (and ``exported_instance`` if one was pushed): those count too
 # (absent, they match as empty on both sides).
 SAME_FORECASTER = "on (job, instance, exported_job, exported_instance)"
+# The most units of a resource a request could get on one node of a type (the forecaster's
+# ``pending.largest_requests``): a profile asking more never starts on this cluster.
+MAX_METRIC = "gpu_eta_request_max_gpus"
+# a largest size past this is no forecaster's (kube_state.MAX_UNITS, copied: the forecaster
+# leaves out a node with more units of a resource): skipped as a series of another shape
+MAX_UNITS = 1024
+NEVER_FITS = "never fits on this cluster"
 QUERY = (
-    f'{METRIC}{{quantile="0.5"}} unless {SAME_FORECASTER} (gpu_eta_forecaster_stale == 1)'
+    f'({METRIC}{{quantile="0.5"}} or {MAX_METRIC}) unless {SAME_FORECASTER}'
+    " (gpu_eta_forecaster_stale == 1)"
     f" unless {SAME_FORECASTER} (time() - gpu_eta_forecaster_last_success_timestamp_seconds"
     f" > {FORECASTER_STALE_SECONDS:g})"
 )
@@ -210,17 +227,38 @@ def as_given(profile: Any) -> Any:
 
 
 Starts = dict[tuple[str, str, int], float]
+# (resource, model) → the most units a request could get on one node of that type
+# (``MAX_METRIC``; model "": the nodes of unknown type)
+Largest = dict[tuple[str, str], int]
+
+
+@dataclass(frozen=True)
+class Published:
+    """What one query reads of the forecaster's request series: the P50 starts
+    (``parse_starts``) and the largest request each GPU type can hold (empty when the
+    forecaster publishes none: not known, not "none fits")."""
+
+    starts: Starts
+    largest: Largest
 
 
 def fetch(prometheus_url: str, timeout_seconds: float = 2.0, after: float = -math.inf) -> Starts:
-    """(resource, model, gpus) → P50 start timestamp, from one instant query (``resource``
-    as the forecaster publishes it, ``ksm_label``). Blocking (the hook runs it in a
+    """The starts of ``fetch_published``."""
+    return fetch_published(prometheus_url, timeout_seconds, after).starts
+
+
+def fetch_published(
+    prometheus_url: str, timeout_seconds: float = 2.0, after: float = -math.inf
+) -> Published:
+    """(resource, model, gpus) → P50 start timestamp and (resource, model) → the largest
+    request a node holds, from one instant query (``resource`` as the forecaster
+    publishes it, ``ksm_label``). Blocking (the hook runs it in a
     thread), and over within ``timeout_seconds`` whatever the server does: connect, TLS
     handshake, request, status line, headers and body share that one deadline
     (``DeadlineConnection``), so a slow server never keeps the thread past it (the
     name lookup is the resolver's alone). Raises whatever urllib and http.client
     raise (OSError, an error status too: ``open_answer``;
-    ``http.client.HTTPException``...) and ValueError (``parse_starts``):
+    ``http.client.HTTPException``...) and ValueError (``parse_published``):
     the hook, not this, decides that any of them means no estimate. ``after``:
     as ``parse_starts``."""
     base, authorization = split_credentials(prometheus_url)
@@ -237,7 +275,7 @@ def fetch(prometheus_url: str, timeout_seconds: float = 2.0, after: float = -mat
             raw += chunk
             if len(raw) > MAX_RESPONSE_BYTES:
                 raise ValueError(f"Prometheus answer larger than {MAX_RESPONSE_BYTES} bytes")
-    return parse_starts(bytes(raw), after)
+    return parse_published(bytes(raw), after)
 
 
 def open_answer(
@@ -411,14 +449,22 @@ def redirect_target(request_url: str, headers: Mapping[str, str]) -> str:
 
 
 def parse_starts(raw: bytes, after: float = -math.inf) -> Starts:
+    """The starts of ``parse_published``."""
+    return parse_published(raw, after).starts
+
+
+def parse_published(raw: bytes, after: float = -math.inf) -> Published:
     """An instant query's answer → (resource, model, gpus) → the earliest P50 start
-    later than ``after``. Earlier ones are dropped before the earliest is taken, so
-    that a frozen series (a Pushgateway group nobody pushes to any more) cannot hide a
-    live one of the same request.
+    later than ``after``, and (resource, model) → the largest request a node holds
+    (``MAX_METRIC`` series, by their ``__name__``; of several forecasters the largest).
+    Earlier starts are dropped before the earliest is taken, so that a frozen series (a
+    Pushgateway group nobody pushes to any more) cannot hide a live one of the same
+    request.
 
     Raises ValueError when the answer is not a successful query's (not JSON, ``data`` not
     an object, ``result`` not a list). A series of another shape (not an object, labels
-    not an object, no ``[time, "value"]`` pair, a ``gpus`` that is no integer) is
+    not an object, no ``[time, "value"]`` pair, a ``gpus`` that is no integer, a largest
+    size that is no whole number from 0 to ``MAX_UNITS``, no ``resource``) is
     skipped: one odd series, another exporter's or a hand-made push, costs its own
     estimate, not every one."""
     body = json.loads(raw)
@@ -430,20 +476,34 @@ def parse_starts(raw: bytes, after: float = -math.inf) -> Starts:
     result = data.get("result") if isinstance(data, dict) else None
     if not isinstance(result, list):
         raise ValueError("Prometheus answer holds no result list (data.result)")
-    out: Starts = {}
+    starts: Starts = {}
+    largest: Largest = {}
     for item in result:
         labels = item.get("metric") if isinstance(item, dict) else None
         if not isinstance(labels, dict):
             continue
         try:
-            gpus = int(labels["gpus"])
             value = float(item["value"][1])
+            if labels.get("__name__") == MAX_METRIC:
+                units = largest_units(value)
+                key = (str(labels["resource"]), str(labels.get("model", "")))
+                largest[key] = max(units, largest.get(key, 0))
+                continue
+            gpus = int(labels["gpus"])
         except (KeyError, TypeError, ValueError, IndexError):
             continue  # one bad series is skipped, not a reason to show nothing
         if math.isfinite(value) and value > after:
-            key = (str(labels.get("resource", "")), str(labels.get("model", "")), gpus)
-            out[key] = min(value, out.get(key, math.inf))
-    return out
+            key3 = (str(labels.get("resource", "")), str(labels.get("model", "")), gpus)
+            starts[key3] = min(value, starts.get(key3, math.inf))
+    return Published(starts, largest)
+
+
+def largest_units(value: float) -> int:
+    """A ``MAX_METRIC`` sample as a count of units; ValueError unless it is a whole
+    number from 0 to ``MAX_UNITS`` (NaN, negative, fractional: no forecaster's)."""
+    if not (0 <= value <= MAX_UNITS and value == int(value)):
+        raise ValueError(f"{MAX_METRIC} {value!r} is no count of units")
+    return int(value)
 
 
 def gpu_request(profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -> tuple[str, int]:
@@ -849,6 +909,50 @@ def start_for(
     return None if best is None else best[1]
 
 
+def largest_for(largest: Mapping[tuple[str, str], int], model: str, resource: str) -> int | None:
+    """The most units of ``resource`` (its Kubernetes name) a request on ``model`` ("" =
+    any) could get on one node, by the forecaster's ``MAX_METRIC`` (``largest``); None
+    when not known: none published (a forecaster before it, the queue's prediction off,
+    no GPU node read), or ``model`` a ``-SHARED`` or ``-MIG-`` spelling of a type
+    published (its node may be typed from the GPU model, which offers those spellings:
+    ``queue_replay.product_spellings``).
+
+    As the forecaster places a pod (``queue_replay._offers``): a type no node of known
+    type offers may be that of a node of unknown type (model ""), and only then; a
+    resource or type absent while others are published is on no node: 0."""
+    if not largest:
+        return None
+    wanted = ksm_label(resource)
+    mine = {m: n for (r, m), n in largest.items() if r == wanted}
+    if not model:
+        return max(mine.values(), default=0)
+    if model in mine:
+        return mine[model]
+    if any(m and model.startswith((f"{m}-SHARED", f"{m}-MIG-")) for m in mine):
+        return None
+    return mine.get("", 0)
+
+
+def never_fits(
+    largest: Mapping[tuple[str, str], int], gpus: int, model: str, resource: str
+) -> str | None:
+    """Why a request for ``gpus`` units of ``resource`` on ``model`` ("" = any) can never
+    start on this cluster (no node holds that many: ``largest_for``), for the hub's log;
+    None when some node may, or when that is not known."""
+    most = largest_for(largest, model, resource)
+    if most is None or gpus <= most:
+        return None
+    of_type = f"of type {model}" if model else "of any type"
+    if most == 0:
+        where = f"no {model} node" if model else "no node"
+        return (
+            f"asks for {gpus} {resource}: {where} a request may use has {resource} ({MAX_METRIC})"
+        )
+    return (
+        f"asks for {gpus} {resource}: the most one node {of_type} can hold is {most} ({MAX_METRIC})"
+    )
+
+
 def label(start: float | None, now: float, tz: tzinfo | None = None) -> str:
     """The text shown: "free now", "~14:20 UTC" (``tz``'s time, else the hub's local
     time, with its zone; "~Mon 14:20 UTC" on another day, "~Sat 12 Dec 14:20 UTC"
@@ -889,18 +993,22 @@ def annotate(
     tz: tzinfo | None = None,
     gpu_resources: Sequence[str] = (),
     defaults: Mapping[str, Any] | None = None,
+    largest: Mapping[tuple[str, str], int] | None = None,
 ) -> list[dict[str, Any]]:
     """Copies of ``profiles`` with " — free now" / " — ~HH:MM UTC" after the name of
     each GPU profile, or of each ``profile_options`` choice where a choice sets its GPU
     count or type (``annotate_one``), each profile with its slug (``with_slug``).
     ``defaults``: the spawner's values, which a profile naming no GPU count or type
-    asks for (``spawner_defaults``). Never raises: a profile that cannot be read (a
+    asks for (``spawner_defaults``). ``largest``: the most a node of each type holds
+    (``Published.largest``), by which a profile no node holds is ``NEVER_FITS``. Never raises: a profile that cannot be read (a
     callable override value, an odd one) costs its own estimate only, with one log
     line, and comes back as given (``as_given``)."""
     out = []
     for profile in profiles:
         try:
-            out.append(annotate_one(with_slug(profile), starts, now, tz, gpu_resources, defaults))
+            out.append(
+                annotate_one(with_slug(profile), starts, now, tz, gpu_resources, defaults, largest)
+            )
         except Exception as err:  # the boundary: one profile, not the page
             log_no_estimate(repr(display_name(profile)), err)
             out.append(as_given(profile))
@@ -914,6 +1022,7 @@ def annotate_one(
     tz: tzinfo | None,
     gpu_resources: Sequence[str],
     defaults: Mapping[str, Any] | None = None,
+    largest: Mapping[tuple[str, str], int] | None = None,
 ) -> dict[str, Any]:
     """``p`` (a copy: modified) with its estimate after its name when it asks for GPUs,
     or, when a ``profile_options`` choice may set its GPU count or type
@@ -933,7 +1042,7 @@ def annotate_one(
     setting = [key for key, option in options.items() if option_parts(option, gpu_resources)]
     if not setting:
         try:
-            text = estimate(p, None, starts, now, tz, gpu_resources, name, defaults)
+            text = estimate(p, None, starts, now, tz, gpu_resources, name, defaults, largest)
         except ProfileError as err:  # the profile's own request
             log_no_estimate(name, err)
             text = None
@@ -941,7 +1050,9 @@ def annotate_one(
             p["display_name"] = f"{p.get('display_name', '')} — {text}"
     elif len(setting) == 1:
         (key,) = setting
-        option = annotate_option(options[key], p, starts, now, tz, gpu_resources, name, defaults)
+        option = annotate_option(
+            options[key], p, starts, now, tz, gpu_resources, name, defaults, largest
+        )
         p["profile_options"] = {**options, key: option}
     else:
         log.info(
@@ -962,6 +1073,7 @@ def annotate_option(
     gpu_resources: Sequence[str],
     name: str,
     defaults: Mapping[str, Any] | None = None,
+    largest: Mapping[tuple[str, str], int] | None = None,
 ) -> Any:
     """A copy of the ``profile_options`` entry whose choices set the GPU count or type,
     each choice asking for GPUs annotated (``estimate``): KubeSpawner applies its
@@ -971,7 +1083,7 @@ def annotate_option(
     out = dict(option)
 
     def estimate_for(item: Mapping[str, Any], what: str) -> str | None:
-        return estimate(item, profile, starts, now, tz, gpu_resources, what, defaults)
+        return estimate(item, profile, starts, now, tz, gpu_resources, what, defaults, largest)
 
     choices = option.get("choices")
     if isinstance(choices, Mapping):
@@ -1036,10 +1148,13 @@ def estimate(
     gpu_resources: Sequence[str],
     what: str,
     defaults: Mapping[str, Any] | None = None,
+    largest: Mapping[tuple[str, str], int] | None = None,
 ) -> str | None:
     """The label for a profile, or for a choice of ``parent``'s, asking for GPUs; None
     when it asks for none; "no estimate" when its GPU type or placement is given at
-    spawn time or is not one the forecaster predicts for (``NotForecast``). Its
+    spawn time or is not one the forecaster predicts for (``NotForecast``);
+    ``NEVER_FITS`` (one INFO line) when it has no start and no node holds it
+    (``never_fits``, by ``largest``). Its
     request is the choice's override merged into the profile's, merged into the
     spawner's (``defaults``, ``spawner_defaults``), as KubeSpawner merges them.
     Raises ProfileError as ``merged_gpu_request``."""
@@ -1054,11 +1169,16 @@ def estimate(
         return None
     resource, gpus = request
     try:
-        model = gpu_model(levels, resource)
+        model = gpu_model(levels, resource) or ""
     except (SpawnTimeValue, NotForecast) as err:
         log_no_estimate(what, err)
         return "no estimate"
-    return label(start_for(starts, gpus, model or "", resource), now, tz)
+    start = start_for(starts, gpus, model, resource)
+    why = never_fits(largest or {}, gpus, model, resource) if start is None else None
+    if why:
+        log.info("gpu-eta: profile %s: %s: %s", what, NEVER_FITS, why)
+        return NEVER_FITS
+    return label(start, now, tz)
 
 
 # The spawner's values a GPU request and its placement are read from (KubeSpawner's
@@ -1161,15 +1281,20 @@ def profile_list_hook(
         now = clock()
         # what label() calls long past goes before the earliest per request is taken
         after = now - PAST_LIMIT_SECONDS
-        query = loop.run_in_executor(_executor(), fetch, prometheus_url, timeout_seconds, after)
+        query = loop.run_in_executor(
+            _executor(), fetch_published, prometheus_url, timeout_seconds, after
+        )
         try:
-            starts = await asyncio.wait_for(query, timeout_seconds)
+            published = await asyncio.wait_for(query, timeout_seconds)
         except asyncio.TimeoutError:  # not an OSError before Python 3.11
             cause = f"no answer within {timeout_seconds:g} s"
         except Exception as err:  # the boundary: raised here, it is an error page, no server
             cause = one_line(err)
         else:
-            return annotate(profiles, starts, now, tz, gpu_resources, spawner_defaults(spawner))
+            defaults = spawner_defaults(spawner)
+            return annotate(
+                profiles, published.starts, now, tz, gpu_resources, defaults, published.largest
+            )
         shown = without_credentials(prometheus_url)  # the hub's log: never a password
         log.warning("gpu-eta: no start estimates from %s: %s", shown, cause)
         return [as_given(p) for p in profiles]
