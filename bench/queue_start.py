@@ -184,8 +184,9 @@ def snapshot(
 ) -> tuple[list[Node], list[Holder], list[PendingPod]]:
     """What kube-state-metrics and the forecaster would show at ``t``.
 
-    ``exact_ends``: each pod's real end instead of the forecast (to separate the
-    replay's own error from the forecasts'); notebooks then get theirs too. Whether a
+    ``exact_ends``: each pod's real end by its uid (``real_ends``) instead of the
+    forecast (to separate the replay's own error from the forecasts'); notebooks then get
+    theirs too. Whether a
     pod ends with its run (``Holder.ends_with_run``) is what ``kube_state`` reads from
     the simulator's owners (``simulation.ksm``): a training pod is a Job's and does, a
     notebook has no owner (as KubeSpawner's) and does not; an exact end is the pod's own. A training
@@ -211,7 +212,7 @@ def snapshot(
         run_ended = None
         run = run_of(pod, t)
         if exact_ends is not None:
-            end = exact_ends.get(pod.name)
+            end = exact_ends.get(pod.uid)
             ends = None if end is None else (end, end, end)
         elif run is not None and run.epochs_done < run.epochs_planned:
             fc = model.predict(run, t)
@@ -243,6 +244,7 @@ def snapshot(
             j.start,
             product=j.product,
             tolerations=tolerations_of(j),
+            uid=j.uid,
         )
         for j in sim.queued_pods()
     ]
@@ -250,6 +252,28 @@ def snapshot(
 
 
 Shape = tuple[int, str, tuple[Toleration, ...]]  # GPUs, selected type, tolerations
+
+
+def real_ends(pods: Sequence[Pod]) -> dict[str, float]:
+    """Each ended pod's real end by its uid, for ``snapshot``'s ``exact_ends``. By uid:
+    KubeSpawner names a user's server ``jupyter-<user>`` again once the old pod is gone,
+    so one name is several pods of a run, one after the other."""
+    return {p.uid: p.end for p in pods if p.end is not None}
+
+
+def note_created(created: dict[str, tuple[float, Shape]], pods: Sequence[Pod]) -> None:
+    """Keep in ``created`` each of ``pods``' creation time and shape (its GPUs, selected
+    type and tolerations) by its uid, for ``arrival_rates``: one arrival per pod, as the
+    forecaster reads them (``topk by (uid)``), a notebook spawned under the name of one
+    gone earlier included; a pod already kept keeps its entry."""
+    for p in pods:
+        created.setdefault(
+            p.uid,
+            (
+                p.start if p.created is None else p.created,
+                (len(p.gpus), p.product, tolerations_of(p)),
+            ),
+        )
 
 
 def release_lags(pods: Sequence[Pod]) -> tuple[float, ...]:
@@ -363,10 +387,10 @@ def run_seed(
     if exact:  # the same seeded run, played to the end first: every pod's real end
         future = ClusterSim(cfg, stream="live", start=0.0)
         future.advance(live_seconds * 3)
-        exact_ends = {p.name: p.end for p in future.pods if p.end is not None}
+        exact_ends = real_ends(future.pods)
     sim = ClusterSim(cfg, stream="live", start=0.0)
     obs: list[Observation] = []
-    created: dict[str, tuple[float, Shape]] = {}  # pod → (creation time, its shape)
+    created: dict[str, tuple[float, Shape]] = {}  # pod's uid → (creation time, shape)
     population: dict[str, str] = {}  # pod → population_of
     kept_off: dict[str, bool] = {}  # pod → a node under pressure now it does not tolerate
     # as the forecaster does: learn the interval scale from pods that have started
@@ -379,21 +403,14 @@ def run_seed(
         sim.advance(t)
         nodes, holders, pending = snapshot(sim, model, t, exact_ends)
         for p in pending:
-            created.setdefault(p.pod, (p.created, (p.units, p.product, p.tolerations or ())))
+            created.setdefault(p.uid, (p.created, (p.units, p.product, p.tolerations or ())))
         pressed = [k for k in range(len(sim.nodes)) if sim.under_pressure(k, t)]
         for j in sim.queued_pods():
             population.setdefault(j.name, population_of(j))
             kept_off[j.name] = any(
                 not set(sim.taints_at(k, t)) <= set(j.tolerations) for k in pressed
             )
-        for p in sim.pods:
-            created.setdefault(
-                p.name,
-                (
-                    p.start if p.created is None else p.created,
-                    (len(p.gpus), p.product, tolerations_of(p)),
-                ),
-            )
+        note_created(created, sim.pods)
         for p in sim.pods:
             if p.start <= t:
                 for starts in raw.pop(p.name, ()):

@@ -4,6 +4,8 @@ taints."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from gpu_eta.forecaster.queue_replay import EQUAL, GPU_RESOURCE, Node, PendingPod, Toleration
@@ -82,7 +84,7 @@ def test_the_snapshot_tells_notebooks_that_keep_their_gpus() -> None:
     for h in holders:
         got[kinds[h.pod]].add(h.ends_with_run)
     assert got == {"notebook": {False}, "training": {True}}
-    _, exact, _ = qs.snapshot(sim, model, 600.0, {p.name: 9999.0 for p in sim.pods})
+    _, exact, _ = qs.snapshot(sim, model, 600.0, {p.uid: 9999.0 for p in sim.pods})
     assert {h.ends_with_run for h in exact} == {True}
 
 
@@ -152,3 +154,42 @@ def test_the_service_learns_the_history_lags_from_its_cycles_reads() -> None:
     lags = sorted(qs.learned_release_lags([*pods, cut], 30.0))
     assert len(lags) == 60
     assert lags[30] == pytest.approx(5.0, abs=1.0)
+
+
+def reused_notebook(config: qs.ClusterConfig) -> tuple[qs.ClusterSim, qs.Pod, float]:
+    """The mixed site played 90 minutes, its first notebook whose name KubeSpawner gives
+    a later server again (``jupyter-<user>`` once the old pod is gone), and a time it
+    runs."""
+    played = qs.ClusterSim(config, stream="live", start=0.0)
+    played.advance(5400.0)
+    names = Counter(p.name for p in played.pods)
+    first = min((p for p in played.pods if names[p.name] > 1), key=lambda p: p.start)
+    assert first.end is not None
+    return played, first, (first.start + first.end) / 2
+
+
+def test_exact_ends_are_each_pods_own_when_a_notebook_name_comes_again() -> None:
+    """``--exact-ends`` gives every running pod its real end, read from the same seeded
+    run played to the end. Two notebooks of one user are two pods of one name, one after
+    the other: each holder gets its own pod's end (by uid), not that of the last pod of
+    its name, a later server ending up to an hour after, which held the GPU that long in
+    the replay."""
+    config = qs.ClusterConfig(warm_start_seconds=0.0, seed=0, **qs.MIXED)
+    played, first, t = reused_notebook(config)
+    sim = qs.ClusterSim(config, stream="live", start=0.0)
+    sim.advance(t)
+    history = qs.simulate_history(config, end_timestamp=0.0, seconds=2400.0, jobs=12)
+    model = qs.EtaModel(random_state=0).fit(list(qs.finished_runs(history.pods)))
+    _, holders, _ = qs.snapshot(sim, model, t, qs.real_ends(played.pods))
+    (held,) = [h for h in holders if h.pod == first.name]
+    assert held.ends == (first.end,) * 3
+
+
+def test_each_pod_created_counts_as_an_arrival_whatever_its_name() -> None:
+    """Pods arriving are counted as the forecaster reads them, one per pod (``topk by
+    (uid)``): a notebook spawned under the name of one gone earlier is an arrival too."""
+    config = qs.ClusterConfig(warm_start_seconds=0.0, seed=0, **qs.MIXED)
+    played, _, _ = reused_notebook(config)
+    created: dict = {}
+    qs.note_created(created, played.pods)
+    assert len(created) == len(played.pods)
