@@ -45,9 +45,12 @@ How (a Monte Carlo replay, ``n_samples`` times):
 Across samples the start times give P10/P50/P90. A pod asking more units than any
 suitable node has can never fit and gets no time (``never_fits``); a pod that starts
 after the horizon in half the samples or more gets none either (``beyond_horizon``).
-A node that is cordoned or not Ready (``Node.schedulable`` False) takes no new pod;
-its pods run on and free their units there for nobody. A pod that would fit only on
-such nodes gets no time (``no_schedulable_node``): it waits for an admin, not for GPUs.
+A closed node takes no new pod: cordoned or not Ready (``Node.schedulable`` False),
+its device plugin away (kept with its capacity: ``kube_state``), being removed by an
+autoscaler (``leaving``), or under a pressure taint the pod does not tolerate
+(``pressure_taints``). Its pods run on and free their units there for nobody. A pod
+that would fit only on closed nodes gets no time (``no_schedulable_node``): it waits
+for an admin or the node's recovery, not for GPUs.
 
 Taints and tolerations: a pod may land on a node only if it tolerates each of the
 node's taints whose effect is ``NoSchedule`` or ``NoExecute`` (``PreferNoSchedule`` is
@@ -147,7 +150,7 @@ PREDICTED = "predicted"
 SCHEDULED = "scheduled"  # bound to a node, containers starting
 NEVER_FITS = "never_fits"
 BEYOND_HORIZON = "beyond_horizon"
-NO_SCHEDULABLE_NODE = "no_schedulable_node"  # fits only on cordoned or NotReady nodes
+NO_SCHEDULABLE_NODE = "no_schedulable_node"  # fits only on closed nodes (module doc)
 # fits free GPUs now, yet stayed Pending and unbound past a grace: it waits for something
 # no replay models (a PVC, CPU or memory, a scheduling gate); found by pending.StartTracker,
 # published by pending.predict_queue with the start it is given on the other nodes, if any
