@@ -90,6 +90,11 @@ SETTLE_SECONDS = 30.0
 # what is left at most, a scrape interval apart, once the exporters answer: the last
 # lookback's backfill (a small file), Alertmanager's and Prometheus' start
 LEFT_SECONDS = 15.0
+# seconds between a pod's samples in the older history (the warm-up's: 15 s, so the
+# forecaster reads its running runs' epochs): twice the warm-up's, so that the past's
+# size and promtool's time stay what they were before it held every series the live
+# cluster publishes (docs/demo.md, "History")
+HISTORY_STEP_SECONDS = 30.0
 # gpu-eta's alert and recording rules, loaded by the demo's Prometheus (its /alerts
 # page) exactly as shipped; absent when the package is installed without the repo.
 RULES_FILE = Path(__file__).resolve().parents[1] / "rules" / "gpu-eta.rules.yaml"
@@ -283,6 +288,8 @@ class Stack:
         self._keep = False
         self.workdir = Path()
         self.runs_csv: Path | None = None
+        # the older history's window (unix seconds), when one was backfilled
+        self.history_window: tuple[float, float] | None = None
         self._stopped = False
         self._restarts: list[tuple[float, int]] = []
         self.ksm: MetricsServer | None = None
@@ -366,6 +373,15 @@ class Stack:
             self.nodes.append(node)
             sender_ports[spec.index] = node.progress_port
 
+        # what kube-state-metrics would serve for the simulated pods and nodes: the
+        # forecaster reads the GPU queue from it (docs/pending.md). Served before the
+        # history is written, which carries its target's labels (job, instance) as the
+        # exporters' series carry theirs, so the past and the present are one series
+        self.ksm = MetricsServer(
+            "127.0.0.1", 0, self._ksm_render, title="kube-state-metrics (simulated)"
+        ).serve()
+        ksm_labels = {"job": KSM_JOB, "instance": f"127.0.0.1:{self.ksm.port}"}
+        labels = {n.spec.index: {"job": EXPORTER_JOB, "instance": n.target} for n in self.nodes}
         history_files: list[Path] = []
         history_dir = self.workdir / "history"
         finished_pods: list[Pod] = []
@@ -389,7 +405,14 @@ class Stack:
                     self.say,
                 ),
             )
-            om = write_openmetrics(history, history_dir / "history.om")
+            self.history_window = (history.start, history.end)
+            om = write_openmetrics(
+                history,
+                history_dir / "history.om",
+                HISTORY_STEP_SECONDS,
+                node_labels=labels,
+                ksm_labels=ksm_labels,
+            )
             history_files.append(self._backfill(om))
             finished_pods.extend(history.pods)
             self.say(
@@ -398,9 +421,6 @@ class Stack:
             )
         self.anchor = time.time()
         trainer_pods = [self.sim.reserve_pod(node) for node in reserve]
-        # the warm-up's series carry the job/instance labels Prometheus gives each
-        # exporter, so a running job's backfilled epochs and its live ones are one series
-        labels = {n.spec.index: {"job": EXPORTER_JOB, "instance": n.target} for n in self.nodes}
         # pods that end before the first scrape are left out of the backfill (their
         # last sample would linger): first over the time since the anchor plus
         # SETTLE_SECONDS, widened below if the steps until then took longer
@@ -414,7 +434,9 @@ class Stack:
             older = replace(
                 without_lingering(warm, settle_first), end=self.anchor - LOOKBACK_SECONDS
             )
-            om = write_openmetrics(older, history_dir / "warm-older.om", node_labels=labels)
+            om = write_openmetrics(
+                older, history_dir / "warm-older.om", node_labels=labels, ksm_labels=ksm_labels
+            )
             history_files.append(self._backfill(om))
             finished_pods.extend(p for p in warm.pods if p.end is not None and p.end <= self.anchor)
         if finished_pods:
@@ -488,6 +510,10 @@ class Stack:
         if cfg.cluster.warm_start_seconds > 0:
             since = self.anchor - LOOKBACK_SECONDS
             settled = without_lingering(warm_history(self.sim, self.anchor), self.settle_seconds)
+            # no kube-state-metrics series in these last 5 minutes: a pod bound to its
+            # node in them would keep its unbound request series (no staleness marker
+            # in a backfill) in the first instant queries, a ghost in the queue; the
+            # live target's first scrape follows the older part's last sample
             om = write_openmetrics(
                 replace(settled, start=since),
                 history_dir / "warm.om",
@@ -501,11 +527,6 @@ class Stack:
         prom_port = pick_port(
             cfg.prometheus_port, "Prometheus UI/API", self.say, exclude={self.forecaster_port}
         )
-        # what kube-state-metrics would serve for the simulated pods and nodes: the
-        # forecaster reads the GPU queue from it (docs/pending.md)
-        self.ksm = MetricsServer(
-            "127.0.0.1", 0, self._ksm_render, title="kube-state-metrics (simulated)"
-        ).serve()
         jobs = [
             ScrapeJob(EXPORTER_JOB, [n.target for n in self.nodes]),
             ScrapeJob("gpu-eta-forecaster", [f"127.0.0.1:{self.forecaster_port}"]),

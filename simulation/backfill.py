@@ -4,8 +4,10 @@ The same cluster simulation as the live demo runs over a past window and is writ
 two ways:
 
 - OpenMetrics text (ending in ``# EOF``) for ``promtool tsdb create-blocks-from
-  openmetrics``: the exporter's series as Prometheus would have scraped them (every
-  ``step_seconds``), so dashboards and range queries see history;
+  openmetrics``: the series the exporters (``gpu_eta.simulation.exports``: the
+  exporter's own exposition) and kube-state-metrics (``gpu_eta.simulation.ksm``)
+  publish live, with their names and labels, as Prometheus would have scraped them,
+  so dashboards and range queries see the past as they see the present;
 - a runs CSV (``run_id,epoch,epochs_planned,timestamp_seconds,batch_size,gpu_model,
   gpus,framework,job_name``, one row per epoch end, epoch 0 = training start) for the
   forecaster's ``--history.seed-csv``. The same ``run_id`` appears in both, so a
@@ -24,14 +26,26 @@ live series after that ``end``: completed, with its duration.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from prometheus_client.metrics_core import Metric
 
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import format_runs
-from gpu_eta.simulation.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod
+from gpu_eta.simulation import ksm
+from gpu_eta.simulation.cluster import (
+    ClusterConfig,
+    ClusterSim,
+    NodeSpec,
+    Pod,
+    containers_started,
+    taints_at,
+    under_pressure,
+)
 from gpu_eta.simulation.driver import log_run_id, log_run_start
+from gpu_eta.simulation.exports import node_families, node_snapshot, pod_state
 
 FEATURE_COLUMNS = ("batch_size", "gpu_model", "gpus", "framework", "job_name", "namespace")
 
@@ -44,6 +58,10 @@ class History:
     pods: tuple[Pod, ...]
     start: float
     end: float
+    # the cluster simulated, and the unix time of its sim time 0 (its pods' times are
+    # unix seconds): what the nodes' taints and the pods' phases follow
+    config: ClusterConfig = field(default_factory=ClusterConfig)
+    clock: float = 0.0
 
     @property
     def completed(self) -> tuple[Pod, ...]:
@@ -107,7 +125,7 @@ def simulate_history(
         if pod.end is None or pod.end > seconds:
             continue  # still running at the window's end: the live demo starts clean
         pods.append(_shift(pod, anchor))
-    return History(sim.nodes, tuple(pods), anchor, end_timestamp)
+    return History(sim.nodes, tuple(pods), anchor, end_timestamp, config, anchor)
 
 
 def warm_history(sim: ClusterSim, anchor: float) -> History:
@@ -130,7 +148,7 @@ def warm_history(sim: ClusterSim, anchor: float) -> History:
                 shifted, run_id=log_run_id(pod, anchor), run_start=log_run_start(pod, anchor)
             )
         pods.append(shifted)
-    return History(sim.nodes, tuple(pods), anchor - warm, anchor)
+    return History(sim.nodes, tuple(pods), anchor - warm, anchor, sim.config, anchor)
 
 
 LOOKBACK_SECONDS = 300.0  # Prometheus' default query lookback
@@ -162,6 +180,7 @@ def _shift(pod: Pod, by: float) -> Pod:
     return replace(
         pod,
         start=pod.start + by,
+        created=None if pod.created is None else pod.created + by,
         end=None if pod.end is None else pod.end + by,
         run_start=None if pod.run_start is None else pod.run_start + by,
         epoch_ends=[t + by for t in pod.epoch_ends],
@@ -212,8 +231,17 @@ def render_runs_csv(pods: Iterable[Pod]) -> str:
 
 # ---------------------------------------------------------------- OpenMetrics
 
+# seconds between the samples of the devices' series and of the kube-state-metrics
+# series: within Prometheus' 5-minute lookback, so instant queries and range panels
+# see them whole, at a fraction of the samples (the backfill's size and promtool's
+# time grow with them: docs/demo.md, "History")
+DEVICE_STEP_SECONDS = 60.0
+KSM_STEP_SECONDS = 120.0
 
-def _labels(**labels: object) -> str:
+
+def _labels(labels: Mapping[str, object]) -> str:
+    """Labels as the text formats write them, empty values too, as the live targets
+    write them (promtool, as a scrape, stores a label with an empty value as none)."""
     inner = ",".join(
         f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
         for k, v in labels.items()
@@ -229,33 +257,197 @@ def _grid(start: float, end: float, step: float) -> Iterator[float]:
         t += step
 
 
-def _util_at(steps: Sequence[tuple[float, float]], t: float) -> float:
-    value = steps[0][1] if steps else 0.0
-    for ts, u in steps:
-        if ts <= t:
-            value = u
-        else:
-            break
-    return value
+def _value(value: float) -> str:
+    return repr(float(value))
 
 
-_HELP = {
-    "gpu_eta_training_epoch": "Epochs completed (backfilled demo history).",
-    "gpu_eta_training_epochs_planned": "Epochs planned (backfilled demo history).",
-    "gpu_eta_training_step": "Steps completed (backfilled demo history).",
-    "gpu_eta_training_steps_planned": "Steps planned (backfilled demo history).",
-    "gpu_eta_training_batch_size": "Batch size (backfilled demo history).",
-    "gpu_eta_training_run_start_timestamp_seconds": "Run start (backfilled demo history).",
-    "gpu_eta_training_epoch_end_timestamp_seconds": "Latest epoch end (backfilled demo history).",
-    "gpu_eta_training_last_report_timestamp_seconds": "Last report (backfilled demo history).",
-    "gpu_eta_training_info": "Progress source (backfilled demo history).",
-    "gpu_eta_pod_gpu_allocated": "Device allocated to the container (backfilled demo history).",
-    "gpu_eta_pod_gpu_allocated_since_timestamp_seconds": "Start of occupancy (backfilled demo history).",
-    "gpu_eta_pod_gpu_utilization_ratio": "Container's share of the device (backfilled demo history).",
-    "gpu_eta_pod_gpu_memory_used_bytes": "Device memory of the container (backfilled demo history).",
-    "gpu_eta_gpu_utilization_ratio": "Device busy ratio (backfilled demo history).",
-    "gpu_eta_gpu_info": "Device metadata (backfilled demo history).",
-}
+class _Families:
+    """OpenMetrics families being filled: each family's HELP, TYPE and samples kept
+    together, and each series' samples together within it, as the format wants them."""
+
+    def __init__(self) -> None:
+        self.meta: dict[str, tuple[str, str]] = {}
+        self.series: dict[str, dict[str, list[str]]] = {}
+
+    def of(self, family: str, doc: str, kind: str, series: str) -> list[str]:
+        """The sample lines of ``series`` of ``family``, to append to (made on first use)."""
+        if family not in self.meta:
+            self.meta[family] = (doc, kind)
+            self.series[family] = {}
+        return self.series[family].setdefault(series, [])
+
+    def text(self) -> Iterator[str]:
+        for family, (doc, kind) in self.meta.items():
+            yield f"# HELP {family} {doc}"
+            yield f"# TYPE {family} {kind}"
+            for lines in self.series[family].values():
+                yield from lines
+
+
+# what one rendering gives: each sample as its series' line list and its line without
+# the timestamp, to write at every instant until what it shows changes
+Rendered = list[tuple[list[str], str]]
+
+
+def _exporter_samples(
+    history: History,
+    families: _Families,
+    step_seconds: float,
+    node_labels: Mapping[int, Mapping[str, str]],
+    first: float,
+) -> None:
+    """Each node's exporter's series (``gpu_eta.simulation.exports``): a pod's own
+    every ``step_seconds`` of its life (from ``first`` on; before the window too: the
+    notebook held since yesterday), its node's devices every ``DEVICE_STEP_SECONDS``
+    in the window. Why each pod's series are rendered again only when its state
+    changes, those of the pods that changed at an instant in one snapshot: rendering
+    is most of the time this takes, and the demo waits for it."""
+    # a series written once (its line list, name and labels): thousands of instants
+    written: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[list[str], str]] = {}
+
+    def render(
+        metrics: Iterable[Metric], extra: Mapping[str, str]
+    ) -> dict[tuple[str, str], Rendered]:
+        """The samples of ``metrics`` by the pod they are of (("", "") for a device's)."""
+        out: dict[tuple[str, str], Rendered] = {}
+        for metric in metrics:
+            for sample in metric.samples:
+                labels = sample.labels
+                key = (sample.name, tuple(labels.items()))
+                if (known := written.get(key)) is None:
+                    series = f"{sample.name}{_labels({**labels, **extra})}"
+                    lines = families.of(metric.name, metric.documentation, metric.type, series)
+                    known = written[key] = (lines, series)
+                pod = (labels.get("namespace", ""), labels.get("pod", ""))
+                out.setdefault(pod, []).append((known[0], f"{known[1]} {_value(sample.value)}"))
+        return out
+
+    for node in history.nodes:
+        pods = sorted((p for p in history.pods if p.node == node.index), key=lambda p: p.start)
+        extra = node_labels.get(node.index, {})
+        earliest = max(first, min((p.start for p in pods), default=history.start))
+        shown: dict[str, tuple[tuple[bool, int, float], Rendered]] = {}  # by pod uid
+        alive: list[Pod] = []
+        k = 0
+        for t in _grid(earliest, history.end, step_seconds):
+            while k < len(pods) and pods[k].start <= t:
+                alive.append(pods[k])
+                k += 1
+            gone = [p for p in alive if p.end is not None and t >= p.end]
+            if gone:
+                alive = [p for p in alive if p.end is None or t < p.end]
+                _last_state(node, gone, shown, render, extra)
+            states = {p.uid: pod_state(p, t) for p in alive}
+            changed = [p for p in alive if p.uid not in shown or shown[p.uid][0] != states[p.uid]]
+            if changed:
+                snapshot = node_snapshot(node, changed, t, devices=False)
+                by_pod = render(node_families(snapshot, False), extra)
+                for p in changed:
+                    shown[p.uid] = (states[p.uid], by_pod.get((p.namespace, p.name), []))
+            for p in alive:
+                _write(shown[p.uid][1], t)
+            if len(shown) > 2 * len(alive) + 64:  # forget the pods gone
+                shown = {p.uid: shown[p.uid] for p in alive}
+        _last_state(
+            node,
+            [p for p in alive if p.end is not None and p.end <= history.end],
+            shown,
+            render,
+            extra,
+        )
+        alive = []
+        k = 0
+        for t in _grid(max(history.start, first), history.end, DEVICE_STEP_SECONDS):
+            while k < len(pods) and pods[k].start <= t:
+                alive.append(pods[k])
+                k += 1
+            alive = [p for p in alive if p.end is None or t < p.end]
+            snapshot = node_snapshot(node, alive, t, holders=False)
+            for rendered in render(node_families(snapshot, True), extra).values():
+                _write(rendered, t)
+
+
+def _last_state(
+    node: NodeSpec,
+    gone: Iterable[Pod],
+    shown: Mapping[str, tuple[tuple[bool, int, float], Rendered]],
+    render: Callable[[Iterable[Metric], Mapping[str, str]], dict[tuple[str, str], Rendered]],
+    extra: Mapping[str, str],
+) -> None:
+    """Each pod of ``gone`` in its last state, a millisecond before it went, when no
+    instant of the grid showed that state. Why: a completed run's pod goes 5 s after
+    its last epoch, so a grid of 15 or 30 s showed most runs' ends
+    (``gpu_eta_training_run_end_timestamp_seconds``) not at all, while the live
+    exporter shows every one until its pod goes."""
+    for pod in gone:
+        assert pod.end is not None  # gone: it ended
+        t = pod.end - 0.001
+        state = pod_state(pod, t)
+        if pod.uid in shown and shown[pod.uid][0] == state:
+            continue
+        snapshot = node_snapshot(node, [pod], t, devices=False)
+        _write(render(node_families(snapshot, False), extra).get((pod.namespace, pod.name), []), t)
+
+
+def _write(rendered: Rendered, t: float) -> None:
+    """Each rendered sample at ``t``."""
+    stamp = f" {t:.3f}"
+    for lines, line in rendered:
+        lines.append(line + stamp)
+
+
+def _ksm_samples(
+    history: History,
+    families: _Families,
+    labels: Mapping[str, str],
+    first: float,
+) -> None:
+    """What kube-state-metrics served for the history's nodes and pods
+    (``gpu_eta.simulation.ksm``) every ``KSM_STEP_SECONDS`` in the window. A pod
+    created before its start waited unbound in the queue; queued jobs that never
+    started are not in the history, nor in its past. A pod's series are rendered
+    again only when what KSM shows of it changes (phase, node, start)."""
+    config = history.config
+    extra = _labels(labels)[1:-1]
+    doc = {}
+
+    def render(text: str) -> Rendered:
+        out: Rendered = []
+        for line in text.splitlines():
+            if line.startswith("# HELP "):
+                _, _, name, help_text = line.split(" ", 3)
+                doc[name] = help_text
+                continue
+            if line.startswith("#"):
+                continue
+            series, value = line.rsplit(" ", 1)
+            name, _, inner = series.partition("{")
+            series = f"{name}{{{','.join(p for p in (inner.rstrip('}'), extra) if p)}}}"
+            out.append((families.of(name, doc[name], "gauge", series), f"{series} {value}"))
+        return out
+
+    pods_seen: dict[tuple[str, str, str, bool], Rendered] = {}
+    nodes_seen: dict[tuple[tuple[tuple[tuple[str, str, str], ...], bool], ...], Rendered] = {}
+    for t in _grid(max(history.start, first), history.end, KSM_STEP_SECONDS):
+        sim_t = t - history.clock
+        nodes = tuple(
+            ksm.ksm_node(n, taints_at(config, n, sim_t), under_pressure(config, n.index, sim_t))
+            for n in history.nodes
+        )
+        node_state = tuple((n.taints, n.memory_pressure) for n in nodes)
+        if (rendered := nodes_seen.get(node_state)) is None:
+            rendered = nodes_seen[node_state] = render(ksm.exposition(nodes, []))
+        _write(rendered, t)
+        for pod in history.pods:
+            record = ksm.ksm_pod(
+                pod, history.nodes, t, 0.0, containers_started(config, pod), queued_until_start=True
+            )
+            if record is None:
+                continue
+            key = (record.uid, record.phase, record.node, record.start_time is None)
+            if (rendered := pods_seen.get(key)) is None:
+                rendered = pods_seen[key] = render(ksm.exposition([], [record]))
+            _write(rendered, t)
 
 
 def openmetrics_lines(
@@ -263,118 +455,25 @@ def openmetrics_lines(
     step_seconds: float = 15.0,
     node_labels: Mapping[int, Mapping[str, str]] | None = None,
     since: float | None = None,
+    ksm_labels: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
-    """The history as OpenMetrics text lines, family by family, ending with ``# EOF``.
+    """The history as OpenMetrics text lines, family by family, ending with ``# EOF``:
+    the series the live exporters and kube-state-metrics publish, with their names
+    and labels (docs/demo.md, "What the backfilled past holds").
 
     ``node_labels`` adds labels to every series of a node (by node index): the
     ``job`` and ``instance`` Prometheus gives that node's exporter, so a warm-up
-    run's backfilled series and its live ones are the same series. ``since``: no pod
-    sample before it (a window's later part, written apart from its earlier one).
+    run's backfilled series and its live ones are the same series; ``ksm_labels``
+    those of the kube-state-metrics target (None: no kube-state-metrics series).
+    ``since``: no sample before it (a window's later part, written apart from its
+    earlier one).
     """
     first = -math.inf if since is None else since
-    families: dict[str, list[str]] = {name: [] for name in _HELP}
-    nodes = {n.index: n for n in history.nodes}
-    extra = {i: dict(node_labels.get(i, {})) if node_labels else {} for i in nodes}
-    gpu_util: dict[tuple[int, int], dict[float, float]] = {}
-    for pod in history.pods:
-        node = nodes[pod.node]
-        end = min(pod.end, history.end) if pod.end is not None else history.end
-        if pod.kind == "training" and pod.run_start is not None:
-            spe = max(1, 50_000 // max(1, pod.batch_size))
-            run = _labels(
-                node=node.name,
-                namespace=pod.namespace,
-                pod=pod.name,
-                container=pod.container,
-                run_id=pod.run_id,
-                **extra[pod.node],
-            )
-            source = "log" if pod.report == "log" else "http"
-            ends = pod.epoch_ends
-            for t in _grid(max(pod.run_start, first), end, step_seconds):
-                done = sum(1 for e in ends if e <= t)
-                last = ends[done - 1] if done else pod.run_start
-                families["gpu_eta_training_epoch"].append(
-                    f"gpu_eta_training_epoch{run} {done} {t:.3f}"
-                )
-                families["gpu_eta_training_step"].append(
-                    f"gpu_eta_training_step{run} {done * spe} {t:.3f}"
-                )
-                # a run without a plan has totals only from its end (what it reached), as
-                # the exporter exports it. For a finished run its plan over its whole
-                # life would be the same to the forecaster's history (completed, with its
-                # duration, either way); one still running at the anchor would hand the
-                # forecaster its plan (last_over_time) and get a model forecast
-                # (its step: the steps only, exporter.progress._reached_totals)
-                if pod.reports_plan:
-                    families["gpu_eta_training_epochs_planned"].append(
-                        f"gpu_eta_training_epochs_planned{run} {pod.epochs} {t:.3f}"
-                    )
-                if pod.reports_plan or done >= pod.epochs:
-                    families["gpu_eta_training_steps_planned"].append(
-                        f"gpu_eta_training_steps_planned{run} {pod.epochs * spe} {t:.3f}"
-                    )
-                families["gpu_eta_training_batch_size"].append(
-                    f"gpu_eta_training_batch_size{run} {pod.batch_size} {t:.3f}"
-                )
-                families["gpu_eta_training_run_start_timestamp_seconds"].append(
-                    f"gpu_eta_training_run_start_timestamp_seconds{run} {pod.run_start:.3f} {t:.3f}"
-                )
-                if done:
-                    families["gpu_eta_training_epoch_end_timestamp_seconds"].append(
-                        f"gpu_eta_training_epoch_end_timestamp_seconds{run} {last:.3f} {t:.3f}"
-                    )
-                families["gpu_eta_training_last_report_timestamp_seconds"].append(
-                    f"gpu_eta_training_last_report_timestamp_seconds{run} {last:.3f} {t:.3f}"
-                )
-                info = run[:-1] + f',source="{source}"}}'
-                families["gpu_eta_training_info"].append(f"gpu_eta_training_info{info} 1 {t:.3f}")
-        for g, _replica in pod.gpus:
-            spec = node.gpus[g]
-            lab = _labels(
-                node=node.name,
-                gpu=g,
-                UUID=spec.uuid,
-                namespace=pod.namespace,
-                pod=pod.name,
-                container=pod.container,
-                **extra[pod.node],
-            )
-            memory = min(pod.memory_bytes, int(spec.memory_total_bytes * 0.9))
-            for t in _grid(max(pod.start, first), end, step_seconds):
-                u = _util_at(pod.util_steps, t)
-                families["gpu_eta_pod_gpu_allocated"].append(
-                    f"gpu_eta_pod_gpu_allocated{lab} 1 {t:.3f}"
-                )
-                families["gpu_eta_pod_gpu_allocated_since_timestamp_seconds"].append(
-                    f"gpu_eta_pod_gpu_allocated_since_timestamp_seconds{lab} {pod.start:.3f} {t:.3f}"
-                )
-                families["gpu_eta_pod_gpu_utilization_ratio"].append(
-                    f"gpu_eta_pod_gpu_utilization_ratio{lab} {u:.4f} {t:.3f}"
-                )
-                families["gpu_eta_pod_gpu_memory_used_bytes"].append(
-                    f"gpu_eta_pod_gpu_memory_used_bytes{lab} {memory} {t:.3f}"
-                )
-                slot = gpu_util.setdefault((pod.node, g), {})
-                slot[t] = min(1.0, slot.get(t, 0.0) + u)
-    gpu_step = max(step_seconds, 60.0)
-    for node in history.nodes:
-        for spec in node.gpus:
-            more = extra[node.index]
-            lab = _labels(node=node.name, gpu=spec.index, UUID=spec.uuid, **more)
-            info = _labels(node=node.name, gpu=spec.index, UUID=spec.uuid, model=spec.model, **more)
-            busy = gpu_util.get((node.index, spec.index), {})
-            for t in _grid(history.start, history.end, gpu_step):
-                families["gpu_eta_gpu_utilization_ratio"].append(
-                    f"gpu_eta_gpu_utilization_ratio{lab} {busy.get(t, 0.0):.4f} {t:.3f}"
-                )
-                families["gpu_eta_gpu_info"].append(f"gpu_eta_gpu_info{info} 1 {t:.3f}")
-    for name, lines in families.items():
-        if not lines:
-            continue
-        yield f"# HELP {name} {_HELP[name]}"
-        yield f"# TYPE {name} gauge"
-        yield from lines
+    families = _Families()
+    _exporter_samples(history, families, step_seconds, node_labels or {}, first)
+    if ksm_labels is not None:
+        _ksm_samples(history, families, ksm_labels, first)
+    yield from families.text()
     yield "# EOF"
 
 
@@ -384,11 +483,12 @@ def write_openmetrics(
     step_seconds: float = 15.0,
     node_labels: Mapping[int, Mapping[str, str]] | None = None,
     since: float | None = None,
+    ksm_labels: Mapping[str, str] | None = None,
 ) -> Path:
     """Write ``history``'s series (``openmetrics_lines``) to ``path`` for promtool; returns it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
-        for line in openmetrics_lines(history, step_seconds, node_labels, since):
+        for line in openmetrics_lines(history, step_seconds, node_labels, since, ksm_labels):
             f.write(line + "\n")
     return path
 

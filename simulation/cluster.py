@@ -331,6 +331,26 @@ def make_nodes(config: ClusterConfig) -> tuple[NodeSpec, ...]:
     return tuple(nodes)
 
 
+def under_pressure(config: ClusterConfig, node: int, t: float) -> bool:
+    """Whether node ``node`` is under memory pressure at sim time ``t``
+    (``ClusterConfig.pressure_cycle_seconds``): for the live cluster and its past alike."""
+    if node != config.pressure_node:
+        return False
+    period, lasting = config.pressure_cycle_seconds
+    return t % period < lasting
+
+
+def containers_started(config: ClusterConfig, pod: Pod) -> float:
+    """When ``pod``'s containers run (phase Running): ``CONTAINERS_START_SECONDS``
+    (simulated) after its start, when its kubelet accepted it (``status.startTime``)."""
+    return pod.start + CONTAINERS_START_SECONDS / config.time_scale
+
+
+def taints_at(config: ClusterConfig, node: NodeSpec, t: float) -> tuple[Taint, ...]:
+    """``node``'s taints at sim time ``t``: its own, and PRESSURE_TAINT while under pressure."""
+    return (*node.taints, PRESSURE_TAINT) if under_pressure(config, node.index, t) else node.taints
+
+
 @dataclass
 class _Job:
     pod: Pod
@@ -423,7 +443,7 @@ class ClusterSim:
     def containers_started(self, pod: Pod) -> float:
         """When ``pod``'s containers run (phase Running): ``CONTAINERS_START_SECONDS``
         after its start, when its kubelet accepted it and set ``status.startTime``."""
-        return pod.start + CONTAINERS_START_SECONDS / self.config.time_scale
+        return containers_started(self.config, pod)
 
     def _notebook_name(self, user: str, at: float) -> str:
         """The pod name KubeSpawner gives ``user``'s server spawned at ``at``
@@ -443,15 +463,11 @@ class ClusterSim:
 
     def under_pressure(self, node: int, t: float) -> bool:
         """Whether ``node`` is under memory pressure at ``t`` (``pressure_cycle_seconds``)."""
-        if node != self.config.pressure_node:
-            return False
-        period, lasting = self.config.pressure_cycle_seconds
-        return t % period < lasting
+        return under_pressure(self.config, node, t)
 
     def taints_at(self, node: int, t: float) -> tuple[Taint, ...]:
         """``node``'s taints at ``t``: its own, and PRESSURE_TAINT while under pressure."""
-        own = self.nodes[node].taints
-        return (*own, PRESSURE_TAINT) if self.under_pressure(node, t) else own
+        return taints_at(self.config, self.nodes[node], t)
 
     def _next_pressure_change(self) -> float:
         """When the pressure node's pressure next starts or ends (inf: no such node)."""

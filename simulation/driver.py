@@ -45,6 +45,20 @@ def loss_at(epoch: int) -> float:
     return round(2.3 * math.exp(-0.35 * epoch) + 0.12, 4)
 
 
+def reported_values(pod: Pod, epoch: int) -> dict[str, float]:
+    """The free-form values (``gpu_eta_training_value``) a run reports at the end of
+    ``epoch``: its loss; a Keras log's line its accuracy too. One definition for the
+    reports and log lines the driver makes and for the backfill."""
+    if pod.report == "log" and pod.log_format == "keras":
+        return {"loss": loss_at(epoch), "accuracy": accuracy_at(epoch)}
+    return {"loss": loss_at(epoch)}
+
+
+def accuracy_at(epoch: int) -> float:
+    """The accuracy a Keras log line prints with ``loss_at(epoch)``."""
+    return round(1 - loss_at(epoch) / 2.6, 4)
+
+
 def steps_per_epoch(pod: Pod) -> int:
     """Optimizer steps per epoch for the pod's batch size."""
     return max(1, SAMPLES_PER_EPOCH // max(1, pod.batch_size))
@@ -68,7 +82,7 @@ def report_body(pod: Pod, event: Event, anchor: float) -> dict[str, Any]:
     if event.kind == "run_start":
         body.update(event="start", epoch=0, step=0)
     else:
-        body.update(epoch=event.epoch, step=event.epoch * spe, loss=loss_at(event.epoch))
+        body.update(epoch=event.epoch, step=event.epoch * spe, **reported_values(pod, event.epoch))
         body["event"] = "end" if event.epoch >= pod.epochs else "progress"
     return body
 
@@ -161,10 +175,10 @@ def keras_lines(pod: Pod, event: Event) -> list[str]:
         return []
     k = event.epoch
     took = _epoch_seconds(pod, k)
-    acc = round(1 - loss_at(k) / 2.6, 4)
     lines = [
         f"{spe}/{spe} [==============================] - {max(1, round(took))}s "
-        f"{max(1, round(1000 * took / spe))}ms/step - loss: {loss_at(k):.4f} - accuracy: {acc:.4f}"
+        f"{max(1, round(1000 * took / spe))}ms/step - loss: {loss_at(k):.4f}"
+        f" - accuracy: {accuracy_at(k):.4f}"
     ]
     if k < pod.epochs:
         lines.append(f"Epoch {k + 1}/{pod.epochs}")

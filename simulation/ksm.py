@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.forecaster.kube_state import NO_OWNER
-from gpu_eta.simulation.cluster import ClusterSim, Pod, Taint
+from gpu_eta.simulation.cluster import ClusterSim, NodeSpec, Pod, Taint
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 # the reasons ``kube_pod_status_reason`` writes a series for (KSM ``pod.go``
@@ -424,56 +424,96 @@ def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], l
     while under pressure; a pod its tolerations and the admission's defaults.
     """
     nodes = [
-        KsmNode(
-            n.name,
-            {GPU: sum(g.replicas for g in n.gpus)},
-            {"nvidia.com/gpu.product": n.gpu_model.replace(" ", "-")},
-            taints=sim.taints_at(n.index, t),
-            memory_pressure=sim.under_pressure(n.index, t),
-        )
-        for n in sim.nodes
+        ksm_node(n, sim.taints_at(n.index, t), sim.under_pressure(n.index, t)) for n in sim.nodes
     ]
-    pods = []
-    for pod in tuple(sim.pods):
-        created = pod.start if pod.created is None else pod.created
-        if pod.kind not in ("training", "notebook") or pod.node < 0 or created > t:
-            continue
-        if pod.end is not None and t >= pod.end:
-            continue
-        started = pod.start <= t
-        pods.append(
-            KsmPod(
-                pod.namespace,
-                pod.name,
-                pod.uid,
-                "Running" if t >= sim.containers_started(pod) else "Pending",
-                anchor + created,
-                {GPU: len(pod.gpus)},
-                pod.container,
-                sim.nodes[pod.node].name,
-                anchor + pod.start if started else None,
-                **_controller(pod),
-                tolerations=_tolerations(pod.tolerations),
-                # the kubelet's: the pod's own address and its node's (the .1 of the
-                # node's pod range), once it accepted the pod
-                pod_ip=pod.ip if started else "",
-                host_ip=f"{sim.nodes[pod.node].ip_prefix}.1" if started else "",
-            )
-        )
+    pods = [
+        record
+        for pod in tuple(sim.pods)
+        if (record := ksm_pod(pod, sim.nodes, t, anchor, sim.containers_started(pod)))
+    ]
     for pod in sim.queued_pods():
         if pod.start > t:  # arrives after t: not created yet
             continue
-        pods.append(
-            KsmPod(
-                pod.namespace,
-                pod.name,
-                pod.uid,
-                "Pending",
-                anchor + pod.start,
-                {GPU: len(pod.gpus)},
-                pod.container,
-                **_controller(pod),
-                tolerations=_tolerations(pod.tolerations),
-            )
-        )
+        pods.append(_queued(pod, anchor + pod.start))
     return nodes, pods
+
+
+def ksm_node(node: NodeSpec, taints: tuple[Taint, ...], memory_pressure: bool) -> KsmNode:
+    """A simulated node as KSM records it: one ``nvidia.com/gpu`` unit per device (per
+    replica on a time-sliced one), its GPU model as its product label, ``taints`` and
+    its ``MemoryPressure`` condition as they are at the time asked (``from_sim``, the
+    backfill)."""
+    return KsmNode(
+        node.name,
+        {GPU: sum(g.replicas for g in node.gpus)},
+        {"nvidia.com/gpu.product": node.gpu_model.replace(" ", "-")},
+        taints=taints,
+        memory_pressure=memory_pressure,
+    )
+
+
+def ksm_pod(
+    pod: Pod,
+    nodes: Sequence[NodeSpec],
+    t: float,
+    anchor: float,
+    running_from: float,
+    queued_until_start: bool = False,
+) -> KsmPod | None:
+    """``pod`` as KSM records it at sim time ``t`` (None: not there then).
+
+    ``running_from``: when its containers run (``ClusterSim.containers_started``).
+    ``queued_until_start``: a pod created before its start waited in the queue until
+    then (unbound Pending), as the backfill knows of a past pod; else it is Pending on
+    its node meanwhile, as the live simulation, run a few seconds ahead, placed it.
+    One definition of a pod's KSM series for the live cluster (``from_sim``) and its
+    past (``gpu_eta.simulation.backfill``).
+    """
+    created = pod.start if pod.created is None else pod.created
+    if pod.kind not in ("training", "notebook") or pod.node < 0 or created > t:
+        return None
+    if pod.end is not None and t >= pod.end:
+        return None
+    started = pod.start <= t
+    if queued_until_start and not started:
+        return _queued(pod, anchor + created)
+    return KsmPod(
+        pod.namespace,
+        pod.name,
+        pod.uid,
+        "Running" if t >= running_from else "Pending",
+        anchor + created,
+        {GPU: len(pod.gpus)},
+        pod.container,
+        nodes[pod.node].name,
+        anchor + pod.start if started else None,
+        **_controller(pod),
+        tolerations=_tolerations(pod.tolerations),
+        node_selector=_node_selector(pod),
+        # the kubelet's: the pod's own address and its node's (the .1 of the
+        # node's pod range), once it accepted the pod
+        pod_ip=pod.ip if started else "",
+        host_ip=f"{nodes[pod.node].ip_prefix}.1" if started else "",
+    )
+
+
+def _queued(pod: Pod, created: float) -> KsmPod:
+    """A pod waiting for a GPU: Pending, bound to no node."""
+    return KsmPod(
+        pod.namespace,
+        pod.name,
+        pod.uid,
+        "Pending",
+        created,
+        {GPU: len(pod.gpus)},
+        pod.container,
+        **_controller(pod),
+        tolerations=_tolerations(pod.tolerations),
+        node_selector=_node_selector(pod),
+    )
+
+
+def _node_selector(pod: Pod) -> dict[str, str]:
+    """The node selector of a pod that asks for a GPU model (``Pod.product``), with the
+    node label value ``ksm_node`` gives that model; {} for one that takes any."""
+    return {"nvidia.com/gpu.product": pod.product.replace(" ", "-")} if pod.product else {}

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from gpu_eta.simulation.cluster import NodeSpec, Pod
+from gpu_eta.simulation.cluster import GpuSpec, NodeSpec, Pod
 
 UTIL_NOISE = 0.03
 
@@ -33,12 +33,37 @@ def _recent_steps(steps: list[tuple[float, float]], now: float) -> list[tuple[fl
     return steps[first:][-MAX_STEPS:]
 
 
+HOST_MEMORY_LIMIT_BYTES = 32 << 30  # every simulated container's cgroup memory limit
+
+
+def device_memory_bytes(pod: Pod, spec: GpuSpec) -> int:
+    """What ``pod``'s process holds of device ``spec``: its own size, at most 90 % of the
+    device. One definition for the scenario (the live exporter's readings) and the
+    backfill (``gpu_eta.simulation.exports``), so the past and the present agree."""
+    return min(pod.memory_bytes, int(spec.memory_total_bytes * 0.9))
+
+
+def host_memory_bytes(pod: Pod) -> int:
+    """``pod``'s container's host memory working set: 80 % of what it holds on its GPU
+    (at most 8 GiB of it) plus 512 MiB of its own (scenario and backfill alike)."""
+    return int(min(pod.memory_bytes, 8 << 30) * 0.8) + (512 << 20)
+
+
+def pod_labels(pod: Pod) -> dict[str, str]:
+    """``pod``'s Kubernetes labels: ``app``, and a training pod's ``job-name`` (the Job
+    controller's label: its Job's name), for the scenario and the backfill alike."""
+    labels = {"app": pod.job_name or "jupyter"}
+    if pod.kind == "training":
+        labels["job-name"] = pod.owner[1]
+    return labels
+
+
 def _pod_entry(pod: Pod, node: NodeSpec, now: float) -> dict[str, Any]:
     """One pod of the scenario: identity, lifetime, its devices with profiles."""
     gpus = []
     for g, replica in pod.gpus:
         spec = node.gpus[g]
-        memory = min(pod.memory_bytes, int(spec.memory_total_bytes * 0.9))
+        memory = device_memory_bytes(pod, spec)
         entry: dict[str, Any] = {"gpu": g}
         if spec.replicas > 1:
             entry["replica"] = replica
@@ -56,25 +81,22 @@ def _pod_entry(pod: Pod, node: NodeSpec, now: float) -> dict[str, Any]:
         entry["utilization"] = profile
         entry["memory"] = memory
         gpus.append(entry)
-    labels = {"app": pod.job_name or "jupyter"}
     entry_pod: dict[str, Any] = {
         "namespace": pod.namespace,
         "name": pod.name,
         "uid": pod.uid,
         "ip": pod.ip,
-        "labels": labels,
+        "labels": pod_labels(pod),
         "start_seconds": round(pod.start, 3),
         "containers": [
             {
                 "name": pod.container,
-                "host_memory": int(min(pod.memory_bytes, 8 << 30) * 0.8) + (512 << 20),
-                "host_memory_limit": 32 << 30,
+                "host_memory": host_memory_bytes(pod),
+                "host_memory_limit": HOST_MEMORY_LIMIT_BYTES,
                 "gpus": gpus,
             }
         ],
     }
-    if pod.kind == "training":
-        labels["job-name"] = pod.owner[1]  # the Job controller's label: its Job's name
     entry_pod["owner_kind"], entry_pod["owner_name"] = pod.owner
     if pod.end is not None:
         entry_pod["end_seconds"] = round(pod.end, 3)

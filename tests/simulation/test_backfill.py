@@ -169,3 +169,52 @@ def test_a_long_history_says_how_far_it_got_and_stays_the_same(history) -> None:
     assert [(p.name, p.start, p.end, p.epoch_ends) for p in again.pods] == [
         (p.name, p.start, p.end, p.epoch_ends) for p in history.pods
     ]
+
+
+def test_every_completed_run_shows_its_end_as_the_live_exporter_does(history) -> None:
+    """The live exporter shows a completed run's end
+    (``gpu_eta_training_run_end_timestamp_seconds``) until its pod goes, 5 s after the
+    last epoch; the past had no such series, and sampled every 15 or 30 s it would
+    have shown most runs' ends not at all. Each completed run has it, at its last
+    epoch's end, before its pod went."""
+    lines = list(openmetrics_lines(history, step_seconds=30))
+    ends: dict[str, tuple[float, float]] = {}
+    for line in lines:
+        if line.startswith("gpu_eta_training_run_end_timestamp_seconds{"):
+            run_id = line.split('run_id="', 1)[1].split('"', 1)[0]
+            value, at = (float(x) for x in line.rsplit(" ", 2)[1:])
+            ends[run_id] = (value, at)
+    for pod in history.completed:
+        assert pod.run_id in ends, pod.name
+        value, at = ends[pod.run_id]
+        assert value == pytest.approx(pod.epoch_ends[-1], abs=1e-3)
+        assert pod.epoch_ends[-1] <= at < pod.end
+
+
+def test_the_past_has_the_exporters_labels_on_every_series(history) -> None:
+    """Every series of the past is one the exporter renders (its own exposition of
+    the node's snapshot) with the target labels given, and kube-state-metrics' with
+    its target's: the same names and labels as the live series."""
+    exporter = {0: {"job": "gpu-eta-exporter", "instance": "127.0.0.1:1"}}
+    ksm_target = {"job": "kube-state-metrics", "instance": "127.0.0.1:2"}
+    labels = {i: exporter[0] for i in range(len(history.nodes))}
+    lines = [
+        line
+        for line in openmetrics_lines(history, 60, node_labels=labels, ksm_labels=ksm_target)
+        if not line.startswith("#")
+    ]
+    names = {line.split("{", 1)[0] for line in lines}
+    assert {
+        "gpu_eta_gpu_memory_used_bytes",
+        "gpu_eta_gpu_memory_total_bytes",
+        "gpu_eta_pod_info",
+        "gpu_eta_pod_memory_working_set_bytes",
+        "gpu_eta_training_value",
+        "kube_pod_info",
+        "kube_pod_status_phase",
+    } <= names
+    for line in lines:
+        wanted = (
+            'job="kube-state-metrics"' if line.startswith("kube_") else 'job="gpu-eta-exporter"'
+        )
+        assert wanted in line, line

@@ -303,3 +303,49 @@ def test_a_node_under_memory_pressure_shows_its_condition_and_taint() -> None:
         keys = {(t.key, t.effect, t.toleration_seconds) for t in p.tolerations}
         assert ("node.kubernetes.io/not-ready", "NoExecute", 300) in keys
         assert ("node.kubernetes.io/unreachable", "NoExecute", 300) in keys
+
+
+def test_a_pod_selecting_a_gpu_type_shows_its_node_selector() -> None:
+    """A pod that asks for a GPU model (``Pod.product``: a pool's, or a typed one) is
+    kept to nodes of that model by its node selector; kube-state-metrics writes it as
+    ``kube_pod_nodeselectors{nodeselector_nvidia_com_gpu_product=...}``, the value the
+    node's own label has (``kube_node_labels``). The simulation placed such pods by
+    their type, but every pod's series had no selector: the forecaster, which reads
+    it, took them to start on any node."""
+    config = ClusterConfig(
+        nodes=3, gpu_types=("NVIDIA A2", "NVIDIA GeForce RTX 3070"), typed_share=1.0
+    )
+    sim, _ = warm_start(config)
+    nodes, pods = ksm.from_sim(sim, 0.0, 0.0)
+    typed = {p.name: p.product for p in sim.pods if p.product and p.alive_at(0.0)}
+    assert typed, "no pod selects a GPU type"
+    lines = ksm.exposition(nodes, pods).splitlines()
+    for pod in pods:
+        if pod.pod not in typed:
+            continue
+        value = typed[pod.pod].replace(" ", "-")
+        assert pod.node_selector == {"nvidia.com/gpu.product": value}
+        assert any(
+            line.startswith("kube_pod_nodeselectors{")
+            and f'pod="{pod.pod}"' in line
+            and f'nodeselector_nvidia_com_gpu_product="{value}"' in line
+            for line in lines
+        )
+        node = next(n for n in nodes if n.name == pod.node) if pod.node else None
+        assert node is None or node.labels["nvidia.com/gpu.product"] == value
+
+
+def test_a_past_pod_waits_unbound_until_its_start() -> None:
+    """The backfill knows when a past pod arrived and when it started: in between it
+    waited in the queue, Pending and bound to no node (``queued_until_start``), while
+    the live cluster's pod placed ahead of the clock is Pending on its node."""
+    sim, _ = warm_start(ClusterConfig())
+    placed = _placed_from_queue(sim)
+    waiting = placed.created + (placed.start - placed.created) / 2
+    started = sim.containers_started(placed)
+    past = ksm.ksm_pod(placed, sim.nodes, waiting, 0.0, started, queued_until_start=True)
+    live = ksm.ksm_pod(placed, sim.nodes, waiting, 0.0, started)
+    assert past is not None and past.phase == "Pending" and past.node == ""
+    assert live is not None and live.node == sim.nodes[placed.node].name
+    running = ksm.ksm_pod(placed, sim.nodes, started, 0.0, started, queued_until_start=True)
+    assert running is not None and running.phase == "Running" and running.node == live.node
