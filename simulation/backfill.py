@@ -236,7 +236,7 @@ def render_runs_csv(pods: Iterable[Pod]) -> str:
 # see them whole, at a fraction of the samples (the backfill's size and promtool's
 # time grow with them: docs/demo.md, "History")
 DEVICE_STEP_SECONDS = 60.0
-KSM_STEP_SECONDS = 120.0
+KSM_STEP_SECONDS = 240.0
 
 
 def _labels(labels: Mapping[str, object]) -> str:
