@@ -336,7 +336,7 @@ def _exporter_samples(
             gone = [p for p in alive if p.end is not None and t >= p.end]
             if gone:
                 alive = [p for p in alive if p.end is None or t < p.end]
-                _last_state(node, gone, shown, render, extra)
+                _last_state(node, gone, shown, render, extra, first)
             states = {p.uid: pod_state(p, t) for p in alive}
             changed = [p for p in alive if p.uid not in shown or shown[p.uid][0] != states[p.uid]]
             if changed:
@@ -354,6 +354,7 @@ def _exporter_samples(
             shown,
             render,
             extra,
+            first,
         )
         alive = []
         k = 0
@@ -373,9 +374,10 @@ def _last_state(
     shown: Mapping[str, tuple[tuple[bool, int, float], Rendered]],
     render: Callable[[Iterable[Metric], Mapping[str, str]], dict[tuple[str, str], Rendered]],
     extra: Mapping[str, str],
+    first: float,
 ) -> None:
     """Each pod of ``gone`` in its last state, a millisecond before it went, when no
-    instant of the grid showed that state. Why: a completed run's pod goes 5 s after
+    instant of the grid showed that state (and that is not before ``first``). Why: a completed run's pod goes 5 s after
     its last epoch, so a grid of 15 or 30 s showed most runs' ends
     (``gpu_eta_training_run_end_timestamp_seconds``) not at all, while the live
     exporter shows every one until its pod goes."""
@@ -383,7 +385,7 @@ def _last_state(
         assert pod.end is not None  # gone: it ended
         t = pod.end - 0.001
         state = pod_state(pod, t)
-        if pod.uid in shown and shown[pod.uid][0] == state:
+        if t < first or (pod.uid in shown and shown[pod.uid][0] == state):
             continue
         snapshot = node_snapshot(node, [pod], t, devices=False)
         _write(render(node_families(snapshot, False), extra).get((pod.namespace, pod.name), []), t)

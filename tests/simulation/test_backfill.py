@@ -218,3 +218,16 @@ def test_the_past_has_the_exporters_labels_on_every_series(history) -> None:
             'job="kube-state-metrics"' if line.startswith("kube_") else 'job="gpu-eta-exporter"'
         )
         assert wanted in line, line
+
+
+def test_a_later_part_has_no_sample_before_its_start(history) -> None:
+    """The warm-up's last 5 minutes are written apart (``since``): no sample of that
+    part is before it, a run's last state (written a millisecond before its pod
+    went) included, or the two parts would hold the same sample twice."""
+    since = history.start + (history.end - history.start) / 2
+    times = [
+        float(line.rsplit(" ", 1)[1])
+        for line in openmetrics_lines(history, step_seconds=30, since=since)
+        if not line.startswith("#")
+    ]
+    assert times and min(times) >= since
