@@ -169,8 +169,22 @@ def test_epochs_are_written_exactly() -> None:
         fh,
     )
     rows = list(csv.reader(io.StringIO(fh.getvalue())))
-    assert rows[1] == ["a", "1111114", "1700000000.250", "1.000", "2.000", "3.000"]
+    assert rows[1] == ["a", "1111114", "1700000000.250", "1.00000", "2.00000", "3.00000"]
     assert rows[2][1] == "0.1"
+
+
+@pytest.mark.parametrize("remaining", [0.0071234, 0.709123, 5.12345678, 123.456789, 54571.69])
+def test_remaining_times_keep_six_significant_digits(remaining: float) -> None:
+    """At 3 decimals a run of seconds on thousands of GPUs lost its end: 0.0071234 s left
+    was written 0.007 (1.7 % off before any forecast error); 6 significant digits at least."""
+    fh = io.StringIO()
+    write_predictions(
+        [Prediction("a", 0.5, 5.0, 1_700_000_000.0, remaining, remaining, remaining, 2.0)], fh
+    )
+    row = list(csv.reader(io.StringIO(fh.getvalue())))[1]
+    for text in row[3:]:
+        assert float(text) == pytest.approx(remaining, rel=5e-6)
+        assert "e" not in text.lower()
 
 
 # no time passed before 50 %: a run resumed at epoch 2 (runs.own_work), forecast at that
