@@ -133,12 +133,14 @@ MAX_METRIC = "gpu_eta_request_max_gpus"
 # leaves out a node with more units of a resource): skipped as a series of another shape
 MAX_UNITS = 1024
 NEVER_FITS = "never fits on this cluster"
-QUERY = (
-    f'({METRIC}{{quantile="0.5"}} or {MAX_METRIC}) unless {SAME_FORECASTER}'
-    " (gpu_eta_forecaster_stale == 1)"
+# What follows a selector of a forecaster's series to keep live forecasters' only (the
+# dashboards' grafana/build.py live() writes the same: tests/ops/test_dashboards.py)
+LIVE_ONLY = (
+    f" unless {SAME_FORECASTER} (gpu_eta_forecaster_stale == 1)"
     f" unless {SAME_FORECASTER} (time() - gpu_eta_forecaster_last_success_timestamp_seconds"
     f" > {FORECASTER_STALE_SECONDS:g})"
 )
+QUERY = f'({METRIC}{{quantile="0.5"}} or {MAX_METRIC})' + LIVE_ONLY
 GPU_RESOURCE = "nvidia.com/gpu"
 # the built-in GPU resources, as gpu_eta.common.gpu_resources has them (not imported:
 # this file runs alone in a hub's image)

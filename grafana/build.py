@@ -157,7 +157,7 @@ LONGEST_HELD = (
 # good cycle ended more than FORECASTER_STALE_SECONDS ago (a CronJob that stopped leaves
 # its last push in the Pushgateway, stale 0 included, for ever). Judged target by target,
 # as GpuEtaForecasterStale, gpu-eta top and the JupyterHub hook judge it
-# (forecaster/spawner_profiles.py's QUERY): a live forecaster beside a stale one is still
+# (forecaster/spawner_profiles.py's LIVE_ONLY): a live forecaster beside a stale one is still
 # read. Forecasters pushed to one Pushgateway scraped without honor_labels differ only by
 # exported_job (and exported_instance); absent labels match as empty on both sides.
 # Without it a stopped CronJob's request start 3 h in the past hid the live one's, its

@@ -1244,7 +1244,7 @@ _ESTIMATE = re.compile(
 
 def test_forecast_estimates_are_read_from_live_forecasters_only() -> None:
     """Every selector of a forecaster's estimate on a dashboard is followed by the
-    JupyterHub hook's own filter of stale forecasters (its QUERY after the selector:
+    JupyterHub hook's own filter of stale forecasters (its QUERY's ``LIVE_ONLY``:
     ``gpu_eta_forecaster_stale == 1``, or a last good cycle older than the rules'
     forecaster_stale_seconds, target by target), so the dashboards, the hook, ``top``
     and GpuEtaForecasterStale judge a forecaster alike. What the filter does is
@@ -1254,9 +1254,8 @@ def test_forecast_estimates_are_read_from_live_forecasters_only() -> None:
 
     rules = (ROOT / "rules" / "gpu-eta.rules.yaml").read_text()
     (limit,) = re.findall(r"> (\d+)\s+# THRESHOLD forecaster_stale_seconds", rules)
-    selector = f'{spawner_profiles.METRIC}{{quantile="0.5"}}'
-    assert spawner_profiles.QUERY.startswith(selector)
-    suffix = spawner_profiles.QUERY[len(selector) :]
+    suffix = spawner_profiles.LIVE_ONLY
+    assert spawner_profiles.QUERY.endswith(suffix)
     assert suffix.endswith(f" > {limit})")
     unfiltered = []
     read = 0
