@@ -58,7 +58,7 @@ form lists it by, ``display_name_in_choices`` ("Other..."): "no estimate" where 
 value the user types sets the GPU count, type or placement (``annotate_unlisted``).
 When Prometheus cannot be read, does not answer within the timeout (2 s: the query
 runs in a thread, never in the hub's event loop, and gives up by then too, status line
-and headers included: ``fetch``), answers an error status (its connection closed there
+and headers included: ``fetch_published``), answers an error status (its connection closed there
 and then: ``open_answer``), or something else answers (a port speaking HTTP/2 or
 another protocol, an answer cut short, JSON of another shape, a redirect, which is not
 followed: it would take the URL's credentials along), the profiles come back unchanged
@@ -237,16 +237,11 @@ Largest = dict[tuple[str, str], int]
 @dataclass(frozen=True)
 class Published:
     """What one query reads of the forecaster's request series: the P50 starts
-    (``parse_starts``) and the largest request each GPU type can hold (empty when the
+    (``parse_published``) and the largest request each GPU type can hold (empty when the
     forecaster publishes none: not known, not "none fits")."""
 
     starts: Starts
     largest: Largest
-
-
-def fetch(prometheus_url: str, timeout_seconds: float = 2.0, after: float = -math.inf) -> Starts:
-    """The starts of ``fetch_published``."""
-    return fetch_published(prometheus_url, timeout_seconds, after).starts
 
 
 def fetch_published(
@@ -262,7 +257,7 @@ def fetch_published(
     raise (OSError, an error status too: ``open_answer``;
     ``http.client.HTTPException``...) and ValueError (``parse_published``):
     the hook, not this, decides that any of them means no estimate. ``after``:
-    as ``parse_starts``."""
+    as ``parse_published``."""
     base, authorization = split_credentials(prometheus_url)
     url = f"{base.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": QUERY})
     headers = {"Authorization": authorization} if authorization else {}
@@ -311,7 +306,7 @@ class DeadlineReads(io.RawIOBase):
     what ``http.client`` reads the status line, the headers and the body through.
 
     Why: a socket timeout bounds each read, not the answer, so a Prometheus (or a proxy)
-    sending a byte now and then, status line and headers included, held ``fetch``'s
+    sending a byte now and then, status line and headers included, held ``fetch_published``'s
     thread, one of the hook's 4, for as long as it went on."""
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
@@ -448,11 +443,6 @@ def redirect_target(request_url: str, headers: Mapping[str, str]) -> str:
         return "an unreadable Location"
     host = target.netloc.rpartition("@")[2]
     return repr(f"{target.scheme}://{host}{target.path}"[:200])
-
-
-def parse_starts(raw: bytes, after: float = -math.inf) -> Starts:
-    """The starts of ``parse_published``."""
-    return parse_published(raw, after).starts
 
 
 def parse_published(raw: bytes, after: float = -math.inf) -> Published:

@@ -30,7 +30,7 @@ from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster.spawner_profiles import (
     ProfileError,
     annotate,
-    fetch,
+    fetch_published,
     gpu_request,
     label,
     profile_list_hook,
@@ -651,9 +651,11 @@ def test_a_prometheus_behind_basic_auth_gives_estimates(monkeypatch) -> None:
     estimates, its log line blaming DNS."""
     start = time.time() + 600
     with authorization_recorder(start) as (url, seen):
-        starts = fetch(url.replace("http://", "http://alice:s3%2Fcret@"), timeout_seconds=5)
+        published = fetch_published(
+            url.replace("http://", "http://alice:s3%2Fcret@"), timeout_seconds=5
+        )
     token = base64.b64encode(b"alice:s3/cret").decode()
-    assert seen == [f"Basic {token}"] and list(starts.values()) == [start]
+    assert seen == [f"Basic {token}"] and list(published.starts.values()) == [start]
 
 
 @pytest.mark.parametrize("password", ["s3/cret", "s3?cret", "s3#cret"])
@@ -1055,7 +1057,7 @@ def header_trickler(tls: tuple[Path, Path] | None = None) -> Iterator[str]:
 def test_a_trickled_status_line_and_headers_end_within_the_timeout(
     scheme: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The hook answers within its timeout whatever fetch does, but fetch runs in one of
+    """The hook answers within its timeout whatever fetch_published does, but it runs in one of
     the hook's 4 threads: a Prometheus (or a proxy) trickling its headers, each byte
     within the socket timeout, held a thread for as long as it went on (12 s for a 2 s
     timeout), and 4 such page loads left every later one without estimates. The
@@ -1068,7 +1070,7 @@ def test_a_trickled_status_line_and_headers_end_within_the_timeout(
     with header_trickler(tls) as url:
         started = time.monotonic()
         with pytest.raises(Exception) as raised:
-            fetch(url, timeout_seconds=0.5)
+            fetch_published(url, timeout_seconds=0.5)
         took = time.monotonic() - started
     assert took < 1.5, (took, raised.value)
     assert isinstance(raised.value, TimeoutError), raised.value
