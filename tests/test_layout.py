@@ -370,3 +370,17 @@ def test_every_file_listed_as_slow_exists() -> None:
     from tests.conftest import SLOW_FILES
 
     assert [name for name in SLOW_FILES if not (ROOT / name).is_file()] == []
+
+
+def test_every_test_listed_as_spread_exists() -> None:
+    """tests/conftest.py hands out each case of a ``SPREAD_TESTS`` test on its own; a
+    test renamed or moved would leave its prefix matching nothing, and its cases back in
+    one worker, one after another (the suite's time, never its results)."""
+    from tests.conftest import SPREAD_TESTS
+
+    def names_a_test(prefix: str) -> bool:
+        path, _, name = prefix.removesuffix("[").partition("::")
+        file = ROOT / path
+        return prefix.endswith("[") and file.is_file() and f"\ndef {name}(" in file.read_text()
+
+    assert [prefix for prefix in SPREAD_TESTS if not names_a_test(prefix)] == []
