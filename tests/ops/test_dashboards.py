@@ -1242,6 +1242,21 @@ _ESTIMATE = re.compile(
 )
 
 
+def test_the_queue_table_says_what_each_status_means() -> None:
+    """The queue table's description names every status the forecaster publishes
+    (queue_replay.STATUSES), each followed by what it means: a status added there
+    would otherwise show in the table unexplained."""
+    from gpu_eta.forecaster.queue_replay import STATUSES
+
+    (panel,) = [
+        p
+        for p in _panels(_load(GRAFANA / "cluster-overview.json"))
+        if p.get("title") == "Queue: predicted starts"
+    ]
+    said = re.findall(r"\b([a-z_]+): ", panel["description"])
+    assert [s for s in STATUSES if s not in said] == []
+
+
 def test_forecast_estimates_are_read_from_live_forecasters_only() -> None:
     """Every selector of a forecaster's estimate on a dashboard is followed by the
     JupyterHub hook's own filter of stale forecasters (its QUERY's ``LIVE_ONLY``:
