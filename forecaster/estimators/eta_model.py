@@ -64,7 +64,7 @@ from gpu_eta.forecaster.calibration import (
 )
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.estimators.analog import AnalogEstimator, identity
-from gpu_eta.forecaster.estimators.base import NotFittedError
+from gpu_eta.forecaster.estimators.base import NotFittedError, lognormal_quantiles
 from gpu_eta.forecaster.estimators.blend import (
     BlendEstimator,
     Components,
@@ -87,7 +87,7 @@ from gpu_eta.forecaster.estimators.choice import (
 )
 from gpu_eta.forecaster.estimators.job_calibration import job_scales, job_shifts
 from gpu_eta.forecaster.estimators.pooled import NUMERIC_RAW
-from gpu_eta.forecaster.estimators.prior import HOLDOUT_SPAN, job_key
+from gpu_eta.forecaster.estimators.prior import HOLDOUT_SPAN, NEW_JOB_LEVEL, job_key
 from gpu_eta.forecaster.estimators.replay import replay_samples, run_bin, samples_in_order
 from gpu_eta.forecaster.estimators.selfcheck import self_check
 from gpu_eta.forecaster.estimators.tuning import (
@@ -443,6 +443,13 @@ class EtaModel:
             def quantiles(center: float, sigma: float) -> tuple[float, float, float]:
                 center += job_shift  # 0 but for a job whose own rates share a bias
                 sigma *= job_scale  # 1 but for a job forecast better or worse than most
+                if point == 0 and parts.prior_level == NEW_JOB_LEVEL:
+                    # a job never seen, before its first epoch: the prior's spread
+                    # between jobs, which no replayed start calibrates (replay_samples)
+                    return within_seen(
+                        lognormal_quantiles(center, sigma),
+                        self.blend_.prior_.regression_.total_range_,
+                    )
                 q = calibrator.quantiles(point, center, sigma, cap)
                 if own is not None and own is not calibrator:
                     # neither is this situation at this point: the bounds of both (its

@@ -25,7 +25,9 @@ much weaker. A cluster re-runs the same jobs, so the most specific evidence wins
    reverse ~0 s; a run's whole duration has the same unit for every job. For the same
    reason the planned progress enters only as the log ratio to the typical plan of
    runs with the same job name (0 for a new name): a run planned twice as long as its
-   job usually is takes about twice as long, whatever the unit.
+   job usually is takes about twice as long, whatever the unit. A job name the
+   regression never saw is placed among the known jobs instead, at their centre with
+   the spread between them (``pooled.between_jobs``; level ``NEW_JOB_LEVEL``).
 3. **No usable history**: the documented default (``DEFAULT_RUN_SECONDS`` for the whole
    run, wide).
 
@@ -72,6 +74,11 @@ from gpu_eta.forecaster.runs import Run, own_work
 
 DEFAULT_LEVEL = "default"
 """The prior's level with no finished run at all: ``DEFAULT_RUN_SECONDS`` for the run."""
+NEW_JOB_LEVEL = "new_job"
+"""The prior's level for a job name the pooled regression never saw: its answer, with
+the spread between jobs (``PooledRegression.log_sigma``). Its own level because its
+start is published with that spread, not calibrated on the replay (``replay_samples``,
+``EtaModel.predict``)."""
 HOLDOUT_SPAN = 600  # the runs a calibration replays: EtaModel.max_calibration_runs' default
 HOLDOUT_CUTS = 10  # held-out regressions over that span
 MAX_HOLDOUT_STEPS = 24
@@ -288,7 +295,7 @@ class PriorEstimate:
 
     log_seconds: float
     sigma: float
-    level: str  # "job_batch", "job", "regression" or DEFAULT_LEVEL
+    level: str  # "job_batch", "job", "regression", NEW_JOB_LEVEL or DEFAULT_LEVEL
     n_obs: int
 
 
@@ -491,8 +498,9 @@ class PriorEstimator:
                 default_log_seconds_per_epoch(run), DEFAULT_LOG_SIGMA, DEFAULT_LEVEL, 0
             )
         total = regression.log_total(run)
+        level = NEW_JOB_LEVEL if regression.new_job(run) else "regression"
         return PriorEstimate(
-            total - math.log(run.epochs_planned), regression.sigma_, "regression", n_obs
+            total - math.log(run.epochs_planned), regression.log_sigma(run), level, n_obs
         )
 
     def held_out(self, before: float) -> PooledRegression:

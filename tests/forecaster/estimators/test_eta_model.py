@@ -21,6 +21,7 @@ from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.estimators import replay
 from gpu_eta.forecaster.estimators.base import NotFittedError
 from gpu_eta.forecaster.estimators.eta_model import EtaModel, within_seen
+from gpu_eta.forecaster.estimators.prior import NEW_JOB_LEVEL
 from gpu_eta.forecaster.estimators.replay import replay_moments, truncate
 from gpu_eta.forecaster.runs import Run
 from tests.forecaster.estimators.runs_factory import job_history, make_run
@@ -296,7 +297,7 @@ def test_runs_that_arrive_by_update_reach_analogs_and_job_prior() -> None:
     run = truncate(
         make_run("now", [7.5] * 10, start=start + 1000.0, job_name="fresh", namespace="ns"), 0.5
     )
-    assert model.blend_.components(run).prior_level == "regression"
+    assert model.blend_.components(run).prior_level == NEW_JOB_LEVEL
     assert model.analog_.estimate(run) is None
     model.update(fresh)
     assert model.blend_.components(run).prior_level == "job"  # no batch size: the job level
@@ -329,7 +330,7 @@ def test_a_situation_with_too_few_residuals_at_a_point_gets_the_bounds_of_both()
         0.5,
     )
     assert model.analog_.estimate(run) is None
-    assert model.blend_.components(run).prior_level == "regression"  # situation "new"
+    assert model.blend_.components(run).prior_level == NEW_JOB_LEVEL  # situation "new"
     model.calibrators_.pop("new", None)
     everyone = model.predict(run, run.last_timestamp)
     model.calibrators_["new"] = Calibrator().fit(WIDE_AT_TEN)  # residuals at 10 % only
@@ -681,3 +682,36 @@ def test_forecasts_scale_with_the_clock_when_the_first_runs_had_no_history() -> 
     assert (got.p10, got.p50, got.p90) == pytest.approx(
         (want.p10 * factor, want.p50 * factor, want.p90 * factor), rel=1e-6
     )
+
+
+def test_a_job_name_never_seen_starts_with_the_spread_between_jobs() -> None:
+    """Six jobs whose epochs take 1 to 300 s, each run eight times within 2 %: a new
+    job's start may be any of them, so its published P10-P90 spans how far jobs are
+    from each other (the prior's spread, ``PooledRegression.log_sigma``), not what the
+    replayed starts of known jobs missed by; a known job new to its namespace keeps
+    the narrower interval of its situation."""
+    rng = np.random.default_rng(9)
+    speeds = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
+    history, t = [], 1_700_000_000.0
+    for i in range(8):
+        for j, speed in enumerate(speeds):
+            run = make_run(
+                f"r{i}-{j}",
+                list(speed * np.exp(rng.normal(0, 0.02, 10))),
+                start=t,
+                job_name=f"job{j}",
+                namespace=f"ns{i % 2}",
+            )
+            history.append(run)
+            t = run.last_timestamp + 1.0
+    model = EtaModel(random_state=0).fit(history)
+    new = make_run("new", [], planned=10, start=t, job_name="new", namespace="ns0")
+    assert model.blend_.components(new).prior_level == NEW_JOB_LEVEL
+    got = model.predict(new, t)
+    for per_epoch in (1.5, 200.0):  # far from the centre, among the jobs'
+        assert got.p10 <= 10 * per_epoch <= got.p90, (per_epoch, got)
+    known = make_run("known", [], planned=10, start=t, job_name="job3", namespace="other")
+    assert model.blend_.components(known).prior_level == "regression"
+    narrow = model.predict(known, t)
+    assert narrow.p10 <= 300.0 <= narrow.p90
+    assert narrow.p90 / narrow.p10 < (got.p90 / got.p10) ** 0.5

@@ -291,3 +291,24 @@ def test_a_new_configuration_is_forecast_alike_in_any_clock_unit() -> None:
         model = PooledRegression().fit(runs, [v + math.log(factor) for v in y])
         forecasts.append(model.log_total(new) - math.log(factor))
     assert forecasts == pytest.approx([forecasts[0]] * 4, abs=1e-9)
+
+
+def test_a_job_name_never_seen_adds_the_spread_between_jobs_to_the_residuals() -> None:
+    # four jobs whose runs take 1, 10, 100 and 1000 s (repeats exact but for 1 %): a
+    # known job keeps the residuals' scale, a new one adds the sd of the jobs' median
+    # log durations, widened for being estimated from four (sqrt(1 + 1/4))
+    rng = np.random.default_rng(5)
+    runs, y = [], []
+    for i in range(40):
+        job, seconds = f"j{i % 4}", 10.0 ** (i % 4) * math.exp(rng.normal(0, 0.01))
+        runs.append(make_run(f"r{i}", [seconds / 10] * 10, job_name=job))
+        y.append(math.log(seconds))
+    model = PooledRegression().fit(runs, y)
+    between = float(np.std(np.log([1.0, 10.0, 100.0, 1000.0]), ddof=1)) * math.sqrt(1.25)
+    assert model.job_sigma_ == pytest.approx(between, rel=0.01)
+    known = make_run("k", [], planned=10.0, job_name="j2")
+    new = make_run("n", [], planned=10.0, job_name="new")
+    assert model.log_sigma(known) == model.sigma_ < 0.05
+    assert model.log_sigma(new) == pytest.approx(math.hypot(model.sigma_, model.job_sigma_))
+    # no job name at all: the run is fitted as the runs without one, nothing unknown
+    assert model.log_sigma(make_run("x", [], planned=10.0)) == model.sigma_

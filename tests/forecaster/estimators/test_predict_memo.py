@@ -177,7 +177,7 @@ def test_choices_changed_after_the_fit_are_followed(model, data):
 
 def test_drifting_utilisation_recomputes_only_where_the_regression_reads_it(monkeypatch):
     """The cycle's utilisation means drift every minute: a run with a job prior keeps
-    its parts (nothing kept reads them), a new job's regression prior is recomputed."""
+    its parts (nothing kept reads them), a job new here's regression prior is recomputed."""
     start = 1_700_000_000.0
     history = [
         make_run(
@@ -196,7 +196,9 @@ def test_drifting_utilisation_recomputes_only_where_the_regression_reads_it(monk
     )  # the regression reads it
     later = start + 1e5
     known = make_run("k", [10.0] * 3, planned=6.0, start=later, job_name="job0", batch_size=64.0)
-    new = make_run("n", [10.0] * 3, planned=6.0, start=later, job_name="brand-new", batch_size=64.0)
+    new = make_run(  # a job new here: the regression's row (a new job name takes the jobs' centre)
+        "n", [10.0] * 3, planned=6.0, start=later, job_name="job0", namespace="x", batch_size=64.0
+    )
     calls = counting_own_rate(monkeypatch)
     for run, recomputed in ((known, False), (new, True)):
         now = run.last_timestamp

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from gpu_eta.forecaster.estimators.base import DEFAULT_RUN_SECONDS
-from gpu_eta.forecaster.estimators.prior import PriorEstimator
+from gpu_eta.forecaster.estimators.base import DEFAULT_LOG_SIGMA, DEFAULT_RUN_SECONDS
+from gpu_eta.forecaster.estimators.prior import NEW_JOB_LEVEL, PriorEstimator
 from gpu_eta.forecaster.runs import Run
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
@@ -40,11 +40,13 @@ def test_other_batch_size_moves_along_the_job_slope() -> None:
     assert math.exp(est.log_seconds) == pytest.approx(2.5, rel=0.1)
 
 
-def test_regression_for_a_new_job_uses_batch_size() -> None:
+def test_regression_for_a_known_job_new_here_uses_batch_size() -> None:
     history = job_history(90, seed=2, noise=0.02, jobs=("a", "b", "c"))
     prior = PriorEstimator().fit(history)
-    small = prior.per_epoch(make_run("n", [], planned=10, job_name="new", batch_size=32))
-    large = prior.per_epoch(make_run("n", [], planned=10, job_name="new", batch_size=128))
+    small, large = (
+        prior.per_epoch(make_run("n", [], planned=10, job_name="b", namespace="x", batch_size=b))
+        for b in (32, 128)
+    )
     assert small.level == large.level == "regression"
     # the fitted batch effect has the right sign and roughly the right size (x2 → /1.41)
     assert math.exp(small.log_seconds - large.log_seconds) == pytest.approx(2.0, rel=0.25)
@@ -179,7 +181,7 @@ def test_a_replayed_run_is_predicted_by_a_regression_that_never_saw_its_job() ->
     assert in_sample.level == "job_batch"
     assert prior._pooled(odd).log_seconds == pytest.approx(truth, abs=0.05)  # fits itself
     replayed = prior.per_epoch(odd, before=odd.start_timestamp)
-    assert replayed.level == "regression"
+    assert replayed.level == NEW_JOB_LEVEL
     assert abs(replayed.log_seconds - truth) > 1.0  # the held-out regression cannot know it
     held_out = prior.held_out(odd.start_timestamp)
     assert held_out is prior.held_out(odd.start_timestamp + 1.0)  # fitted once per cut
@@ -210,7 +212,7 @@ def test_a_replayed_run_is_predicted_by_the_regression_as_it_stood_when_it_start
     truth = math.log(500.0)
     assert prior._pooled(first).log_seconds == pytest.approx(truth, abs=0.3)  # knows them
     replayed = prior.per_epoch(first, before=first.start_timestamp)
-    assert replayed.level == "regression"
+    assert replayed.level == NEW_JOB_LEVEL
     assert abs(replayed.log_seconds - truth) > 1.0  # as it stood: none of them had run
     assert prior.held_out(first.start_timestamp).n_fitted_ <= len(history)  # none of them
     assert prior.held_out(sisters[-1].last_timestamp + 1.0).n_fitted_ == prior.n_obs_
@@ -228,7 +230,7 @@ def test_update_adds_finished_runs_to_their_job_groups() -> None:
     late_a = make_run("late-a", [4.0] * 10, start=t + 900.0, job_name="a", batch_size=64)
     prior = PriorEstimator().fit(history)
     probe = make_run("p", [], planned=10, start=t + 5000.0, job_name="new", batch_size=64)
-    assert prior.per_epoch(probe).level == "regression"
+    assert prior.per_epoch(probe).level == NEW_JOB_LEVEL
     grown = [*history, *fresh, late_a]
     prior.update([*fresh, late_a])
     refit = PriorEstimator().fit(grown)
@@ -254,11 +256,11 @@ def test_a_new_job_counting_samples_gets_a_start_forecast_near_the_pooled_durati
     lo, hi = min(totals), max(totals)
     bert = make_run("bert-1", [], planned=1e6, job_name="bert", batch_size=64)
     live = prior.predict(bert, now=bert.last_timestamp)
-    assert prior.per_epoch(bert).level == "regression"
+    assert prior.per_epoch(bert).level == NEW_JOB_LEVEL
     assert lo / 3 < live.p50 < hi * 3, (live.p50, lo, hi)
     # the calibration replay's held-out regression (a job it never saw) agrees
     replayed = prior.per_epoch(bert, before=max(r.last_timestamp for r in history) + 1.0)
-    assert replayed.level == "regression"
+    assert replayed.level == NEW_JOB_LEVEL
     assert lo / 3 < math.exp(replayed.log_seconds) * 1e6 < hi * 3
 
 
@@ -280,16 +282,16 @@ def test_a_known_job_name_planned_longer_than_usual_takes_longer_in_the_regressi
 def _per_epoch_of(prior: PriorEstimator, **features: str) -> float:
     """Seconds per epoch the pooled regression gives a 10-epoch run with ``features``."""
     est = prior.per_epoch(make_run("probe", [], planned=10, start=1e9, **features))
-    assert est.level == "regression"
+    assert est.level in ("regression", NEW_JOB_LEVEL)  # a known job name or not
     return math.exp(est.log_seconds)
 
 
-def test_a_job_name_never_seen_gets_the_frequency_weighted_mean_effect() -> None:
+def test_a_job_name_never_seen_is_placed_at_the_jobs_centre() -> None:
     # three jobs, the fast one run most often: 60 % "a" at 5 s/epoch, 20 % "b" at 20 s,
-    # 20 % "c" at 80 s. A new job could be any of them: its expected log time is their
-    # frequency-weighted mean, 0.6·ln 5 + 0.2·ln 20 + 0.2·ln 80 (≈ 11.5 s/epoch). Coded
-    # as all zeros (the dropped baseline column), it got "a"'s 5 s: the most frequent
-    # job taken for certain.
+    # 20 % "c" at 80 s. A new job is a job like any of them, each job one vote: its
+    # expected log time is the mean of theirs, (ln 5 + ln 20 + ln 80) / 3 (20 s/epoch),
+    # not the most frequent job's 5 s (the dropped baseline column's effect), nor
+    # pulled toward it by how often it ran.
     rng = np.random.default_rng(3)
     speeds = {"a": 5.0, "b": 20.0, "c": 80.0}
     jobs = ["a", "a", "a", "b", "c"] * 12
@@ -306,7 +308,7 @@ def test_a_job_name_never_seen_gets_the_frequency_weighted_mean_effect() -> None
     prior = PriorEstimator().fit(history)
     for job, speed in speeds.items():  # a new namespace: the regression, known job
         assert _per_epoch_of(prior, job_name=job, namespace="x") == pytest.approx(speed, rel=0.05)
-    expected = math.exp(0.6 * math.log(5.0) + 0.2 * math.log(20.0) + 0.2 * math.log(80.0))
+    expected = math.exp((math.log(5.0) + math.log(20.0) + math.log(80.0)) / 3)
     new = _per_epoch_of(prior, job_name="new", namespace="x")
     assert new == pytest.approx(expected, rel=0.05)
     assert new > 2 * speeds["a"]  # not the most frequent job's effect
@@ -397,21 +399,22 @@ def test_a_job_new_to_this_namespace_reads_the_same_job_on_the_same_hardware() -
 
 
 def test_the_regression_never_answers_a_whole_run_outside_the_durations_it_saw() -> None:
-    # A dozen runs, batch sizes 32-128: a new job asking for batch 65,536 lies far
+    # A dozen runs, batch sizes 32-128: a job new here asking for batch 65,536 lies far
     # outside them, and the fitted batch slope alone would extrapolate its whole run
     # by a factor of ~20 beyond the shortest run seen.
     history = job_history(24, seed=3, noise=0.02)
     prior = PriorEstimator().fit(history)
     totals = [math.log(r.epoch_times[-1][1] - r.epoch_times[0][1]) for r in history]
     for batch in (1, 65_536):
-        run = make_run("n", [], planned=10, job_name="new", batch_size=batch)
+        run = make_run("n", [], planned=10, job_name="a", namespace="x", batch_size=batch)
         est = prior.per_epoch(run)
         assert est.level == "regression"
         whole = est.log_seconds + math.log(run.epochs_planned)
         assert min(totals) - 1e-9 <= whole <= max(totals) + 1e-9, (batch, whole, totals)
     # the bound is the fit's own range: a run inside it keeps the regression's answer
-    x = prior.regression_.design_row(make_run("n", [], planned=10, job_name="new", batch_size=64))
-    inside = prior.per_epoch(make_run("n", [], planned=10, job_name="new", batch_size=64))
+    probe = make_run("n", [], planned=10, job_name="a", namespace="x", batch_size=64)
+    x = prior.regression_.design_row(probe)
+    inside = prior.per_epoch(probe)
     raw = float(x @ prior.regression_.coef_)
     assert min(totals) < raw < max(totals)  # batch 64 lies among the fit's runs
     assert inside.log_seconds + math.log(10) == pytest.approx(raw)
@@ -571,3 +574,66 @@ def test_a_job_counting_epochs_is_not_given_the_warm_up_of_jobs_counting_steps()
     steps = Run("new-s", 1000.0, ((0.0, 0.0), (50.0, 25.0)), features={"progress_unit": "steps"})
     # log 201 a step, spread over a first interval 50 steps wide: 1 + 200/50
     assert prior.warmup_excess(steps) == pytest.approx(math.log(5.0))
+
+
+def _jobs_far_apart(n_each: int = 10) -> list[Run]:
+    """Six jobs whose epochs take 1 to 300 s (a factor of 300 between them), each
+    repeated ``n_each`` times within 1 %: the spread between jobs is wide, that of a
+    job's repeats narrow."""
+    rng = np.random.default_rng(7)
+    speeds = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
+    return [
+        make_run(
+            f"r{i}-{j}",
+            list(speed * np.exp(rng.normal(0, 0.01, 10))),
+            start=1e5 * (i * len(speeds) + j),
+            job_name=f"job{j}",
+            namespace="team",
+            batch_size=64,
+        )
+        for i in range(n_each)
+        for j, speed in enumerate(speeds)
+    ]
+
+
+def _covers(prior: PriorEstimator, run: Run, truth: float) -> bool:
+    f = prior.predict(run, now=run.start_timestamp)
+    return f.p10 <= truth <= f.p90
+
+
+def test_a_job_name_never_seen_is_given_the_spread_between_jobs_not_of_repeats() -> None:
+    # the regression knows nothing of a new job name: its duration can be any job's,
+    # so its interval must span how far jobs' durations are from each other, not how
+    # far a job's repeats are (MLPerf's minigo, first seen after 15 runs of two other
+    # benchmarks: P10-P90 8-37 s, truth 17,968 s)
+    history = _jobs_far_apart()
+    prior = PriorEstimator().fit(history)
+    late = max(r.last_timestamp for r in history) + 1.0
+    for per_epoch in (1.5, 200.0):  # far from the centre (~17 s an epoch), within the jobs'
+        new = make_run("new", [], planned=10, start=late, job_name="new", namespace="team")
+        assert prior.per_epoch(new).level == NEW_JOB_LEVEL
+        assert _covers(prior, new, 10 * per_epoch), per_epoch
+        # as the calibration replays it: the regression that stood before it
+        replayed = prior.per_epoch(new, before=late)
+        assert replayed.level == NEW_JOB_LEVEL and replayed.sigma > 1.0
+
+
+def test_a_new_job_name_after_fewer_than_three_jobs_gets_the_default_spread() -> None:
+    # two jobs say nothing of how far a third is from them: the documented default
+    history = [r for r in _jobs_far_apart() if r.features["job_name"] in ("job0", "job1")]
+    prior = PriorEstimator().fit(history)
+    new = make_run("new", [], planned=10, start=1e9, job_name="new", namespace="team")
+    assert prior.per_epoch(new).sigma >= DEFAULT_LOG_SIGMA
+
+
+def test_a_repeated_configuration_and_a_known_job_elsewhere_keep_their_narrow_spread() -> None:
+    history = _jobs_far_apart()
+    prior = PriorEstimator().fit(history)
+    again = make_run("again", [], planned=10, start=1e9, job_name="job3", namespace="team")
+    again = dataclasses.replace(again, features={**again.features, "batch_size": 64})
+    elsewhere = make_run("x", [], planned=10, start=1e9, job_name="job3", namespace="other")
+    assert prior.per_epoch(again).level == "job_batch"
+    assert prior.per_epoch(again).sigma < 0.1
+    assert prior.per_epoch(elsewhere).level == "regression"
+    assert prior.per_epoch(elsewhere).sigma == prior.regression_.sigma_ < 0.1
+    assert _covers(prior, elsewhere, 300.0)  # job3: 30 s an epoch, 10 epochs

@@ -11,7 +11,7 @@ from gpu_eta.forecaster.calibration import BINS, END, FIRST, POINTS, progress_po
 from gpu_eta.forecaster.estimators.analog import AnalogEstimator
 from gpu_eta.forecaster.estimators.blend import BlendEstimator
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
-from gpu_eta.forecaster.estimators.prior import job_key
+from gpu_eta.forecaster.estimators.prior import NEW_JOB_LEVEL, job_key
 from gpu_eta.forecaster.estimators.replay import (
     calibration_moments,
     recent_completed,
@@ -248,3 +248,24 @@ def test_a_replayed_moment_leaves_out_the_whole_runs_measured_means() -> None:
     for _point, part in moments:
         assert dict(part.features) == {"job_name": "j", "batch_size": 64.0, "gpus": 2.0}
     assert run.features["gpu_utilization_ratio"] == 0.6
+
+
+def test_a_start_whose_job_name_was_never_seen_is_no_calibration_sample() -> None:
+    """Four jobs whose epochs take 1 to 1000 s, one after the other, each run twice:
+    every job's first start had only other jobs' runs before it (the regression's
+    answer for a job it never saw, ``prior.NEW_JOB_LEVEL``). Its miss is how far that
+    job is from the others, which the prior's spread measures from every job of the
+    history; kept, its huge miss over that wide spread narrowed the interval of every
+    other start of situation "new". Its later moments (own rate) stay."""
+    runs, t = [], 1_700_000_000.0
+    for j, speed in enumerate((1.0, 10.0, 100.0, 1000.0)):
+        for rep in range(2):
+            run = make_run(f"j{j}-{rep}", [speed] * 10, start=t, job_name=f"job{j}", namespace="ns")
+            runs.append(run)
+            t = run.last_timestamp + 1.0
+    blend, analog = BlendEstimator().fit(runs), AnalogEstimator().fit(runs)
+    samples = replay_samples(blend, analog, runs, max_runs=600, huber_grid=(2.0,))
+    new_job = [s for s in samples if s.parts[0].prior_level == NEW_JOB_LEVEL]
+    assert new_job and all(s.point > 0 for s in new_job)
+    starts = {s.timestamp for s in samples if s.point == 0.0}
+    assert starts == {r.start_timestamp for r in runs if r.run_id.endswith("-1")}
