@@ -128,6 +128,7 @@ class Observation:
 
     seed: int
     pod: str
+    uid: str  # the pod's uid: its name is unique in its namespace only, and comes again
     t: float
     created: float
     p10: float
@@ -241,7 +242,7 @@ def snapshot(
             j.name,
             GPU_RESOURCE,
             len(j.gpus),
-            j.start,
+            created_of(j),
             product=j.product,
             tolerations=tolerations_of(j),
             uid=j.uid,
@@ -261,19 +262,20 @@ def real_ends(pods: Sequence[Pod]) -> dict[str, float]:
     return {p.uid: p.end for p in pods if p.end is not None}
 
 
+def created_of(pod: Pod) -> float:
+    """When ``pod`` was created (``kube_pod_created``): its arrival, not its start, which
+    a queued pod's scheduling moves; a pod the simulator made without one was created
+    when it started."""
+    return pod.start if pod.created is None else pod.created
+
+
 def note_created(created: dict[str, tuple[float, Shape]], pods: Sequence[Pod]) -> None:
     """Keep in ``created`` each of ``pods``' creation time and shape (its GPUs, selected
     type and tolerations) by its uid, for ``arrival_rates``: one arrival per pod, as the
     forecaster reads them (``topk by (uid)``), a notebook spawned under the name of one
     gone earlier included; a pod already kept keeps its entry."""
     for p in pods:
-        created.setdefault(
-            p.uid,
-            (
-                p.start if p.created is None else p.created,
-                (len(p.gpus), p.product, tolerations_of(p)),
-            ),
-        )
+        created.setdefault(p.uid, (created_of(p), (len(p.gpus), p.product, tolerations_of(p))))
 
 
 def release_lags(pods: Sequence[Pod]) -> tuple[float, ...]:
@@ -357,7 +359,12 @@ def run_seed(
     release_cycles: float | None = None,
     release: bool = True,
 ) -> tuple[list[Observation], dict[str, float]]:
-    """Observations of one seeded run, and each queued pod's real start.
+    """Observations of one seeded run, and each queued pod's real start by its uid.
+
+    Every pod is kept by its uid, never its name: a name is unique only in its namespace
+    and only while its pod lives (KubeSpawner's ``jupyter-<user>`` comes again, a bare
+    pod submitted again keeps its name), and a pod taking another's population, kept-off
+    state, raw predictions or start would be scored, or calibrate, as the other.
 
     ``release_cycles``: give the replay the release lags the service would learn
     reading the history every that many seconds (``learned_release_lags``), not the
@@ -391,31 +398,30 @@ def run_seed(
     sim = ClusterSim(cfg, stream="live", start=0.0)
     obs: list[Observation] = []
     created: dict[str, tuple[float, Shape]] = {}  # pod's uid → (creation time, shape)
-    population: dict[str, str] = {}  # pod → population_of
-    kept_off: dict[str, bool] = {}  # pod → a node under pressure now it does not tolerate
+    population: dict[str, str] = {}  # pod's uid → population_of
+    kept_off: dict[str, bool] = {}  # uid → a node under pressure now it does not tolerate
     # as the forecaster does: learn the interval scale from pods that have started
     calibrator = StartCalibrator()
-    raw: dict[str, list[Starts]] = {}  # pod → its raw predictions
+    raw: dict[str, list[Starts]] = {}  # uid → its raw predictions
     blind_calibrator = StartCalibrator()
     blind_raw: dict[str, list[Starts]] = {}
     t = every
     while t <= live_seconds:
         sim.advance(t)
         nodes, holders, pending = snapshot(sim, model, t, exact_ends)
-        for p in pending:
-            created.setdefault(p.uid, (p.created, (p.units, p.product, p.tolerations or ())))
         pressed = [k for k in range(len(sim.nodes)) if sim.under_pressure(k, t)]
         for j in sim.queued_pods():
-            population.setdefault(j.name, population_of(j))
-            kept_off[j.name] = any(
+            population.setdefault(j.uid, population_of(j))
+            kept_off[j.uid] = any(
                 not set(sim.taints_at(k, t)) <= set(j.tolerations) for k in pressed
             )
-        note_created(created, sim.pods)
+        # a queued pod is in sim.pods only once it has started
+        note_created(created, (*sim.queued_pods(), *sim.pods))
         for p in sim.pods:
             if p.start <= t:
-                for starts in raw.pop(p.name, ()):
+                for starts in raw.pop(p.uid, ()):
                     calibrator.observe(starts, p.start)
-                for starts in blind_raw.pop(p.name, ()):
+                for starts in blind_raw.pop(p.uid, ()):
                     blind_calibrator.observe(starts, p.start)
         if pending:
             arrivals = arrival_rates(created, t, window)
@@ -447,17 +453,17 @@ def run_seed(
                 if pred.status == NO_SCHEDULABLE_NODE:
                     # as the forecaster's StartTracker: it waits for the node, which no
                     # replay times; its earlier predictions are not scored for the scale
-                    raw.pop(p.pod, None)
+                    raw.pop(p.uid, None)
                 if pred.starts is None:
                     continue
-                raw.setdefault(p.pod, []).append(pred.starts)
+                raw.setdefault(p.uid, []).append(pred.starts)
                 if calibrate:
                     pred = calibrator.widen(pred, t)
                 blind_starts = None
                 if blind_result is not None:
                     other = blind_result.pods[(p.namespace, p.pod)]
                     if other.starts is not None:
-                        blind_raw.setdefault(p.pod, []).append(other.starts)
+                        blind_raw.setdefault(p.uid, []).append(other.starts)
                         if calibrate:
                             other = blind_calibrator.widen(other, t)
                         blind_starts = other.starts
@@ -465,18 +471,19 @@ def run_seed(
                     Observation(
                         seed,
                         p.pod,
+                        p.uid,
                         t,
                         p.created,
                         *pred.starts,
                         naive_start(nodes, holders, p, t, **one_replica),
-                        population[p.pod],
+                        population[p.uid],
                         blind_starts,
-                        kept_off[p.pod],
+                        kept_off[p.uid],
                     )
                 )
         t += every
     sim.advance(live_seconds * 3)  # let the queue drain to learn the real starts
-    actual = {p.name: p.start for p in sim.pods if p.kind == "training"}
+    actual = {p.uid: p.start for p in sim.pods if p.kind == "training"}
     return obs, actual
 
 
@@ -486,13 +493,14 @@ def score(
     min_wait: float,
     blind: bool = False,
 ) -> dict[str, float]:
-    """Median relative errors, coverage and counts (see the module docstring); ``blind``:
+    """Median relative errors, coverage and counts (see the module docstring), each
+    observation against ``actual``'s start of its pod by (seed, uid); ``blind``:
     of the predictions made without types and taints, over the observations that have
     one."""
     rel, rel_total, naive_rel, inside, naive_missing = [], [], [], 0, 0
     n = 0
     for o in obs:
-        a = actual.get((o.seed, o.pod))
+        a = actual.get((o.seed, o.uid))
         if a is None or a - o.t < min_wait:
             continue
         starts = o.blind if blind else o.starts

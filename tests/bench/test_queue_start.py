@@ -5,6 +5,8 @@ taints."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
+from typing import ClassVar
 
 import pytest
 
@@ -193,3 +195,60 @@ def test_each_pod_created_counts_as_an_arrival_whatever_its_name() -> None:
     created: dict = {}
     qs.note_created(created, played.pods)
     assert len(created) == len(played.pods)
+
+
+# two training pods of the mixed site's seed 0, queued one after the other: the first the
+# pool team's, the second an untyped pod of another namespace
+FIRST, SECOND = "mnist-mlp-qfmjz", "mnist-mlp-g6qkv"
+
+
+class SecondNamedAsFirst(qs.ClusterSim):
+    """The simulator, its pod ``SECOND`` named ``FIRST``: a pod name is unique in its
+    namespace only, and a bare pod submitted again takes its old name."""
+
+    def advance(self, t: float) -> None:
+        super().advance(t)
+        for pod in (*self.queued_pods(), *self.pods):
+            if pod.name == SECOND:
+                pod.name = FIRST
+
+
+class RecordingCalibrator(qs.StartCalibrator):
+    """The real calibrator, keeping each (raw P10/P50/P90, real start) it learns from."""
+
+    seen: ClassVar[list[tuple[qs.Starts, float]]] = []
+
+    def observe(self, starts: qs.Starts, actual: float) -> None:
+        RecordingCalibrator.seen.append((tuple(starts), actual))
+        super().observe(starts, actual)
+
+
+def test_two_pods_of_one_name_keep_their_own_population_and_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each queued pod is its own by uid: its population, the start its predictions are
+    scored against and the start its raw predictions teach the calibration, not those of
+    another pod of its name (another namespace's, or one submitted again)."""
+    config = qs.ClusterConfig(warm_start_seconds=0.0, **qs.MIXED)
+    played = qs.ClusterSim(replace(config, seed=0), stream="live", start=0.0)
+    played.advance(2700.0)
+    first, second = (next(p for p in played.pods if p.name == n) for n in (FIRST, SECOND))
+    assert qs.population_of(first) == "pool" and qs.population_of(second) == "untyped"
+    assert first.start < second.created < second.start < 900.0
+    monkeypatch.setattr(qs, "ClusterSim", SecondNamedAsFirst)
+    monkeypatch.setattr(qs, "StartCalibrator", RecordingCalibrator)
+    RecordingCalibrator.seen = []
+    obs, actual = qs.run_seed(0, config, 900.0, 30.0, 10, calibrate=False)
+    mine = [o for o in obs if o.pod == FIRST]
+    waits = {"first": [o for o in mine if o.t < first.start]}
+    waits["second"] = [o for o in mine if second.created <= o.t < second.start]
+    assert waits["first"] and waits["second"]
+    assert {o.population for o in waits["second"]} == {"untyped"}
+    # uncalibrated, an observation's starts are the raw prediction the calibration learns
+    assert [(o.starts, second.start) for o in waits["second"]] == [
+        s for s in RecordingCalibrator.seen if s[0] in {o.starts for o in waits["second"]}
+    ]
+    keyed = {(0, k): v for k, v in actual.items()}
+    for o in waits["first"]:
+        error = qs.score([o], keyed, 0.0)["median_error_ratio"]
+        assert error == pytest.approx(abs(o.p50 - first.start) / (first.start - o.t))
