@@ -5,7 +5,7 @@ Also a guard: the code under test is imported as ``gpu_eta.*`` through an instal
 silently test the other one. It stops with how to fix it instead.
 
 And what the suite needs of every test in a process that runs many (pytest-xdist runs
-the files in four, in no fixed order): no Hypothesis time limit per example (a busy
+the files in ``GPU_ETA_TEST_WORKERS`` processes, test.sh: 5, in no fixed order): no Hypothesis time limit per example (a busy
 worker stalls for more than its default 200 ms), and the root logger as each test
 found it (the exporter's and forecaster's ``main`` configure it for their process).
 """
