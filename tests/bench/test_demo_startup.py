@@ -53,3 +53,28 @@ def test_the_stack_timed_is_the_demos_own(monkeypatch: pytest.MonkeyPatch) -> No
     )
     want = replace(want, prometheus_port=0, forecaster_port=0, alertmanager_port=0)
     assert seen["stack"] == want
+
+
+def test_the_history_timed_is_written_as_the_stack_writes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bench wrote the history every 15 s without kube-state-metrics' series or the
+    targets' labels, 45 MB where the stack writes 33: its write and promtool figures were
+    another history's. It writes at the stack's step, with every node's exporter labels
+    and kube-state-metrics'."""
+    from gpu_eta.demo.stack import EXPORTER_JOB, HISTORY_STEP_SECONDS, KSM_JOB
+
+    seen: dict[str, object] = {}
+
+    def write(history, path, step_seconds=15.0, node_labels=None, since=None, ksm_labels=None):
+        seen.update(history=history, step=step_seconds, nodes=node_labels, ksm=ksm_labels)
+        raise _Measured
+
+    monkeypatch.setattr(demo_startup, "write_openmetrics", write)
+    with pytest.raises(_Measured):
+        demo_startup.measure_history(demo_startup.demo_config(0.02, 5))
+    assert seen["step"] == HISTORY_STEP_SECONDS
+    assert seen["ksm"]["job"] == KSM_JOB
+    nodes = seen["nodes"]
+    assert sorted(nodes) == sorted(n.index for n in seen["history"].nodes)
+    assert {labels["job"] for labels in nodes.values()} == {EXPORTER_JOB}
