@@ -29,6 +29,7 @@ from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.launch.prometheus import PrometheusServer, ScrapeJob
 from gpu_eta.launch.victoria import start_victoriametrics
+from tests.support.tsdb_wait import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -83,7 +84,7 @@ def tsdb(request, tmp_path: Path, prometheus_factory) -> Iterator[Tsdb]:
         server = start_victoriametrics(jobs, data_dir=tmp_path / "vm")
         stop = server.stop
     try:
-        server.wait_for("gpu_eta_training_epoch", timeout=30, min_results=2)
+        wait_for(server, "gpu_eta_training_epoch", timeout=30, min_results=2)
         yield Tsdb(server, started)
     finally:
         stop()
@@ -181,7 +182,7 @@ def test_a_clock_within_the_bound_is_the_cycles_time_as_before(
         return given[-1]
 
     if skew < 0:  # the server holds the runs at the time this clock reads at
-        tsdb.server.wait_for("count_over_time(gpu_eta_training_epoch[1m]) > 15", min_results=2)
+        wait_for(tsdb.server, "count_over_time(gpu_eta_training_epoch[1m]) > 15", min_results=2)
     store = HistoryStore.open(tmp_path / "h.sqlite")
     cycle = new_cycle(tsdb.url, store, clock)
     try:

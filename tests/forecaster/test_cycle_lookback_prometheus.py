@@ -17,6 +17,7 @@ from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.launch.victoria import import_openmetrics, start_victoriametrics
+from tests.support.tsdb_wait import wait_for
 
 _RUN = 'namespace="ml",pod="p",container="c",run_id="r1",node="n1"'
 EPOCH_SECONDS = 20.0  # shorter than the 90 s step a 6 h lookback at 240 points gives
@@ -75,7 +76,7 @@ def test_a_first_cycle_over_a_long_lookback_stores_every_scraped_epoch_end(
         else:
             prom = vm = start_victoriametrics([], data_dir=tmp_path / "vm")
             import_openmetrics([om], vm.url)
-        prom.wait_for(f"gpu_eta_training_epoch{{{_RUN}}} == {len(ends)}")
+        wait_for(prom, f"gpu_eta_training_epoch{{{_RUN}}} == {len(ends)}")
         settings = CycleSettings(
             background_refit=False,
             pending=PendingSettings(enabled=False),
@@ -123,7 +124,7 @@ def test_more_runs_than_one_query_takes_are_read_in_windows_with_every_epoch_end
             prom = vm = start_victoriametrics([], data_dir=tmp_path / "vm")
             import_openmetrics(paths, vm.url)
         for run_id, (_text, ends) in runs.items():
-            prom.wait_for(f'gpu_eta_training_epoch{{run_id="{run_id}"}} == {len(ends)}')
+            wait_for(prom, f'gpu_eta_training_epoch{{run_id="{run_id}"}} == {len(ends)}')
         settings = CycleSettings(
             background_refit=False,
             pending=PendingSettings(enabled=False),

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import requests
 
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster.config import CycleSettings
@@ -27,6 +26,7 @@ from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.launch.prometheus import PrometheusServer, ScrapeJob
 from gpu_eta.launch.victoria import VictoriaServer, start_victoriametrics
+from tests.support.tsdb_wait import wait_for
 
 _RUN = 'namespace="ml",pod="nb",container="c",run_id="exp",node="n1"'
 _ALLOCATED = 'gpu_eta_pod_gpu_allocated{namespace="ml",pod="nb",container="c",node="n1",gpu="0",UUID="GPU-1"} 1'
@@ -48,31 +48,17 @@ class Notebook:
         longer answers those left out (their staleness markers), by the selectors the
         forecaster reads them with (the name alone). Why each: VictoriaMetrics answers
         a series first scraped now up to about 10 s after that scrape's samples of older
-        series (docs/victoriametrics.md, "New series"); Prometheus answers a scrape whole."""
+        series (docs/victoriametrics.md, "New series"); Prometheus answers a scrape whole.
+        Polled by ``tests.support.tsdb_wait.wait_for``, which flushes VictoriaMetrics'
+        index between polls: without it each new series is answered about 10 s late."""
         report = float(round(time.time(), 3))
         left_out = set(self.series) - set(values) - {"last_report_timestamp_seconds"}
         self.series = {**values, "last_report_timestamp_seconds": report}
         for name, value in self.series.items():
-            self.wait_for(f"abs(gpu_eta_training_{name}{{{_RUN}}} - {value!r}) < 0.01")
-            self.wait_for(f"abs(gpu_eta_training_{name} - {value!r}) < 0.01")
+            wait_for(self.prom, f"abs(gpu_eta_training_{name}{{{_RUN}}} - {value!r}) < 0.01")
+            wait_for(self.prom, f"abs(gpu_eta_training_{name} - {value!r}) < 0.01")
         for name in left_out:
-            self.wait_for(f"absent(gpu_eta_training_{name})")
-
-    def wait_for(self, expr: str, timeout: float = 30.0) -> None:
-        """Poll ``expr`` until the server answers it. VictoriaMetrics is asked to flush
-        its in-memory index between polls (``/internal/force_flush``): it keeps a
-        selector's empty answer until its next flush, so a series first scraped after
-        the polling began was answered about 10 s late, at once with the flush (the
-        cycle then reads what it would read 10 s on; docs/victoriametrics.md)."""
-        if not isinstance(self.prom, VictoriaServer):
-            self.prom.wait_for(expr, timeout)
-            return
-        deadline = time.monotonic() + timeout
-        while not self.prom.query(expr):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{expr!r}: no series after {timeout}s")
-            requests.get(f"{self.prom.url}/internal/force_flush", timeout=5).raise_for_status()
-            time.sleep(0.25)
+            wait_for(self.prom, f"absent(gpu_eta_training_{name})")
 
     def exposition(self) -> bytes:
         lines = [f"gpu_eta_training_{name}{{{_RUN}}} {v!r}" for name, v in self.series.items()]

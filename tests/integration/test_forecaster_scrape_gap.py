@@ -29,6 +29,7 @@ from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.launch.prometheus import PrometheusServer, ScrapeJob
 from gpu_eta.launch.victoria import start_victoriametrics
 from tests.integration.test_forecaster_prometheus import post_from, simulated_exporter
+from tests.support.tsdb_wait import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -66,7 +67,7 @@ def test_runs_of_an_exporter_whose_scrape_failed_stay_forecast(
 
         # the pod "gone" is deleted while its exporter answers: its run leaves at once
         _delete_gone(gap)
-        gap.srv.wait_for('up{job="exporter"} == 1', timeout=30)
+        wait_for(gap.srv, 'up{job="exporter"} == 1', timeout=30)
         assert _forecast(cycle.run()) == ({"keep"}, {"0"})
 
         # the exporter stops answering: its series are marked stale at the failed scrape
@@ -123,7 +124,7 @@ def test_runs_of_an_exporter_replaced_by_a_new_target_stay_forecast(
     with _gap_stack("prometheus", tmp_path, prometheus_factory, exporter_factory) as gap:
         cycle = _both_runs_forecast(gap)
         _delete_gone(gap)
-        gap.srv.wait_for('up{job="exporter"} == 1', timeout=30)
+        wait_for(gap.srv, 'up{job="exporter"} == 1', timeout=30)
         assert _forecast(cycle.run()) == ({"keep"}, {"0"})
 
         # the old pod is deleted and its target leaves service discovery; the new pod's
@@ -134,8 +135,8 @@ def test_runs_of_an_exporter_replaced_by_a_new_target_stay_forecast(
         new_target = f"{host}:{int(port) + 1 if int(port) < 65000 else int(port) - 1}"
         gap.srv.config_path.write_text(render_config([ScrapeJob("exporter", [new_target])]))
         gap.srv.reload()
-        gap.srv.wait_for(f'up{{instance="{new_target}"}} == 0', timeout=30)
-        gap.srv.wait_for(f'absent(up{{instance="{gap.exporter.target}"}})', timeout=30)
+        wait_for(gap.srv, f'up{{instance="{new_target}"}} == 0', timeout=30)
+        wait_for(gap.srv, f'absent(up{{instance="{gap.exporter.target}"}})', timeout=30)
         fs = cycle.run()
         assert (_forecast(fs), fs.n_held) == (({"keep"}, {"0"}), 1)
         assert gap.store.finished() == []
@@ -168,8 +169,8 @@ def test_a_pod_deleted_during_a_rollout_leaves_once_the_new_exporter_answers(
             render_config(jobs) if server == "prometheus" else scrape_config(jobs, "1s")
         )
         gap.srv.reload()
-        gap.srv.wait_for(f'up{{instance="{new.target}"}} == 1', timeout=30)
-        gap.srv.wait_for('count(gpu_eta_training_epoch{pod="keep"}) == 1', timeout=30)
+        wait_for(gap.srv, f'up{{instance="{new.target}"}} == 1', timeout=30)
+        wait_for(gap.srv, 'count(gpu_eta_training_epoch{pod="keep"}) == 1', timeout=30)
         fs = cycle.run()
         assert "gone" not in _forecast(fs)[0], _forecast(fs)
         assert fs.n_held == 0
@@ -209,7 +210,7 @@ class _Gap:
         """SIGSTOP the exporter (its scrapes time out) and wait until ``up`` says so."""
         os.kill(self.exporter.process.pid, signal.SIGSTOP)
         self.stopped = True
-        self.srv.wait_for('up{job="exporter"} == 0', timeout=40)
+        wait_for(self.srv, 'up{job="exporter"} == 0', timeout=40)
 
 
 @contextmanager
@@ -245,7 +246,7 @@ def _both_runs_forecast(gap: _Gap) -> Cycle:
     start = float(int(time.time())) - 60
     for gpu, run in ((0, "keep-1"), (1, "gone-1")):  # from each pod's address
         post_from(gap.exporter, gpu, {"run_id": run, "run_start": start, "epochs": 8, "epoch": 2})
-    gap.srv.wait_for("count(gpu_eta_training_epoch == 2) == 2", timeout=40)
+    wait_for(gap.srv, "count(gpu_eta_training_epoch == 2) == 2", timeout=40)
     settings = CycleSettings(lookback_seconds=3600, refit_seconds=0, background_refit=False)
     cycle = Cycle(gap.client, gap.store, settings)
     assert _forecast(cycle.run()) == ({"keep", "gone"}, {"0", "1"})
@@ -257,4 +258,4 @@ def _delete_gone(gap: _Gap) -> None:
     tmp = gap.scenario.with_suffix(".tmp")
     tmp.write_text(NODE)
     tmp.replace(gap.scenario)
-    gap.srv.wait_for('absent(gpu_eta_training_epoch{pod="gone"})', timeout=40)
+    wait_for(gap.srv, 'absent(gpu_eta_training_epoch{pod="gone"})', timeout=40)

@@ -1,0 +1,45 @@
+"""Waiting until a real TSDB answers a query: one poller for Prometheus and VictoriaMetrics.
+
+Why not ``server.wait_for`` alone: VictoriaMetrics (1.79) keeps a selector's empty
+answer in its in-memory index until its next index flush, so a test polling for a
+series from before that series is first scraped or imported sees it about 10 s late
+(docs/victoriametrics.md, "New series"). Here a VictoriaMetrics whose answer comes back
+short is asked to flush (``GET /internal/force_flush``) before the next poll, which
+then sees the series at once. Prometheus answers a scrape whole: its own ``wait_for``.
+Every test polling a server that may be VictoriaMetrics calls ``wait_for`` here.
+"""
+
+from __future__ import annotations
+
+import time
+
+import requests
+
+from gpu_eta.launch.prometheus import PrometheusServer
+from gpu_eta.launch.victoria import VictoriaServer
+
+POLL_SECONDS = 0.25
+
+
+def flush_index(server: PrometheusServer) -> None:
+    """Make a VictoriaMetrics' index answer what it holds now; nothing for Prometheus."""
+    if isinstance(server, VictoriaServer):
+        requests.get(f"{server.url}/internal/force_flush", timeout=5).raise_for_status()
+
+
+def wait_for(
+    server: PrometheusServer, expr: str, timeout: float = 30.0, min_results: int = 1
+) -> list[dict]:
+    """Poll the instant query ``expr`` until it returns ``min_results`` series (returned),
+    flushing a VictoriaMetrics' index between polls; ``TimeoutError`` after ``timeout``."""
+    if not isinstance(server, VictoriaServer):
+        return server.wait_for(expr, timeout, min_results)
+    deadline = time.monotonic() + timeout
+    while len(result := server.query(expr)) < min_results:
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{expr!r}: {len(result)} series after {timeout}s (wanted {min_results})"
+            )
+        flush_index(server)
+        time.sleep(POLL_SECONDS)
+    return result
