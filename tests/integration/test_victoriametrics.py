@@ -36,6 +36,7 @@ from gpu_eta.launch.prometheus import ScrapeJob, free_port
 from gpu_eta.launch.victoria import VictoriaServer, import_openmetrics, start_victoriametrics
 from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig
 from tests.integration.helpers import ROOT, wait_until
+from tests.support.tsdb_wait import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -409,7 +410,7 @@ def test_a_mig_sites_queue_is_predicted_with_its_profiles_named(tmp_path: Path) 
     client = PromClient(vm.url)
     store = HistoryStore.open(tmp_path / "h.sqlite")
     try:
-        vm.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=3)
+        wait_for(vm, 'kube_pod_status_phase{phase="Pending"} == 1', min_results=3)
         settings = CycleSettings(
             refit_seconds=0, pending=PendingSettings(gpu_resources=MIG_PROFILES)
         )
@@ -463,8 +464,8 @@ def test_a_pool_label_beside_many_feature_labels_is_stored_and_held(tmp_path: Pa
     )
     client = PromClient(vm.url)
     try:
-        vm.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=1)
-        vm.wait_for("kube_node_labels", min_results=1)
+        wait_for(vm, 'kube_pod_status_phase{phase="Pending"} == 1', min_results=1)
+        wait_for(vm, "kube_node_labels", min_results=1)
         at = time.time()
         q = kube_state.parse(ksm_samples(client, at), at)
         dropped = requests.get(f"{vm.url}/metrics", timeout=10).text
