@@ -561,7 +561,10 @@ def builtin_family_names() -> frozenset[str]:
 # -- text format ----------------------------------------------------------------------
 
 
-def _escape_value(value: str) -> str:
+def escape_label_value(value: str) -> str:
+    """A label value as the text formats write it (backslash, newline and double quote
+    escaped): the one rule this exposition, the simulated kube-state-metrics and the
+    demo's backfill write with."""
     if "\\" in value or '"' in value or "\n" in value:
         return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
     return value
@@ -589,7 +592,7 @@ def encode_text(families: Iterable[Metric]) -> bytes:
             if sample.timestamp is not None:  # a relayed sample's own time, in ms
                 value = f"{value} {int(float(sample.timestamp) * 1000):d}"
             if labels:
-                pairs = ",".join(f'{k}="{_escape_value(labels[k])}"' for k in sorted(labels))
+                pairs = ",".join(f'{k}="{escape_label_value(labels[k])}"' for k in sorted(labels))
                 line = f"{sample.name}{{{pairs}}} {value}\n"
             else:
                 line = f"{sample.name} {value}\n"

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from prometheus_client.metrics_core import Metric
 
+from gpu_eta.exporter.exposition import escape_label_value
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import format_runs
 from gpu_eta.simulation import ksm
@@ -242,11 +243,7 @@ KSM_STEP_SECONDS = 240.0
 def _labels(labels: Mapping[str, object]) -> str:
     """Labels as the text formats write them, empty values too, as the live targets
     write them (promtool, as a scrape, stores a label with an empty value as none)."""
-    inner = ",".join(
-        f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-        for k, v in labels.items()
-    )
-    return "{" + inner + "}"
+    return "{" + ",".join(f'{k}="{escape_label_value(str(v))}"' for k, v in labels.items()) + "}"
 
 
 def _grid(start: float, end: float, step: float) -> Iterator[float]:

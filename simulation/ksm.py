@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpu_eta.common.k8s_names import ksm_label
+from gpu_eta.exporter.exposition import escape_label_value
 from gpu_eta.forecaster.kube_state import NO_OWNER
 from gpu_eta.simulation.cluster import ClusterSim, NodeSpec, Pod, Taint
 
@@ -135,13 +136,9 @@ class KsmPod:
     host_ip: str = ""
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 def _line(name: str, labels: Mapping[str, str], value: float) -> str:
     """One sample line, every label written, empty ones too (as KSM writes them)."""
-    body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+    body = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels.items())
     return f"{name}{{{body}}} {value!r}" if body else f"{name} {value!r}"
 
 

@@ -231,3 +231,17 @@ def test_a_later_part_has_no_sample_before_its_start(history) -> None:
         if not line.startswith("#")
     ]
     assert times and min(times) >= since
+
+
+def test_label_values_are_escaped_as_the_text_formats_want() -> None:
+    """A backslash, a quote and a newline in a label value (a site's pod label or node
+    name may hold any): the backfill escaped the first two only, so a newline ended the
+    sample line and promtool refused the whole file. Escaped as the exporter's
+    exposition and the simulated kube-state-metrics escape them: one rule."""
+    from gpu_eta.exporter.exposition import escape_label_value
+    from gpu_eta.simulation.backfill import _labels
+
+    value = 'a\\b"c\nd'
+    assert _labels({"k": value}) == '{k="' + escape_label_value(value) + '"}'
+    assert "\n" not in _labels({"k": value})
+    assert escape_label_value(value) == 'a\\\\b\\"c\\nd'
