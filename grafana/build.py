@@ -406,20 +406,38 @@ def ds_variable() -> dash.DatasourceVariable:
     return dash.DatasourceVariable("datasource").label("Data source").type("prometheus")
 
 
+# Grafana's Prometheus variable query types (PromVariableQueryType): label_values(),
+# and query_result(), an instant query at the time range's end whose series the
+# variable's regex turns into values
+LABEL_VALUES, QUERY_RESULT = 1, 3
+
+
 def query_variable(
-    name: str, query: str, *, multi: bool = True, label: str | None = None
+    name: str,
+    query: str,
+    *,
+    multi: bool = True,
+    label: str | None = None,
+    regex: str | None = None,
 ) -> dash.QueryVariable:
-    """A label_values() variable; multi ones default to All (regex ``.*``)."""
+    """A ``label_values()`` variable, or a ``query_result()`` one whose ``regex`` keeps
+    each series' value (its first group): label_values() cannot filter series by
+    another's value (no ``unless``), a query can. Multi ones default to All (``.*``)."""
+    kind = QUERY_RESULT if query.startswith("query_result(") else LABEL_VALUES
+    if (kind == QUERY_RESULT) != (regex is not None) or "\n" in query:
+        raise ValueError(f"{name}: query_result() needs a regex, on one line; nothing else")
     var = (
         dash.QueryVariable(name)
         .label(label or name)
         .datasource(DS)
-        .query({"query": query, "refId": f"{name}-var", "qryType": 1})
+        .query({"query": query, "refId": f"{name}-var", "qryType": kind})
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(VariableSort.ALPHABETICAL_ASC)
         .multi(multi)
         .include_all(multi)
     )
+    if regex is not None:
+        var = var.regex(regex)
     if multi:
         var = var.all_value(".*").current(VariableOption(selected=True, text="All", value="$__all"))
     return var
@@ -956,7 +974,13 @@ def forecaster_quality() -> dict:
         "gpu-eta-forecaster-quality",
         "How good the ETAs are (measured on finished jobs) and whether the forecaster is healthy.",
     ).with_variable(
-        query_variable("namespace", "label_values(gpu_eta_job_forecast_info, namespace)")
+        # live forecasters' runs only (a stale one's, a stopped CronJob's last push, are
+        # not offered), at the range's end
+        query_variable(
+            "namespace",
+            f"query_result(count by (namespace) ({live('gpu_eta_job_forecast_info')}))",
+            regex='/namespace="([^"]+)"/',
+        )
     )
 
     # One line per forecaster however many jobs scrape it: a forecaster sets no label of

@@ -172,8 +172,10 @@ def test_every_expression_parses(tmp_path: Path) -> None:
             )
         for var in board["templating"]["list"]:
             if var["type"] == "query":
-                match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["query"]["query"])
-                assert match, var["query"]["query"]
+                query = var["query"]["query"]
+                match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
+                match = match or re.fullmatch(r"query_result\((.+)\)", query)
+                assert match, query
                 rules.append(
                     {"record": f"var:d{number}:{var['name']}", "expr": substitute(match.group(1))}
                 )
