@@ -33,20 +33,32 @@ OUT = ROOT / "manifests" / "components" / "prometheus-operator" / "prometheusrul
 # ends while its target answers ends at once. Its target's up is matched on job and
 # instance; a pushed series (the CronJob forecaster's, scraped from the Pushgateway
 # with honor_labels) keeps its pushed job and carries no instance, so no up names it:
-# a series whose job and instance no up has is held while the Pushgateway's own scrape
-# (job gpu-eta-pushgateway, docs/scrape-tuning.md) fails.
+# a series whose job and instance no up has is held while a Pushgateway's own scrape
+# fails. A Pushgateway is a failing target whose series within 5m include the
+# Pushgateway's own pushgateway_build_info (whatever the site names its job: the
+# prometheus-pushgateway chart's "pushgateway", docs/scrape-tuning.md's
+# "gpu-eta-pushgateway"; over 5m, as a failed scrape marks it stale too), or the
+# target of the job gpu-eta-pushgateway that docs/scrape-tuning.md and the chart's
+# ServiceMonitor name, whose build_info a site's metric_relabel_configs may drop.
 BRIDGE = (
     "({selector} or last_over_time({selector}[5m]) and on (job, instance) up == 0"
     " or last_over_time({selector}[5m]) unless on (job, instance) up"
-    ' and on () up{{job="gpu-eta-pushgateway"}} == 0)'
+    ' and on () (up{{job="gpu-eta-pushgateway"}} == 0'
+    " or up == 0 and on (job, instance) last_over_time(pushgateway_build_info[5m])))"
 )
 
 MARKER = "bridged("
 
-# A series selector: a metric name (no colon: a record has no target whose scrape could
-# fail), then optional {label matchers}. last_over_time needs a selector, not an expression.
+# The records bridged() takes: each keeps the job and instance of the scraped series it
+# is made from (a series per scrape of that target), so that target's up names it as it
+# names a scraped series, and it has no series at an evaluation whose scrape failed.
+# Any other record has no target whose scrape could fail: bridge the series it reads.
+TARGETED_RECORDS = frozenset({"gpu_eta:pod_pending_gpu_since:timestamp_seconds"})
+
+# A series selector: a metric name (a colon only in TARGETED_RECORDS' names), then
+# optional {label matchers}. last_over_time needs a selector, not an expression.
 _SELECTOR = re.compile(
-    r'[a-zA-Z_][a-zA-Z0-9_]*(?:\{\s*(?:[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"'
+    r'[a-zA-Z_][a-zA-Z0-9_:]*(?:\{\s*(?:[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"'
     r"\s*(?:,\s*|(?=\})))*\})?"
 )
 
@@ -95,7 +107,8 @@ def _expand_line(line: str, where: str) -> str:
         if end < 0:
             raise RenderError(f"{where}: {MARKER}...) has no closing parenthesis on its line")
         selector = line[start + len(MARKER) : end].strip()
-        if ":" in selector.split("{", 1)[0]:
+        name = selector.split("{", 1)[0]
+        if ":" in name and name not in TARGETED_RECORDS:
             raise RenderError(
                 f"{where}: bridged({selector}) names a record: bridge the scraped series it reads"
             )

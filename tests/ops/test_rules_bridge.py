@@ -163,6 +163,25 @@ def test_a_bad_marker_is_one_line_naming_its_line(source: str, says: str) -> Non
     assert message.startswith("src.yaml:2: ") and says in message and "\n" not in message
 
 
+def test_a_targeted_record_is_bridged_and_no_other_record() -> None:
+    """bridged() takes the records of TARGETED_RECORDS (each a record of the source
+    whose aggregations all keep job and instance, so its series name their scraped
+    target as a scraped series does: tests/rules/bridges.test.yaml shows them so on
+    promtool) and refuses any other record."""
+    exprs = _exprs(render.SOURCE)
+    assert render.TARGETED_RECORDS
+    for name in render.TARGETED_RECORDS:
+        assert render.expand(f"bridged({name})") == stated(name)
+        expr = re.sub(r"#[^\n]*", "", exprs[name])
+        assert "without" not in expr, name
+        kept = [
+            set(re.split(r"\s*,\s*", by.strip())) for by in re.findall(r"\bby \(([^)]*)\)", expr)
+        ]
+        assert all({"job", "instance"} <= labels for labels in kept), (name, kept)
+    with pytest.raises(render.RenderError, match="a record"):
+        render.expand("bridged(gpu_eta:pod_pending_seen:timestamp_seconds)")
+
+
 def test_render_refuses_a_bad_source_and_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -220,25 +239,53 @@ tests:
       # whatever other target fails meanwhile (e/c)
       - series: 'm{job="p2"}'
         values: '6x4 stale'
+      # a Pushgateway under the site's own job name, known by its own build_info: its
+      # scrape fails at 10m (its build_info stale there too), and pushed p3 is held
+      - series: 'up{job="pushgateway",instance="10.0.0.7:9091"}'
+        values: '1x9 0 1x5'
+      - series: 'pushgateway_build_info{job="pushgateway",instance="10.0.0.7:9091"}'
+        values: '1x9 stale 1x5'
+      - series: 'm{job="p3"}'
+        values: '7x9 stale 7x5'
+      # pushed p4 is left out at 12m while the Pushgateways answer, as job q, whose
+      # target is no Pushgateway (no build_info), fails: its own series is held, p4 ends
+      - series: 'up{job="q",instance="b"}'
+        values: '1x11 0x3'
+      - series: 'm{job="q",instance="b"}'
+        values: '8x11 stale'
+      - series: 'm{job="p4"}'
+        values: '9x11 stale'
 """
 
 # eval time -> the series bridged(m) gives then (m's labels) and their values
+# series present all along up to 10m (p3 held there: its Pushgateway fails)
+_ALONG = {'{job="p3"}': 7, '{job="p4"}': 9, '{job="q",instance="b"}': 8}
 _HELD = {
     "3m": {
         '{job="e",instance="a"}': 1,
         '{job="e",instance="c"}': 3,
         '{job="p"}': 5,
         '{job="p2"}': 6,
+        **_ALONG,
     },
-    "5m": {'{job="e",instance="a"}': 1, '{job="e",instance="c"}': 3, '{job="p"}': 5},
-    "8m": {'{job="e",instance="a"}': 1, '{job="p"}': 5},
+    "5m": {'{job="e",instance="a"}': 1, '{job="e",instance="c"}': 3, '{job="p"}': 5, **_ALONG},
+    "8m": {'{job="e",instance="a"}': 1, '{job="p"}': 5, **_ALONG},
+    "10m": {'{job="e",instance="a"}': 1, '{job="p"}': 5, **_ALONG},
+    "12m": {
+        '{job="e",instance="a"}': 1,
+        '{job="p"}': 5,
+        '{job="p3"}': 7,
+        '{job="q",instance="b"}': 8,
+    },
 }
 
 
 def test_the_definition_holds_one_failed_scrape_on_promtool(tmp_path: Path) -> None:
     """``bridged(m)`` rendered and evaluated by promtool: a series is held while its own
-    target's scrape fails (job and instance both; a pushed one's, the Pushgateway's), for
-    at most 5 minutes; a series that ends while its target answers ends at once."""
+    target's scrape fails (job and instance both; a pushed one's, a Pushgateway's, known
+    by its job gpu-eta-pushgateway or, under any job, by its own build_info), for at most
+    5 minutes; a series that ends while its target answers ends at once, and a pushed
+    one that ends while the Pushgateways answer is held by no other target's failure."""
     (tmp_path / "empty.rules.yaml").write_text("groups: []\n")
     cases = yaml.safe_load(_BRIDGE_CASES)
     cases["rule_files"] = ["empty.rules.yaml"]
@@ -256,13 +303,17 @@ def test_the_definition_holds_one_failed_scrape_on_promtool(tmp_path: Path) -> N
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("job", ["gpu-eta-pushgateway", "pushgateway"])
 def test_a_pushed_series_is_held_over_the_pushgateways_failed_scrape(
-    tmp_path: Path, prometheus_factory
+    tmp_path: Path, prometheus_factory, job: str
 ) -> None:
-    """A real Pushgateway scraped by a real Prometheus as docs/scrape-tuning.md's job
-    (gpu-eta-pushgateway, honor_labels): a pushed series keeps the pushed job and has
-    no instance, so no up names it. The Pushgateway stopped, its scrape fails (up 0)
-    and the series is stale; its bridge still gives its last value."""
+    """A real Pushgateway scraped by a real Prometheus (honor_labels) as
+    docs/scrape-tuning.md's job gpu-eta-pushgateway, or as the prometheus-pushgateway
+    chart's pushgateway: a pushed series keeps the pushed job and has no instance, so no
+    up names it. The Pushgateway stopped, its scrape fails (up 0) and the series is
+    stale; its bridge still gives its last value (under the chart's job name, by the
+    Pushgateway's own pushgateway_build_info, which its /metrics carries unlabelled, so
+    under the target's job and instance)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     gateway = start_http(
@@ -278,14 +329,16 @@ def test_a_pushed_series_is_held_over_the_pushgateways_failed_scrape(
     try:
         pushed = "# TYPE gpu_eta_forecaster_stale gauge\ngpu_eta_forecaster_stale 1\n"
         requests.put(f"{url}/metrics/job/gpu-eta-forecaster", data=pushed, timeout=10)
-        prom = prometheus_factory([ScrapeJob("gpu-eta-pushgateway", [f"127.0.0.1:{port}"])])
+        prom = prometheus_factory([ScrapeJob(job, [f"127.0.0.1:{port}"])])
         (sample,) = prom.wait_for("gpu_eta_forecaster_stale")
         assert sample["metric"] == {
             "__name__": "gpu_eta_forecaster_stale",
             "job": "gpu-eta-forecaster",
         }
+        (build,) = prom.wait_for("pushgateway_build_info")
+        assert (build["metric"]["job"], build["metric"]["instance"]) == (job, f"127.0.0.1:{port}")
         stop_process(gateway)
-        prom.wait_for('up{job="gpu-eta-pushgateway"} == 0')
+        prom.wait_for(f'up{{job="{job}"}} == 0')
         assert prom.query("gpu_eta_forecaster_stale") == []
         (held,) = prom.query(render.bridge("gpu_eta_forecaster_stale"))
         assert held["metric"] == sample["metric"] and held["value"][1] == "1"
