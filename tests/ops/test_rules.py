@@ -18,7 +18,7 @@ import yaml
 from gpu_eta.common.gpu_use import use_mean
 from gpu_eta.launch.prometheus import promtool
 from tests.support.records import inlined, instant_reads
-from tests.support.rule_tests import PROMTOOL_ENV, group_cases, one_group_file, split
+from tests.support.rule_tests import PROMTOOL_ENV, group_cases, one_group_file, rules_for, split
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules" / "gpu-eta.rules.yaml"
@@ -50,12 +50,15 @@ def group_id(case: tuple[Path, int]) -> str:
 def run_group(case: tuple[Path, int], rules: Path, tmp_path: Path) -> None:
     """promtool's unit test of one group (``case``) against the rules in the folder
     ``rules``: the group written under its file's header to tmp_path/tests/rules/,
-    where the header's ``../../rules/`` finds ``rules`` (a link to it)."""
+    where the header's ``../../rules/`` finds the rule groups of ``rules`` it reads
+    (``rules_for``)."""
     path, index = case
-    (tmp_path / "rules").symlink_to(rules, target_is_directory=True)
+    group = one_group_file(path, index)
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / RULES.name).write_text(rules_for((rules / RULES.name).read_text(), group))
     tests = tmp_path / "tests" / "rules"
     tests.mkdir(parents=True)
-    (tests / path.name).write_text(one_group_file(path, index))
+    (tests / path.name).write_text(group)
     proc = promtool("test", "rules", str(tests / path.name), env=PROMTOOL_ENV)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -87,6 +90,38 @@ def test_split_writes_each_group_under_the_files_other_keys() -> None:
         split(text.replace("interval: 30s", "interval: 2026-12-07"))
     with pytest.raises(ValueError, match="no 'tests:'"):
         split("rule_files: []\n")
+
+
+def test_rules_for_keeps_the_groups_a_test_group_reads() -> None:
+    """The rule groups of the alerts a group tests, and of the records those and its
+    queries read, through records reading records, whole names only; the whole file
+    for a read of ALERTS; an alert tested that no rule defines refused."""
+    rules = yaml.safe_dump(
+        {
+            "groups": [
+                {"name": "r1", "rules": [{"record": "a:b:c", "expr": "x"}]},
+                {"name": "r2", "rules": [{"record": "a:b:d", "expr": "a:b:c > 0"}]},
+                {"name": "r3", "rules": [{"record": "a:b:count", "expr": "z"}]},
+                {"name": "g1", "rules": [{"alert": "A", "expr": "a:b:d", "for": "5m"}]},
+                {"name": "g2", "rules": [{"alert": "B", "expr": "a:b:countx + y"}]},
+            ]
+        }
+    )
+
+    def kept(tested: list[str], queries: tuple[str, ...] = ()) -> list[str]:
+        group = {
+            "alert_rule_test": [{"eval_time": "1m", "alertname": a} for a in tested],
+            "promql_expr_test": [{"expr": q, "eval_time": "1m"} for q in queries],
+        }
+        text = yaml.safe_dump({"rule_files": ["r.yaml"], "tests": [group]})
+        return [g["name"] for g in yaml.safe_load(rules_for(rules, text))["groups"]]
+
+    assert kept(["A"]) == ["r1", "r2", "g1"]
+    assert kept(["B"]) == ["g2"]
+    assert kept([], ("a:b:count",)) == ["r3"]
+    assert kept(["B"], ("count(ALERTS)",)) == ["r1", "r2", "r3", "g1", "g2"]
+    with pytest.raises(ValueError, match="'C'"):
+        kept(["B", "C"])
 
 
 def test_rules_reading_a_record_now_evaluate_after_it_in_its_group() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,54 @@ def one_group_file(path: Path, index: int) -> str:
 def group_cases(paths: list[Path]) -> list[tuple[Path, int]]:
     """(file, index) of every group of every file: what a test parametrizes over."""
     return [(path, i) for path in paths for i in range(len(_split_file(path)))]
+
+
+# A rule or query reading another rule's output by name: a record, or ALERTS (every
+# alert's), which only the whole file gives
+_ALERTS = re.compile(r"(?<![\w:])ALERTS(_FOR_STATE)?(?![\w:])")
+
+
+def _reads(expr: str, name: str) -> bool:
+    """Whether the PromQL ``expr`` names the metric ``name`` (a whole name, not a part of one)."""
+    return re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", expr) is not None
+
+
+def rules_for(rules_text: str, test_text: str) -> str:
+    """The rule file ``rules_text`` cut to the rule groups the one-group test file
+    ``test_text`` (``split``) can see: each group defining an alert it tests, and each
+    group recording a metric that a kept group's rules or its queries read (repeated
+    until nothing more is needed). The whole file if anything reads ``ALERTS``.
+
+    Why: promtool evaluates every rule of the file at every evaluation interval up to a
+    group's last ``eval_time``: a group that checks one alert a day on (gpu-eta.test.yaml
+    group 6) took 11.8 s of CPU with the file's 30 rules, 2.4 s with the 3 of its group. Prometheus evaluates rule groups apart
+    (a group sees another's output only through the series it wrote), so a group left
+    out changes nothing the test reads. ValueError for an alert tested that the file
+    does not define: promtool would pass ``exp_alerts: []`` for it whatever the rules."""
+    rules = yaml.load(rules_text, Loader=_LOADER)
+    (group,) = yaml.load(test_text, Loader=_LOADER)["tests"]
+    queries = [str(q.get("expr", "")) for q in group.get("promql_expr_test") or []]
+    if any(_ALERTS.search(q) for q in queries) or _ALERTS.search(rules_text):
+        return rules_text
+    tested = {str(a["alertname"]) for a in group.get("alert_rule_test") or []}
+    groups = rules["groups"]
+    defined = {rule["alert"] for g in groups for rule in g["rules"] if "alert" in rule}
+    if tested - defined:
+        raise ValueError(f"alerts tested that the rules do not define: {sorted(tested - defined)}")
+    kept = {i for i, g in enumerate(groups) if any(r.get("alert") in tested for r in g["rules"])}
+    while True:
+        read = queries + [str(r["expr"]) for i in kept for r in groups[i]["rules"]]
+        recorders = {
+            i
+            for i, g in enumerate(groups)
+            for r in g["rules"]
+            if "record" in r and any(_reads(expr, r["record"]) for expr in read)
+        }
+        if recorders <= kept:
+            break
+        kept |= recorders
+    cut = {**rules, "groups": [g for i, g in enumerate(groups) if i in kept]}
+    out = yaml.dump(cut, Dumper=_DUMPER, sort_keys=False, allow_unicode=True, width=10**6)
+    if yaml.load(out, Loader=_LOADER) != cut:
+        raise ValueError("the rule groups kept do not load back as written")
+    return out
