@@ -22,6 +22,7 @@ import yaml
 from gpu_eta.launch.prometheus import promtool
 from tests.ops import container_args, k8s, openshift
 from tests.ops.k8s import CHART, find, pod_spec
+from tests.support.rule_tests import PROMTOOL_ENV, write_groups
 
 VALUES_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
 HELM_ONLY_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by"}
@@ -1060,21 +1061,24 @@ def test_the_rules_given_gpu_resources_alert_on_their_pods(tmp_path: Path) -> No
     pass on the rules the chart renders given ``gpuResources`` (and the shipped rules
     alert on none of those pods)."""
     objects = k8s.helm_template({"gpuResources": SITE_GPUS})
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(find(objects, "ConfigMap", "gpu-eta-rules")["data"]["gpu-eta.rules.yaml"])
+    rendered = find(objects, "ConfigMap", "gpu-eta-rules")["data"]["gpu-eta.rules.yaml"]
     source = (k8s.ROOT / "tests" / "rules" / "pending.test.yaml").read_text()
     renamed = source.replace('resource="nvidia_com_gpu"', 'resource="nvidia_com_a100_shared"')
     assert renamed != source
-    tests = yaml.safe_load(renamed)
-    tests["rule_files"] = [str(rules)]
-    (tmp_path / "site.test.yaml").write_text(yaml.safe_dump(tests))
-    proc = promtool("test", "rules", str(tmp_path / "site.test.yaml"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    tests["rule_files"] = [str(k8s.ROOT / "rules" / "gpu-eta.rules.yaml")]
-    (tmp_path / "shipped.test.yaml").write_text(yaml.safe_dump(tests))
-    shipped = promtool("test", "rules", str(tmp_path / "shipped.test.yaml"))
-    said = shipped.stdout + shipped.stderr
-    assert shipped.returncode != 0 and "FAILED" in said and "GpuEtaPodPendingNoStart" in said
+    shipped_rules = (k8s.ROOT / "rules" / "gpu-eta.rules.yaml").read_text()
+    # each group on the rule groups it reads (write_groups: as tests/ops/test_rules.py)
+    for folder, rules in (("site", rendered), ("shipped", shipped_rules)):
+        (tmp_path / folder).mkdir()
+        runs = [
+            promtool("test", "rules", str(path), env=PROMTOOL_ENV)
+            for path in write_groups(renamed, rules, tmp_path / folder)
+        ]
+        said = "".join(proc.stdout + proc.stderr for proc in runs)
+        if folder == "site":
+            assert all(proc.returncode == 0 for proc in runs), said
+        else:
+            assert any(proc.returncode != 0 for proc in runs), said
+            assert "FAILED" in said and "GpuEtaPodPendingNoStart" in said
 
 
 @pytest.mark.parametrize(

@@ -134,3 +134,20 @@ def rules_for(rules_text: str, test_text: str) -> str:
     if yaml.load(out, Loader=_LOADER) != cut:
         raise ValueError("the rule groups kept do not load back as written")
     return out
+
+
+def write_groups(tests_text: str, rules_text: str, folder: Path) -> list[Path]:
+    """Each group of the promtool test file ``tests_text`` (``split``) written to
+    ``folder`` as a test file of its own, its ``rule_files`` the rule groups of
+    ``rules_text`` it reads (``rules_for``), written beside it. For a test of rules
+    that are not the repository's file (another rendering of them): each file is run
+    as ``promtool test rules`` runs the whole one, on the rules it reads."""
+    paths = []
+    for i, group in enumerate(split(tests_text)):
+        rules = folder / f"group{i}.rules.yaml"
+        rules.write_text(rules_for(rules_text, group))
+        doc = {**yaml.load(group, Loader=_LOADER), "rule_files": [str(rules)]}
+        path = folder / f"group{i}.test.yaml"
+        path.write_text(yaml.dump(doc, Dumper=_DUMPER, sort_keys=False, width=10**6))
+        paths.append(path)
+    return paths
