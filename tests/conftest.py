@@ -79,8 +79,6 @@ SLOW_FILES = (
     "tests/integration/test_demo_standalone.py",
     "tests/integration/test_demo.py",
     "tests/ops/test_chart.py",
-    "tests/ops/test_rules.py",
-    "tests/ops/test_rules_prometheus3.py",
     "tests/integration/test_forecaster_prometheus.py",
     "tests/forecaster/test_history_steps.py",
     "tests/top/test_top.py",
@@ -95,15 +93,24 @@ SLOW_FILES = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow files' tests first (``SLOW_FILES``), every file's in its own order."""
+    """The slow files' tests first (``SLOW_FILES``), every file's in its own order, and
+    the cases of ``SPREAD_TESTS`` last: each a few seconds at most, handed out one by one,
+    they fill the workers' ends instead of leaving one to finish a long file alone."""
     rank = {name: i for i, name in enumerate(SLOW_FILES)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+    def key(item: pytest.Item) -> int:
+        if item.nodeid.startswith(SPREAD_TESTS):
+            return len(rank) + 1
+        return rank.get(item.nodeid.split("::", 1)[0], len(rank))
+
+    items.sort(key=key)
 
 
 # Tests whose cases are handed out one by one, not with their file's other tests: each
 # case is long, independent and starts no server a module shares (``--dist loadfile``
 # would run them all in one worker, one after another). The promtool unit tests, one
-# case per test group of tests/rules (tests/support/rule_tests.py): 190 s in two tests.
+# case per test group of tests/rules (tests/support/rule_tests.py): 190 s in two tests,
+# 60 s since each group runs on the rule groups it reads (its longest 3-5 s).
 SPREAD_TESTS = (
     "tests/ops/test_rules.py::test_promtool_unit_tests_pass[",
     "tests/ops/test_rules_prometheus3.py::test_promtool_unit_tests_pass_with_prometheus_3_windows[",
