@@ -7,6 +7,7 @@ earlier attempt's plan, epoch or batch size (queries.AGAIN_SERIES, docs/forecast
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -65,11 +66,20 @@ class Notebook:
         return "\n".join([*lines, _ALLOCATED, ""]).encode()
 
 
-@pytest.fixture(params=["prometheus", "victoriametrics"])
-def notebook(request, tmp_path: Path, prometheus_factory) -> Iterator[Notebook]:
-    """The notebook scraped every second by a real Prometheus, or by a real
+@contextlib.contextmanager
+def open_notebook(
+    backend: str,
+    tmp_path: Path,
+    prometheus_factory,
+    *,
+    scrape_seconds: float = 1.0,
+    overlap_seconds: float = 20.0,
+) -> Iterator[Notebook]:
+    """The notebook scraped every ``scrape_seconds`` by a real Prometheus, or by a real
     VictoriaMetrics with its response cache on (``-search.latencyOffset=0s``: its
-    default reads 30 s late, docs/victoriametrics.md, "Freshness")."""
+    default reads 30 s late, docs/victoriametrics.md, "Freshness"), read by a cycle
+    whose window reaches ``overlap_seconds`` past the previous cycle, its range reads
+    at a step of ``scrape_seconds``: a value served for one scrape is seen at a step."""
     holder: list[Notebook] = []
     target = MetricsServer(
         "127.0.0.1", 0, lambda _accept: (holder[0].exposition() if holder else b"", TEXT_FORMAT)
@@ -78,18 +88,19 @@ def notebook(request, tmp_path: Path, prometheus_factory) -> Iterator[Notebook]:
     vm: VictoriaServer | None = None
     try:
         jobs = [ScrapeJob("exporter", [f"127.0.0.1:{target.port}"])]
-        if request.param == "prometheus":
-            prom: PrometheusServer = prometheus_factory(jobs)
+        scrape_interval = f"{round(scrape_seconds * 1000)}ms"
+        if backend == "prometheus":
+            prom: PrometheusServer = prometheus_factory(jobs, scrape_interval=scrape_interval)
         else:
-            prom = vm = start_victoriametrics(jobs, data_dir=tmp_path / "vm")
-        # a window of 20 s past the previous cycle: the earlier attempt's last samples
-        # stay in it for every cycle of the new attempt below
+            prom = vm = start_victoriametrics(
+                jobs, data_dir=tmp_path / "vm", scrape_interval=scrape_interval
+            )
         settings = CycleSettings(
             background_refit=False,
             pending=PendingSettings(enabled=False),
             lookback_seconds=60.0,
-            overlap_seconds=20.0,
-            min_step_seconds=1.0,
+            overlap_seconds=overlap_seconds,
+            min_step_seconds=scrape_seconds,
             refit_seconds=0.0,
         )
         holder.append(Notebook(prom, store, Cycle(PromClient(prom.url), store, settings)))
@@ -99,6 +110,15 @@ def notebook(request, tmp_path: Path, prometheus_factory) -> Iterator[Notebook]:
             vm.stop()
         store.close()
         target.stop()
+
+
+@pytest.fixture(params=["prometheus", "victoriametrics"])
+def notebook(request, tmp_path: Path, prometheus_factory) -> Iterator[Notebook]:
+    """The notebook scraped every second (``open_notebook``), its cycle's window 20 s
+    past the previous cycle: the earlier attempt's last samples stay in it for every
+    cycle of the new attempt in the tests below."""
+    with open_notebook(request.param, tmp_path, prometheus_factory) as notebook:
+        yield notebook
 
 
 def _exp(fs: ForecastSet) -> list[tuple[float, float, float]]:
