@@ -30,56 +30,48 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 
 
-LIVE_SECONDS = 60.0  # how long the time-sliced check watches the demo's forecasts
+# (run, moment) pairs the verdict reads: a time-sliced run's forecast every 2 s, about
+# 25 s of the demo's forecasts for its 3-6 such runs. The verdict is settled from the
+# first moments (docstring): healthy, every run's median 0.72-1.3 and coverage 0.67-0.76
+# from 30 moments to 150; with the unshared-pace past, 4 runs of 6 at 0.23-0.59 and
+# coverage 0.33 from the first 18 moments on.
+MIN_MOMENTS = 60
+WAIT_SECONDS = 150.0  # at most this long for them after the first forecast
+HORIZON_SECONDS = 3600.0  # how far past the wait the copy runs, for the runs' real ends
 
 
-def test_time_sliced_runs_are_forecast_to_their_real_ends(tmp_path: Path) -> None:
-    """The demo as ``./demo.sh`` runs it (seed 0, its default history): runs sharing a
-    time-sliced GPU go about three times slower than alone (docs/demo.md, "The
-    simulation"), and the ETAs the forecaster published for them in the demo's first
-    minute put two runs in three within 0.6-1.67 times the time the simulation gives
-    them left, their P10–P90 holding the end at a third of the moments at least.
+def time_sliced_ends(stack: Stack, until: float) -> dict[tuple[str, str], float]:
+    """The real end (unix seconds) of every run sharing a time-sliced GPU that completes
+    before ``until`` + ``HORIZON_SECONDS``, by (namespace, pod): from a copy of the
+    simulation run ahead (deterministic: the same events the driver will fire)."""
+    with stack.driver.lock:
+        future = copy.deepcopy(stack.sim)
+    future.advance(until - stack.anchor + HORIZON_SECONDS)
+    return {
+        (p.namespace, p.name): stack.anchor + p.epoch_ends[-1]
+        for p in future.pods
+        if p.kind == "training"
+        and p.reports_plan
+        and p.completed
+        and p.epoch_ends[-1] > 10.0
+        and any(future.nodes[p.node].gpus[g].replicas > 1 for g, _ in p.gpus)
+    }
 
-    Why: the demo's backfilled past once had no time-sliced run at all (a quieter
-    cluster always had an exclusive GPU free), so the forecaster learnt each
-    configuration's unshared pace and published a third to a half of the time such a
-    run had left, its P10–P90 missing the end (docs/demo.md, "History"). The real
-    ends come from a copy of the simulation run ahead (deterministic: the same events
-    the driver will fire), so no run need end while the test waits.
-    """
-    config = StackConfig(
-        cluster=cluster_config(parse_args([])),
-        prometheus_port=0,
-        forecaster_port=0,
-        alertmanager_port=0,
-        workdir=tmp_path,
-    )
-    with Stack(config, say=lambda _msg: None) as stack:
-        prom = stack.prometheus
-        assert prom is not None
-        prom.wait_for("gpu_eta_job_predicted_completion_timestamp_seconds", timeout=90)
-        time.sleep(LIVE_SECONDS)
-        until = time.time()
-        with stack.driver.lock:
-            future = copy.deepcopy(stack.sim)
-        future.advance(until - stack.anchor + 3600.0)
-        ends = {
-            (p.namespace, p.name): stack.anchor + p.epoch_ends[-1]
-            for p in future.pods
-            if p.kind == "training"
-            and p.reports_plan
-            and p.completed
-            and p.epoch_ends[-1] > 10.0
-            and any(future.nodes[p.node].gpus[g].replicas > 1 for g, _ in p.gpus)
-        }
-        query = {
-            "query": "gpu_eta_job_predicted_completion_timestamp_seconds",
-            "start": stack.anchor,
-            "end": until,
-            "step": 2,
-        }
-        url = f"{stack.prometheus_url}/api/v1/query_range"
-        results = requests.get(url, params=query, timeout=30).json()["data"]["result"]
+
+def scores(
+    stack: Stack, ends: dict[tuple[str, str], float]
+) -> tuple[dict[str, list[float]], list[bool]]:
+    """Every 2 s since the anchor at which a run of ``ends`` had P10, P50 and P90
+    published, 10 s or more before its end: its forecast remaining time over its real
+    one, by run, and whether P10-P90 held the end."""
+    query = {
+        "query": "gpu_eta_job_predicted_completion_timestamp_seconds",
+        "start": stack.anchor,
+        "end": time.time(),
+        "step": 2,
+    }
+    url = f"{stack.prometheus_url}/api/v1/query_range"
+    results = requests.get(url, params=query, timeout=30).json()["data"]["result"]
     series = {
         (r["metric"]["namespace"], r["metric"]["pod"], r["metric"]["quantile"]): {
             t: float(v) for t, v in r["values"]
@@ -94,13 +86,53 @@ def test_time_sliced_runs_are_forecast_to_their_real_ends(tmp_path: Path) -> Non
             if t in p10 and t in p90 and end - t >= 10.0:
                 ratios.setdefault(pod, []).append((mid - t) / (end - t))
                 held.append(p10[t] <= end <= p90[t])
-    assert len(ratios) >= 3 and len(held) >= 30, (ratios, len(held))
+    return ratios, held
+
+
+def test_time_sliced_runs_are_forecast_to_their_real_ends(tmp_path: Path) -> None:
+    """The demo as ``./demo.sh`` runs it (seed 0, its default history): runs sharing a
+    time-sliced GPU go about three times slower than alone (docs/demo.md, "The
+    simulation"), and the ETAs the forecaster published for them in the demo's first
+    ``MIN_MOMENTS`` moments put two runs in three within 0.6-1.67 times the time the
+    simulation gives them left, their P10–P90 holding the end at a third of the moments
+    at least.
+
+    Why: the demo's backfilled past once had no time-sliced run at all (a quieter
+    cluster always had an exclusive GPU free), so the forecaster learnt each
+    configuration's unshared pace and published a third to a half of the time such a
+    run had left, its P10–P90 missing the end (docs/demo.md, "History"). That shows
+    from a run's first forecasts on (the prior learnt from the past weighs most
+    there), so the test reads them as soon as there are enough, not a fixed minute.
+    The real ends come from a copy of the simulation run ahead, so no run need end
+    while the test waits.
+    """
+    config = StackConfig(
+        cluster=cluster_config(parse_args([])),
+        prometheus_port=0,
+        forecaster_port=0,
+        alertmanager_port=0,
+        workdir=tmp_path,
+    )
+    with Stack(config, say=lambda _msg: None) as stack:
+        prom = stack.prometheus
+        assert prom is not None
+        prom.wait_for("gpu_eta_job_predicted_completion_timestamp_seconds", timeout=90)
+        ends = time_sliced_ends(stack, time.time() + WAIT_SECONDS)
+
+        def enough() -> tuple[dict[str, list[float]], list[bool]] | None:
+            ratios, held = scores(stack, ends)
+            return (ratios, held) if len(ratios) >= 3 and len(held) >= MIN_MOMENTS else None
+
+        ratios, held = wait_until(
+            enough, WAIT_SECONDS, interval=2.0, what=f"{MIN_MOMENTS} moments of 3 runs or more"
+        )
     # A run's moments are one forecast seen every 2 s, near-equal from one to the next:
     # the evidence is the few runs (3-6), so each run counts once, by its median ratio.
     # Healthy code: the runs' medians 0.72-1.1 in one demo (its pooled median 0.88,
     # coverage 0.58), a pooled median of 0.79 and coverage 0.46 in another, on a loaded
     # machine; coverage 0.96 on an idle one. The unshared pace this test guards against
-    # puts every run at 0.33-0.5, coverage near 0.
+    # put every run at 0.33-0.5, coverage near 0, in one demo; 4 runs of 6 at 0.23-0.59,
+    # coverage 0.2-0.33, in another.
     medians = sorted(sorted(xs)[len(xs) // 2] for xs in ratios.values())
     fair = sum(0.6 <= m <= 1.67 for m in medians)
     coverage = sum(held) / len(held)
