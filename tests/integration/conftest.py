@@ -25,17 +25,24 @@ from tests.integration.helpers import Exporter, start_exporter
 
 MAX_SECONDS = 600.0  # hard upper bound on the stack's life, even if the module runs on
 WARMUP_SECONDS = 90.0  # at most this long for the first forecasts to appear
+DEFAULT_SEED = 3  # the simulated cluster's seed for a module that sets no DEMO_SEED
 
 
 @pytest.fixture(scope="module")
-def demo_stack() -> Iterator[Stack]:
+def demo_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     """The demo's whole chain, one per test module. Why not one per session: under
     pytest-xdist the modules using it run in other worker processes or far apart in
     one, so a session's stack would run twice at once, or idle as CPU load under
     unrelated files (some of which set a file-size limit for their whole process) and
-    be stopped by ``MAX_SECONDS`` before its second module."""
+    be stopped by ``MAX_SECONDS`` before its second module.
+
+    The cluster's seed is the module's ``DEMO_SEED`` (else ``DEFAULT_SEED``): a seed
+    decides when what a test waits for happens (a free GPU, a queued pod, a run with a
+    completed past run of its configuration), so a module picks the one whose cluster
+    shows what its tests read from the start, not minutes in."""
+    seed = getattr(request.module, "DEMO_SEED", DEFAULT_SEED)
     config = StackConfig(
-        cluster=ClusterConfig(seed=3, time_scale=20.0, arrival_seconds=240.0, **ALERT_CAUSES),
+        cluster=ClusterConfig(seed=seed, time_scale=20.0, arrival_seconds=240.0, **ALERT_CAUSES),
         history_days=0.25,
         history_jobs=300,
         prometheus_port=0,  # any free port: never collide with a developer's Prometheus
