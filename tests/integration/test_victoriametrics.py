@@ -325,8 +325,10 @@ def test_the_demo_runs_on_victoriametrics(tmp_path: Path) -> None:
     with Stack(config, say=lambda msg: None) as stack:
         vm = stack.prometheus
         assert vm is not None and stack.vmalert is not None
-        vm.wait_for('up{job="gpu-eta-exporter"} == 1', timeout=60, min_results=len(stack.nodes))
-        vm.wait_for("gpu_eta_job_predicted_completion_timestamp_seconds", timeout=120)
+        # polled through tsdb_wait: a series polled for before its first scrape is
+        # answered at VictoriaMetrics' next index flush (~10 s on) without it
+        wait_for(vm, 'up{job="gpu-eta-exporter"} == 1', timeout=60, min_results=len(stack.nodes))
+        wait_for(vm, "gpu_eta_job_predicted_completion_timestamp_seconds", timeout=120)
         # the backfilled history came in through the import API: a day-old series is there
         assert vm.query("count(count_over_time(gpu_eta_gpu_info[6h] offset 1h))")
         demo_tests.check_demo_alerts(stack)
