@@ -85,7 +85,7 @@ def start_exporter(
 
 
 _TRAINING = """
-import time, torch
+import os, time, torch
 from torch import nn
 from gpu_eta_report import start
 torch.manual_seed(0)
@@ -101,15 +101,24 @@ for epoch in range(EPOCHS):
         opt.zero_grad(); loss.backward(); opt.step()
         r.step(epoch * steps + i + 1)
     r.epoch_end(epoch + 1, loss=loss.item())
-    time.sleep({pause_seconds})
+    if {hold_path!r} is None or os.path.exists({hold_path!r}):
+        time.sleep({pause_seconds})
 r.end()
 print(r.stats)
 """
 
 
-def training_script(*, samples: int, epochs: int, pause_seconds: float) -> str:
+def training_script(
+    *, samples: int, epochs: int, pause_seconds: float, hold_path: Path | None = None
+) -> str:
     """Source for ``python -c``: a real PyTorch CPU training loop (an MLP, batches of 64)
     that reports through ``gpu_eta_report`` like a user's job, every step (thinned by the
     client) and every epoch, then prints the client's stats. It pauses ``pause_seconds``
-    after each epoch so that a Prometheus scraping every second sees each one."""
-    return _TRAINING.format(samples=samples, epochs=epochs, pause_seconds=pause_seconds)
+    after each epoch so that a Prometheus scraping every second sees each one; with
+    ``hold_path``, only while that file exists: a test that has read what it needed of
+    the running run removes it, and the run's last epochs end at once instead of being
+    waited out."""
+    hold = None if hold_path is None else str(hold_path)
+    return _TRAINING.format(
+        samples=samples, epochs=epochs, pause_seconds=pause_seconds, hold_path=hold
+    )

@@ -936,7 +936,13 @@ pods:
       - {name: notebook, gpus: [{gpu: 1, utilization: 0.0, memory: 1GiB}]}
 """
 
-LIVE_TRAIN = training_script(samples=4096, epochs=14, pause_seconds=1.0)
+LIVE_EPOCHS = 14  # ~1.1 s each while held: its forecasts were read by about its 4th
+
+
+def live_train(hold: Path) -> str:
+    """The live test's training run: epochs ~1 s apart while ``hold`` exists, then the
+    rest at once."""
+    return training_script(samples=4096, epochs=LIVE_EPOCHS, pause_seconds=1.0, hold_path=hold)
 
 
 def simulated_exporter(exporter_factory, tmp_path: Path, scenario_text: str, *extra: str):
@@ -981,7 +987,9 @@ def test_live_exporter_and_real_training(
         GPU_ETA_SOURCE_ADDRESS="127.0.0.31",
     )
     trainer_log = tmp_path / "trainer.log"
-    trainer = spawn([sys.executable, "-c", LIVE_TRAIN], trainer_log, env=env)
+    hold = tmp_path / "hold"  # epochs ~1 s apart while the forecasts are read
+    hold.touch()
+    trainer = spawn([sys.executable, "-c", live_train(hold)], trainer_log, env=env)
     procs.append(trainer)
     metric = "gpu_eta_job_predicted_completion_timestamp_seconds"
     (first,) = prom.wait_for(f'{metric}{{pod="trainer",quantile="0.5"}}', timeout=120)
@@ -994,6 +1002,8 @@ def test_live_exporter_and_real_training(
     # GPU 0 is held by the trainer only: a free-at time; GPU 1 by an idle notebook: none
     free = prom.wait_for('gpu_eta_gpu_predicted_free_timestamp_seconds{quantile="0.5"}', 60)
     assert {r["metric"]["gpu"] for r in free} == {"0"}
+    assert trainer.poll() is None, "the run ended before its forecasts were read"
+    hold.unlink()  # the rest of the run's epochs at once
     assert trainer.wait(timeout=300) == 0, log_tail(trainer_log)
     # the finished run goes into the history
     prom.wait_for("gpu_eta_model_history_jobs == 1", timeout=120)
