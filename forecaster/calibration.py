@@ -34,11 +34,12 @@ import itertools
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
 from gpu_eta.forecaster.estimators.base import Z90, safe_exp
+from gpu_eta.forecaster.median import NUMPY_FROM, median
 
 POINTS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 """The progress points at which a past run is replayed (and ``evaluate`` scores it): at
@@ -257,13 +258,18 @@ def bias_shift(errors: Sequence[float] | np.ndarray, shift_prior: float = 20.0) 
     their configuration 0.94 % where the unshifted centre had 0.61 %
     (docs/forecasting-evidence.md, "Calibration and quality").
     """
-    e = np.asarray(errors, dtype=float)
-    n = len(e)
+    n = len(errors)
     if n == 0:
         return 0.0
-    median = float(np.median(e))
-    spread = 1.4826 * float(np.median(np.abs(e - median)))
-    return median * n / (n + shift_prior) if abs(median) > spread else 0.0
+    if n >= NUMPY_FROM:  # one array pass; a short bin stays in Python floats (``median``)
+        e = np.asarray(errors, dtype=float)
+        centre = median(e)
+        spread = 1.4826 * median(np.abs(e - centre))
+    else:
+        e = errors.tolist() if isinstance(errors, np.ndarray) else [float(x) for x in errors]
+        centre = median(e)
+        spread = 1.4826 * median([abs(x - centre) for x in e])
+    return centre * n / (n + shift_prior) if abs(centre) > spread else 0.0
 
 
 def shifted_errors(
@@ -332,14 +338,14 @@ def group_scales(
     fitted on such scores would be too narrow for the next run. The factors of the
     first return value (every score) are what a new forecast uses.
     """
-    z = np.abs(np.asarray(scores, dtype=float))
-    everyone = 1.4826 * float(np.median(z)) if len(z) else 0.0
+    z = np.abs(np.asarray(scores, dtype=float)).tolist()
+    everyone = 1.4826 * median(z) if len(z) else 0.0
     if everyone <= 0.0 or math.isinf(prior):
         return {}, [1.0] * len(z)
 
-    def factor(group: np.ndarray) -> float:
+    def factor(group: list[float]) -> float:
         n = len(group)
-        own = 1.4826 * float(np.median(group)) if n else 0.0
+        own = 1.4826 * median(group) if n else 0.0
         return math.sqrt((n * own**2 + prior * everyone**2) / (n + prior)) / everyone
 
     members: dict[Hashable, list[int]] = {}
@@ -348,10 +354,10 @@ def group_scales(
     factors: dict[Hashable, float] = {}
     left_out = [1.0] * len(z)
     for key, idx in members.items():
-        group = z[idx]
+        group = [z[i] for i in idx]
         factors[key] = factor(group)
         for j, i in enumerate(idx):
-            left_out[i] = factor(np.delete(group, j))
+            left_out[i] = factor(group[:j] + group[j + 1 :])
     return factors, left_out
 
 
@@ -372,11 +378,47 @@ def fit_bin(
     bounds are separate order statistics (a skewed residual sample gets a skewed
     interval), each at its own level when ``coverage`` is a pair of tail levels.
     """
+    return fit_columns(BinColumns.of(residuals, power), coverage, shift_prior, shift)
+
+
+class BinColumns(NamedTuple):
+    """One bin's residuals as the columns ``fit_columns`` reads: each log error
+    ``a − c``, unit ``scale(sigma, power)`` and ``shift_cap``.
+
+    Why columns: ``measure_tails`` refits a bin on ~30 growing prefixes of the same
+    residuals; read off the records once, each refit slices them instead of
+    recomputing every error and power again (the same values: ``a − c − shift`` is
+    ``(a − c) − shift`` in floats)."""
+
+    errors: list[float]
+    units: list[float]
+    caps: list[float | None]
+
+    @classmethod
+    def of(cls, residuals: Sequence[Residual], power: float) -> BinColumns:
+        return cls(
+            [r.actual - r.center for r in residuals],
+            [scale(r.sigma, power) for r in residuals],
+            [r.shift_cap for r in residuals],
+        )
+
+    def head(self, n: int) -> BinColumns:
+        """The first ``n`` residuals' columns."""
+        return BinColumns(self.errors[:n], self.units[:n], self.caps[:n])
+
+
+def fit_columns(
+    columns: BinColumns,
+    coverage: Level = 0.8,
+    shift_prior: float = 20.0,
+    shift: float | None = None,
+) -> tuple[float, float, float]:
+    """``fit_bin`` on a bin's ``columns`` (n ≥ 1)."""
     if shift is None:
-        shift = bias_shift([r.actual - r.center for r in residuals], shift_prior)
+        shift = bias_shift(columns.errors, shift_prior)
     z = sorted(
-        (r.actual - r.center - applied_shift(shift, r.shift_cap)) / scale(r.sigma, power)
-        for r in residuals
+        (e - (shift if cap is None else applied_shift(shift, cap))) / unit
+        for e, unit, cap in zip(columns.errors, columns.units, columns.caps, strict=True)
     )
     z_lo, _z_mid, z_hi = conformal_z(z, coverage)
     return shift, min(z_lo, 0.0), max(z_hi, 0.0)
@@ -463,14 +505,14 @@ class Calibrator:
 
 
 def _shift_before(
-    residuals: Sequence[Residual], times: Sequence[float], timestamp: float, shift_prior: float
+    errors: Sequence[float], times: Sequence[float], timestamp: float, shift_prior: float
 ) -> float:
-    """``bias_shift`` of the time-ordered ``residuals`` (their ``times``) before
-    ``timestamp`` (0 without any): the 95 % bin's shift as the last interval's
+    """``bias_shift`` of the log ``errors`` of time-ordered residuals (their ``times``)
+    before ``timestamp`` (0 without any): the 95 % bin's shift as the last interval's
     leave-later-out replay had it (however few; the fitted model's borrows from 90 %
     while 95 % is sparse)."""
     n = bisect.bisect_left(times, timestamp)
-    return bias_shift([r.actual - r.center for r in residuals[:n]], shift_prior) if n else 0.0
+    return bias_shift(errors[:n], shift_prior) if n else 0.0
 
 
 def measure_tails(
@@ -500,7 +542,9 @@ def measure_tails(
         items.sort(key=lambda r: r.timestamp)
     late = by_point[POINTS[-1]]  # whose shift the last interval's P50 takes
     late_times = [r.timestamp for r in late]
+    late_errors = [r.actual - r.center for r in late]
     for p, items in by_point.items():
+        columns = BinColumns.of(items, power)
         errors: list[float] = []
         below: list[bool] = []
         above: list[bool] = []
@@ -510,8 +554,8 @@ def measure_tails(
             if i == min_samples or (i - min_samples) % step == 0:
                 given = None  # the last interval: the 95 % bin's shift, as fitted then
                 if p == END:
-                    given = _shift_before(late, late_times, items[i].timestamp, shift_prior)
-                shift, z_lo, z_hi = fit_bin(items[:i], level, shift_prior, power, given)
+                    given = _shift_before(late_errors, late_times, items[i].timestamp, shift_prior)
+                shift, z_lo, z_hi = fit_columns(columns.head(i), level, shift_prior, given)
             r = items[i]
             mid = r.center + applied_shift(shift, r.shift_cap)
             z = (r.actual - mid) / scale(r.sigma, power)
@@ -521,7 +565,7 @@ def measure_tails(
             errors.append(abs(safe_exp(mid) - truth) / truth)
         if len(below) >= min_scored:
             lo, hi = float(np.mean(below)), float(np.mean(above))
-            out[p] = (float(np.median(errors)), 1.0 - lo - hi, lo, hi)
+            out[p] = (median(errors), 1.0 - lo - hi, lo, hi)
         else:
             out[p] = (math.nan, math.nan, math.nan, math.nan)
     return out
