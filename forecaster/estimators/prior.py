@@ -70,6 +70,7 @@ from gpu_eta.forecaster.estimators.campaign import latest_runs
 from gpu_eta.forecaster.estimators.pooled import POOLED_MODELS, PooledRegression, number
 from gpu_eta.forecaster.estimators.rate import weighted_median
 from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.median import median
 from gpu_eta.forecaster.runs import Run, own_work
 
 DEFAULT_LEVEL = "default"
@@ -603,7 +604,7 @@ class PriorEstimator:
         w = w[np.isfinite(w)]
         if len(w) == 0:
             return pooled
-        job = per_width(float(np.median(w)), width)
+        job = per_width(median(w), width)  # a job's few runs: no np.median call cost
         # a warm-up only ever costs time: a first epoch faster than the rest means the
         # run slowed later (a neighbour), which is not the first epoch's doing
         return max(0.0, (len(w) * job + 2.0 * pooled) / (len(w) + 2.0))
