@@ -13,13 +13,16 @@ from gpu_eta.forecaster.calibration import (
     FIRST,
     POINTS,
     SIGMA_POWER,
+    BinColumns,
     Calibrator,
     Residual,
     adjusted_levels,
+    applied_shift,
     bias_shift,
     conformal_bounds,
     conformal_z,
     fit_bin,
+    fit_columns,
     group_scales,
     group_shifts,
     measure_tails,
@@ -30,6 +33,7 @@ from gpu_eta.forecaster.calibration import (
     tails,
     with_late_bins,
 )
+from gpu_eta.forecaster.median import NUMPY_FROM
 from gpu_eta.forecaster.runs import Run
 from tests.forecaster.estimators.runs_factory import scaled
 
@@ -439,3 +443,89 @@ def test_levels_move_only_the_tail_that_missed() -> None:
     symmetric = adjusted_levels(measured, 0.8, "symmetric")
     assert symmetric == {0.5: pytest.approx(0.9)}  # the former rule: both tails move
     assert adjusted_levels({0.5: (math.nan,) * 4}, 0.8, "per_tail") == {}
+
+
+def _numpy_bias_shift(errors: list[float], shift_prior: float) -> float:
+    """``bias_shift`` written with np.median on an array, the reference it must equal."""
+    e = np.asarray(errors, dtype=float)
+    centre = float(np.median(e))
+    spread = 1.4826 * float(np.median(np.abs(e - centre)))
+    return centre * len(e) / (len(e) + shift_prior) if abs(centre) > spread else 0.0
+
+
+@pytest.mark.parametrize("n", [*range(1, 41), NUMPY_FROM - 1, NUMPY_FROM, 700])
+def test_bias_shift_equals_its_numpy_reference(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for errors in (
+        rng.normal(0.3, 0.2, n),  # most off the same way: shifted
+        rng.normal(0.0, 1.0, n),  # a mix: no shift
+        np.round(rng.normal(0.2, 0.1, n), 1),  # ties
+        rng.standard_cauchy(n) / 3.0,
+    ):
+        want = _numpy_bias_shift(errors.tolist(), 20.0)
+        assert bias_shift(errors, 20.0) == want
+        assert bias_shift(errors.tolist(), 20.0) == want
+        assert bias_shift(list(errors), 20.0) == want  # np.float64 items
+
+
+def test_bias_shift_of_errors_with_nan_is_none_as_numpy_gives() -> None:
+    for n in (3, NUMPY_FROM + 3):
+        errors = [0.5] * (n - 1) + [math.nan]
+        with np.errstate(invalid="ignore"):
+            assert bias_shift(errors) == _numpy_bias_shift(errors, 20.0) == 0.0
+
+
+def _record_by_record_fit(
+    residuals_: list[Residual], coverage: float, shift_prior: float, shift: float | None
+) -> tuple[float, float, float]:
+    """``fit_bin`` computed off each record, as it is defined (the reference)."""
+    if shift is None:
+        shift = _numpy_bias_shift([r.actual - r.center for r in residuals_], shift_prior)
+    z = sorted(
+        (r.actual - r.center - applied_shift(shift, r.shift_cap)) / scale(r.sigma, SIGMA_POWER)
+        for r in residuals_
+    )
+    z_lo, _mid, z_hi = conformal_z(z, coverage)
+    return shift, min(z_lo, 0.0), max(z_hi, 0.0)
+
+
+def test_fit_columns_on_every_prefix_equals_the_fit_off_the_records() -> None:
+    rng = np.random.default_rng(7)
+    items = [
+        Residual(
+            0.5,
+            float(c),
+            float(s),
+            float(c + 0.2 + rng.normal(0.0, 0.3)),
+            float(i),
+            shift_cap=None if i % 3 else float(rng.uniform(0.0, 0.3)),
+        )
+        for i, (c, s) in enumerate(
+            zip(rng.normal(5, 1, 120), rng.uniform(0.05, 1.0, 120), strict=True)
+        )
+    ]
+    columns = BinColumns.of(items, SIGMA_POWER)
+    for i in (1, 2, 8, 9, 30, 77, 120):
+        for shift in (None, 0.1, -0.2):
+            want = _record_by_record_fit(items[:i], 0.8, 20.0, shift)
+            assert fit_columns(columns.head(i), 0.8, 20.0, shift) == want
+            assert fit_bin(items[:i], 0.8, 20.0, SIGMA_POWER, shift) == want
+
+
+def test_group_scales_equal_their_numpy_reference() -> None:
+    rng = np.random.default_rng(3)
+    keys = [f"job{int(k)}" for k in rng.integers(0, 6, 90)]
+    scores = rng.standard_t(3, 90).tolist()
+    z = np.abs(np.asarray(scores))
+    everyone = 1.4826 * float(np.median(z))
+
+    def factor(group: np.ndarray) -> float:
+        own = 1.4826 * float(np.median(group)) if len(group) else 0.0
+        return math.sqrt((len(group) * own**2 + 5.0 * everyone**2) / (len(group) + 5.0)) / everyone
+
+    factors, left_out = group_scales(keys, scores, prior=5.0)
+    for key in set(keys):
+        idx = [i for i, k in enumerate(keys) if k == key]
+        assert factors[key] == factor(z[idx])
+        for j, i in enumerate(idx):
+            assert left_out[i] == factor(np.delete(z[idx], j))
