@@ -7,8 +7,9 @@ at every refit; ``np.median`` spends ~10 µs a call on array checks, a partition
 ``NUMPY_FROM`` values numpy's partition is the cheaper one, so it is used there.
 
 The value is np.median's: the middle value of an odd count, the mean of the two middle
-ones of an even count (their sum halved, as numpy's ``mean`` of two computes it), NaN
-when any value is NaN, NaN for no values (numpy warns there; this does not).
+ones of an even count (their sum halved, as numpy's ``mean`` of two computes it; a zero
+is +0.0, as numpy's sum from +0.0 makes it), NaN when any value is NaN, NaN for no
+values (numpy warns there; this does not).
 """
 
 from __future__ import annotations
@@ -37,4 +38,5 @@ def median(values: Sequence[float] | np.ndarray) -> float:
     if any(map(math.isnan, ordered)):  # sorted() leaves NaN anywhere; numpy says NaN
         return math.nan
     mid = n // 2
-    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    # + 0.0: numpy's mean sums from +0.0, so a median of -0.0 values is +0.0 there
+    return (ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2) + 0.0

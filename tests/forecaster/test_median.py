@@ -62,3 +62,13 @@ def test_integers_are_read_as_floats() -> None:
 def test_no_values_is_nan_as_np_median_says() -> None:
     assert math.isnan(median([]))
     assert math.isnan(median(np.array([])))
+
+
+@pytest.mark.parametrize(
+    "values", [[-0.0], [-0.0, -0.0], [-0.0, -0.0, -0.0], [1.0, -0.0, -0.0], [-0.0, 0.0, -1.0]]
+)
+def test_a_zero_median_has_np_medians_sign(values: list[float]) -> None:
+    """numpy's mean starts its sum at +0.0, so a median of -0.0 values is +0.0."""
+    want = float(np.median(np.array(values)))
+    got = median(values)
+    assert (got, math.copysign(1.0, got)) == (want, math.copysign(1.0, want))
