@@ -161,8 +161,11 @@ def check_demo_holders_known(stack) -> None:
     are unknown: the free record has every node, and the node sets the Cluster
     overview's "GPUs, holders unknown" and ``top`` count on are empty (the demo's GPUs
     are often all held, so their device counts alone would be 0 whatever the nodes).
-    Called once the expected alerts fire, so the rules have been evaluated throughout."""
+    Called once the expected alerts fire, so the rules have been evaluated throughout.
+    Its reads expect nothing: on VictoriaMetrics the index is flushed first, or a series
+    written since the last flush (an ALERTS one included) would read as absent."""
     prom = stack.prometheus
+    flush_index(prom)
     firing = {a["labels"]["alertname"] for a in stack.alertmanager.alerts()}
     assert "GpuEtaGpuUsedWithoutAllocation" not in firing
     used = 'ALERTS{alertname="GpuEtaGpuUsedWithoutAllocation"}'
