@@ -616,10 +616,8 @@ def test_queue_waited_lists_only_pods_waiting_for_gpus(tmp_path: Path) -> None:
     get no row."""
     waited = _table_targets("cluster-overview.json", "Queue: predicted starts")["D"]
     rules = yaml.safe_load((ROOT / "rules" / "gpu-eta.rules.yaml").read_text())
-    exprs = {r.get("alert") or r["record"]: r["expr"] for g in rules["groups"] for r in g["rules"]}
-    # the alert and the records it reads (the GPU requests are read by its record)
-    alert = exprs["GpuEtaPodPendingNoStart"]
-    alert += "".join(exprs[name] for name in set(re.findall(r"gpu_eta:\w+:\w+", alert)))
+    # the alert with the records it reads written out (its record reads the GPU requests)
+    alert = inlined(rules["groups"])["GpuEtaPodPendingNoStart"]
     for metric in ("kube_pod_container", "kube_pod_init_container"):
         selector = re.search(metric + r"_resource_requests\{[^}]*\}", alert)
         assert selector and selector.group(0) in waited, f"the alert's {metric} selector"
