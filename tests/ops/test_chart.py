@@ -1484,7 +1484,8 @@ def test_a_chart_without_its_links_renders_when_it_needs_neither(tmp_path: Path)
 def test_helm_package_holds_the_linked_dashboards_and_rules(tmp_path: Path) -> None:
     """``helm package`` follows the symlinks: the archive (what docs/deploy.md tells a
     GitOps install to use) holds every dashboard and the rules, byte for byte, and
-    renders them."""
+    renders them; it leaves out rules/gpu-eta.rules.src.yaml (the rules before
+    rules/render.py writes out their bridges), which no template reads (.helmignore)."""
     import tarfile
 
     import helm_python
@@ -1495,7 +1496,9 @@ def test_helm_package_holds_the_linked_dashboards_and_rules(tmp_path: Path) -> N
     expected = {f"gpu-eta/rules/{p.name}": p for p in (k8s.ROOT / "rules").glob("*.yaml")}
     expected |= {f"gpu-eta/dashboards/{p.name}": p for p in (k8s.ROOT / "grafana").glob("*.json")}
     expected.pop("gpu-eta/rules/kustomization.yaml")
-    expected.pop("gpu-eta/rules/gpu-eta.rules.src.yaml")  # .helmignore: no template reads it
+    expected.pop("gpu-eta/rules/gpu-eta.rules.src.yaml")
+    assert not [name for name in packed if name.endswith(".src.yaml")], sorted(packed)
+    assert ".src.yaml" not in "".join(p.read_text() for p in (CHART / "templates").iterdir())
     assert len(expected) >= 5
     for name, source in expected.items():
         assert packed.get(name) == source.read_bytes(), name
@@ -1663,20 +1666,3 @@ def test_an_image_pull_secret_neither_a_name_nor_a_reference_fails_the_install(i
         k8s.helm_template({"imagePullSecrets": [item]})
     with pytest.raises(k8s.RenderError, match=r"imagePullSecrets must be a list"):
         k8s.helm_template({"imagePullSecrets": {"name": "regcred"}})
-
-
-def test_helm_package_leaves_out_the_rules_source(tmp_path: Path) -> None:
-    """rules/gpu-eta.rules.src.yaml (the rules before rules/render.py writes out their
-    bridges) is read by no template: ``helm package`` leaves it out (.helmignore), while
-    the rendered rules it makes are packed."""
-    import tarfile
-
-    import helm_python
-
-    archive = Path(helm_python.package(str(CHART), destination=str(tmp_path)))
-    with tarfile.open(archive) as tar:
-        names = {m.name for m in tar.getmembers() if m.isfile()}
-    assert "gpu-eta/rules/gpu-eta.rules.yaml" in names
-    assert not [n for n in names if n.endswith(".src.yaml")], sorted(names)
-    templates = "".join(p.read_text() for p in (CHART / "templates").iterdir())
-    assert ".src.yaml" not in templates
