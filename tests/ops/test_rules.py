@@ -95,20 +95,18 @@ def test_split_writes_each_group_under_the_files_other_keys() -> None:
 def test_rules_for_keeps_the_groups_a_test_group_reads() -> None:
     """The rule groups of the alerts a group tests, and of the records those and its
     queries read, through records reading records, whole names only; the whole file
-    for a read of ALERTS; an alert tested that no rule defines refused."""
-    rules = yaml.safe_dump(
-        {
-            "groups": [
-                {"name": "r1", "rules": [{"record": "a:b:c", "expr": "x"}]},
-                {"name": "r2", "rules": [{"record": "a:b:d", "expr": "a:b:c > 0"}]},
-                {"name": "r3", "rules": [{"record": "a:b:count", "expr": "z"}]},
-                {"name": "g1", "rules": [{"alert": "A", "expr": "a:b:d", "for": "5m"}]},
-                {"name": "g2", "rules": [{"alert": "B", "expr": "a:b:countx + y"}]},
-            ]
-        }
-    )
+    for a read of ALERTS by a query or a rule (not for the word in a comment); an alert
+    tested that no rule defines refused."""
+    groups = [
+        {"name": "r1", "rules": [{"record": "a:b:c", "expr": "x"}]},
+        {"name": "r2", "rules": [{"record": "a:b:d", "expr": "a:b:c > 0"}]},
+        {"name": "r3", "rules": [{"record": "a:b:count", "expr": "z"}]},
+        {"name": "g1", "rules": [{"alert": "A", "expr": "a:b:d", "for": "5m"}]},
+        {"name": "g2", "rules": [{"alert": "B", "expr": "a:b:countx + y"}]},
+    ]
+    rules = yaml.safe_dump({"groups": groups})
 
-    def kept(tested: list[str], queries: tuple[str, ...] = ()) -> list[str]:
+    def kept(tested: list[str], queries: tuple[str, ...] = (), rules: str = rules) -> list[str]:
         group = {
             "alert_rule_test": [{"eval_time": "1m", "alertname": a} for a in tested],
             "promql_expr_test": [{"expr": q, "eval_time": "1m"} for q in queries],
@@ -120,6 +118,9 @@ def test_rules_for_keeps_the_groups_a_test_group_reads() -> None:
     assert kept(["B"]) == ["g2"]
     assert kept([], ("a:b:count",)) == ["r3"]
     assert kept(["B"], ("count(ALERTS)",)) == ["r1", "r2", "r3", "g1", "g2"]
+    assert kept(["B"], rules="# a comment on ALERTS\n" + rules) == ["g2"]
+    reader = {"name": "r4", "rules": [{"record": "a:b:e", "expr": "count(ALERTS_FOR_STATE)"}]}
+    assert len(kept(["B"], rules=yaml.safe_dump({"groups": [*groups, reader]}))) == 6
     with pytest.raises(ValueError, match="'C'"):
         kept(["B", "C"])
 

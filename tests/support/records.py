@@ -9,12 +9,19 @@ data) need the records it reads written out in its expression.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 
 def _selector(name: str) -> re.Pattern[str]:
     """``name``'s selector: group 1 holds its label matchers, group 2 its range
     (``[5m]``), each None when absent."""
     return re.compile(rf"(?<![\w:]){re.escape(name)}(?![\w:])(\{{[^}}]*\}})?(\[[^\]]*\])?")
+
+
+def reads(expr: str, names: Iterable[str]) -> set[str]:
+    """The names in ``names`` that ``expr`` selects, at an instant or over a range (whole
+    names: ``a:b:count`` is no read of ``a:b:c``)."""
+    return {name for name in names if _selector(name).search(expr)}
 
 
 def instant_reads(expr: str, names: set[str]) -> set[str]:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.support.records import reads
 
 # promtool's Go garbage collector at 4 times its default heap growth (GOGC=100): the
 # evaluation of a long group allocates fast and spent about a quarter of its CPU in the
@@ -85,14 +86,8 @@ def group_cases(paths: list[Path]) -> list[tuple[Path, int]]:
     return [(path, i) for path in paths for i in range(len(_split_file(path)))]
 
 
-# A rule or query reading another rule's output by name: a record, or ALERTS (every
-# alert's), which only the whole file gives
-_ALERTS = re.compile(r"(?<![\w:])ALERTS(_FOR_STATE)?(?![\w:])")
-
-
-def _reads(expr: str, name: str) -> bool:
-    """Whether the PromQL ``expr`` names the metric ``name`` (a whole name, not a part of one)."""
-    return re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", expr) is not None
+# What a rule or query reads of every alert's state, which only the whole file gives
+_ALERTS = ("ALERTS", "ALERTS_FOR_STATE")
 
 
 def rules_for(rules_text: str, test_text: str) -> str:
@@ -110,21 +105,23 @@ def rules_for(rules_text: str, test_text: str) -> str:
     rules = yaml.load(rules_text, Loader=_LOADER)
     (group,) = yaml.load(test_text, Loader=_LOADER)["tests"]
     queries = [str(q.get("expr", "")) for q in group.get("promql_expr_test") or []]
-    if any(_ALERTS.search(q) for q in queries) or _ALERTS.search(rules_text):
+    groups = rules["groups"]
+    if any(
+        reads(expr, _ALERTS)
+        for expr in queries + [str(r["expr"]) for g in groups for r in g["rules"]]
+    ):
         return rules_text
     tested = {str(a["alertname"]) for a in group.get("alert_rule_test") or []}
-    groups = rules["groups"]
     defined = {rule["alert"] for g in groups for rule in g["rules"] if "alert" in rule}
     if tested - defined:
         raise ValueError(f"alerts tested that the rules do not define: {sorted(tested - defined)}")
     kept = {i for i, g in enumerate(groups) if any(r.get("alert") in tested for r in g["rules"])}
+    records = {rule["record"] for g in groups for rule in g["rules"] if "record" in rule}
     while True:
-        read = queries + [str(r["expr"]) for i in kept for r in groups[i]["rules"]]
+        exprs = queries + [str(r["expr"]) for i in kept for r in groups[i]["rules"]]
+        read = set().union(*(reads(expr, records) for expr in exprs))
         recorders = {
-            i
-            for i, g in enumerate(groups)
-            for r in g["rules"]
-            if "record" in r and any(_reads(expr, r["record"]) for expr in read)
+            i for i, g in enumerate(groups) if any(r.get("record") in read for r in g["rules"])
         }
         if recorders <= kept:
             break
