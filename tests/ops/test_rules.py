@@ -17,7 +17,7 @@ import yaml
 
 from gpu_eta.common.gpu_use import use_mean
 from gpu_eta.launch.prometheus import promtool
-from tests.support.records import inlined, instant_reads
+from tests.support.records import inlined, instant_reads, reads
 from tests.support.rule_tests import PROMTOOL_ENV, group_cases, one_group_file, rules_for, split
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -274,14 +274,13 @@ def test_pending_alert_reads_no_history_where_pods_have_kube_pod_created(
     data = tmp_path / "ksm.om"
     data.write_text(_pending_gpu_pods(pods, end))
     prom = prometheus_factory([], backfill_files=[data])
-    rules = {r.get("alert") or r["record"]: r["expr"] for r in _rules()}
-    alert = rules["GpuEtaPodPendingNoStart"]
+    recorded = {r["record"]: r["expr"] for r in _rules() if "record" in r}
+    (alert,) = [r["expr"] for r in _rules() if r.get("alert") == "GpuEtaPodPendingNoStart"]
     records: dict[str, str] = {}
     todo = [alert]
     while todo:
-        for name in re.findall(r"gpu_eta:\w+:\w+", todo.pop()):
-            if name not in records:
-                records[name] = rules[name]
-                todo.append(rules[name])
+        for name in reads(todo.pop(), recorded.keys() - records.keys()):
+            records[name] = recorded[name]
+            todo.append(recorded[name])
     samples = sum(_samples_read(prom.url, expr, end) for expr in [alert, *records.values()])
     assert samples <= 10 * pods, f"{samples} samples read for {pods} pods ({sorted(records)})"
