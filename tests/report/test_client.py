@@ -1158,6 +1158,7 @@ def test_a_forked_child_neither_reports_the_parents_run_nor_waits_at_exit(sender
 import os, sys, time
 from gpu_eta_report import client, start
 client.SENDER_IDLE_SECONDS = {0.05 if idle else 5.0}
+client.EXIT_FLUSH_SECONDS = 10.0  # a child waiting to flush is 10 s, not the load's noise
 r = start(epochs=2, url="http://127.0.0.1:{server.port}/progress", min_interval_seconds=0)
 r.step(1)
 while {idle} and r._thread is not None:
@@ -1178,7 +1179,7 @@ r.end()
         )
     finally:
         server.close()
-    assert float(out.stdout.split("CHILD")[1].split()[0]) < 0.8, out.stdout  # not 1 s
+    assert float(out.stdout.split("CHILD")[1].split()[0]) < 5, out.stdout  # not 10 s
     assert [b["step"] for b in server.bodies] == [0, 1, 2, 2]
 
 
