@@ -7,30 +7,32 @@ How each training runs and is read: tests/support/callbacks.py.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from tests.support.callbacks import (
     POD,
+    framework_env,
     keras_script,
     lightning_script,
     needs,
     run,
 )
+from tests.support.zygote import run_python
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 
 def test_frameworks_are_not_imported_by_each_other():
+    """Lightning's and Hugging Face's callbacks import neither Keras nor TensorFlow. The
+    script forks from the zygote that imported Lightning alone (the Kubeflow test's and
+    the misspelt option's trainings fork from it too), so only what the callbacks'
+    modules import themselves is new in it."""
     code = (
         "import sys, gpu_eta_report.lightning, gpu_eta_report.hf\n"
         "print('keras' in sys.modules, 'tensorflow' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
-    )
+    out = run_python(code, framework_env(), timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["False", "False"]
 
 
@@ -60,23 +62,34 @@ def test_a_misspelt_callback_option_is_a_type_error_at_construction(listener):
     """``GpuEtaCallback(batch_size=32, timeout=5)``: the option reached ``start`` only
     when training began, whose ``TypeError`` the hook swallowed at DEBUG: the run was
     never reported, silently. It is refused when the callback is made, before any
-    training, naming the option meant; a well-spelt one still trains and reports."""
+    training, naming the option meant; a well-spelt one still trains and reports.
+
+    Lightning's and Hugging Face's callbacks are made here, on their frameworks' real
+    bases (this process imports both: the next test); Keras' in the training's process
+    (it has no backend here, and its callback's base would be ``object``)."""
+    import gpu_eta_report.hf
+    import gpu_eta_report.lightning
+
+    refused = []
+    for module in (gpu_eta_report.lightning, gpu_eta_report.hf):
+        with pytest.raises(TypeError) as err:
+            module.GpuEtaCallback(timeout=5)
+        refused.append(str(err.value))
+        module.GpuEtaCallback(timeout_seconds=5)
     out = run(
         listener,
         keras_script()
         + """
-import gpu_eta_report.keras, gpu_eta_report.lightning, gpu_eta_report.hf
-for module in (gpu_eta_report.keras, gpu_eta_report.lightning, gpu_eta_report.hf):
-    try:
-        module.GpuEtaCallback(timeout=5)
-    except TypeError as err:
-        print("REFUSED", err)
+try:
+    GpuEtaCallback(timeout=5)
+except TypeError as err:
+    print("REFUSED", err)
 m.fit(x, y, epochs=2, batch_size=32, verbose=0,
       callbacks=[GpuEtaCallback(batch_size=32, timeout_seconds=5)])
 """,
     )
-    refused = [line for line in out.splitlines() if line.startswith("REFUSED")]
-    assert len(refused) == 3 and all("'timeout_seconds'" in line for line in refused)
+    refused += [line for line in out.splitlines() if line.startswith("REFUSED")]
+    assert len(refused) == 3 and all("'timeout_seconds'" in line for line in refused), refused
     (p,) = listener.store.snapshot()
     assert (p.epoch, p.epochs) == (2, 2)
 

@@ -37,13 +37,18 @@ def reached_by_run(listener: ProgressListener) -> dict[str, tuple]:
     }
 
 
+def framework_env(**extra_env: str) -> dict[str, str]:
+    """The environment every script here starts with (Keras on PyTorch, Hugging Face
+    offline), plus ``extra_env``. One copy: a script forks from the zygote started with
+    the same environment (tests/support/zygote.py), so a test's script started with
+    another would start a zygote of its own, its framework imported again."""
+    return dict(os.environ, KERAS_BACKEND="torch", HF_HUB_OFFLINE="1", **extra_env)
+
+
 def run(listener: ProgressListener, code: str, **extra_env: str) -> str:
-    env = dict(
-        os.environ,
+    env = framework_env(
         GPU_ETA_URL=f"http://127.0.0.1:{listener.port}/progress",
         GPU_ETA_SOURCE_ADDRESS=POD.ip,
-        KERAS_BACKEND="torch",
-        HF_HUB_OFFLINE="1",
         **extra_env,
     )
     proc = run_python(code, env, timeout=600)
