@@ -23,13 +23,13 @@ def test_churned_runs_are_epoch_and_step_runs_under_unique_pods() -> None:
 
 def test_retention_keeps_the_file_flat_and_none_lets_it_grow(tmp_path: Path) -> None:
     def last(retention: Retention | None, name: str):
-        *_, cp = history_retention.simulate(tmp_path / name, 8, 400, 40, retention, {4, 8})
+        *_, cp = history_retention.simulate(tmp_path / name, 8, 200, 40, retention, {4, 8})
         return cp
 
     kept = last(None, "none.sqlite")
-    assert kept.finished == 8 * 400
+    assert kept.finished == 8 * 200
     retained = last(Retention(2 * 86400.0, keep_runs=100), "retained.sqlite")
-    assert 800 <= retained.finished < 1300  # two days of runs, one cycle's lag
+    assert 400 <= retained.finished < 650  # two days of runs, one cycle's lag
     assert retained.file_mib < kept.file_mib / 2
     opened, checked = history_retention.open_cost(tmp_path / "retained.sqlite")
     assert opened > 0 and checked > 0
