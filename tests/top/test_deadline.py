@@ -62,7 +62,7 @@ def test_a_slow_prometheus_is_read_until_the_deadline_then_left_out_and_exit_1(
         "--prometheus.url", url, "--refresh-timeout", "1.5", "--once", "--plain"
     )
     took = time.monotonic() - started
-    assert code == 1 and took < 2.5, (code, took, err)
+    assert code == 1 and took < 4.0, (code, took, err)  # 1.5 s, not the 7 s of all 24
     read = [a["name"] for a in asked]
     assert read[0] == "gpu_info" and 3 <= len(read) <= 6  # the first ones, in order
     assert "4 seen" in out  # gpu_info's answer is shown
@@ -104,7 +104,7 @@ def test_a_silent_prometheus_fails_at_the_deadline_not_after_every_retry(
     started = time.monotonic()
     code, out, err = run_top("--prometheus.url", silent_server, "--refresh-timeout", "1", "--once")
     took = time.monotonic() - started
-    assert code == 1 and out == "" and 0.9 < took < 2.0, (code, took, err)
+    assert code == 1 and out == "" and 0.9 < took < 8.0, (code, took, err)  # not 32 s
     assert err.count("\n") == 1 and "answered too slowly" in err
     assert "gpu_info" in err and "--refresh-timeout" in err
 
@@ -156,15 +156,18 @@ def test_a_client_call_with_a_deadline_ends_at_it_and_one_without_keeps_its_time
     """``PromClient.instant(deadline=)``: the attempt and its retries end at the
     caller's deadline (``PromDeadlineError``); without it the client's own timeout and
     retries hold (the forecaster's)."""
-    client = PromClient(silent_server, timeout_seconds=0.4, retries=2, backoff_seconds=0.05)
+    # a timeout of 5 s an attempt: past the deadline, the call would take 15 s, far
+    # from the 2.5 s bound however loaded the machine (0.3 s when right)
+    slow = PromClient(silent_server, timeout_seconds=5.0, retries=2, backoff_seconds=0.05)
     started = time.monotonic()
     with pytest.raises(PromDeadlineError, match="deadline"):
-        client.instant("up", deadline=time.monotonic() + 0.3)
-    assert time.monotonic() - started < 0.6
+        slow.instant("up", deadline=time.monotonic() + 0.3)
+    assert time.monotonic() - started < 2.5
+    client = PromClient(silent_server, timeout_seconds=0.4, retries=2, backoff_seconds=0.05)
     started = time.monotonic()
     with pytest.raises(top_main.PromAPIError, match="failed after 3 attempts"):
         client.instant("up")
-    assert 3 * 0.4 <= time.monotonic() - started < 3 * 0.4 + 1.0
+    assert 3 * 0.4 <= time.monotonic() - started < 3 * 0.4 + 3.0
 
 
 def test_a_retry_whose_backoff_would_pass_the_deadline_is_not_waited_for(
@@ -201,9 +204,11 @@ def test_a_refreshing_view_on_a_terminal_says_it_is_asking_before_the_first_answ
     from tests.top.test_top import on_a_terminal
 
     argv = ["-m", "gpu_eta.top", "--prometheus.url", silent_server, "--interval", "60",
-            "--refresh-timeout", "8"]  # fmt: skip
+            "--refresh-timeout", "60"]  # fmt: skip
     started = time.monotonic()
     out, _ = on_a_terminal(argv, b"asking Prometheus")
     took = time.monotonic() - started
-    assert b"asking Prometheus" in out and took < 6, (took, out)
+    # blank until the refresh times out would be 30 s (on_a_terminal's wait); a Python
+    # starting on a loaded machine takes a few
+    assert b"asking Prometheus" in out and took < 20, (took, out)
     assert silent_server.encode() in out and b"--refresh-timeout" in out
