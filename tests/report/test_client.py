@@ -1121,15 +1121,19 @@ def test_a_closed_reporter_is_not_kept_alive(listener):
 
 
 def test_open_reporters_hold_the_exit_one_second_in_all():
-    """Three reporters left open towards an exporter that never answers: the exit
-    waits 1 s for their reports in all, not 1 s (and more) for each."""
+    """Ten reporters left open towards an exporter that never answers: the exit
+    waits 1 s for their reports in all, not 1 s (and more) for each (10 s: ten so that
+    this is far from the 1 s right, however loaded the machine)."""
     silent = SilentExporter()
     code = f"""
 import atexit, time
 started = []
 atexit.register(lambda: print("exit took %.2f" % (time.monotonic() - started[0])))
 from gpu_eta_report import start
-reporters = [start(epochs=3, url="http://127.0.0.1:{silent.port}/progress") for _ in range(3)]
+reporters = [
+    start(epochs=3, url="http://127.0.0.1:{silent.port}/progress", timeout_seconds=30)
+    for _ in range(10)
+]
 for r in reporters:
     r.epoch_end(1)
 started.append(time.monotonic())
@@ -1141,7 +1145,7 @@ started.append(time.monotonic())
     finally:
         silent.close()
     took = float(out.stdout.split()[-1])
-    assert 0.9 < took < 1.6, out.stdout
+    assert 0.9 < took < 4.0, out.stdout
 
 
 @pytest.mark.parametrize("sender", ["running", "idle"])
