@@ -90,6 +90,7 @@ from gpu_eta.forecaster.estimators.base import (
     stall_widen,
 )
 from gpu_eta.forecaster.estimators.campaign import latest_runs
+from gpu_eta.forecaster.estimators.memo import Memo
 from gpu_eta.forecaster.estimators.rate import median_list, significant_points
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run, as_seen_live
@@ -102,6 +103,9 @@ SHRINK = 2.0  # pseudo degrees of freedom of the typical spread (module docstrin
 PACE_MEMO = 65536
 """``_pace_errors`` answers kept (least recently used dropped): a replay of 600 runs
 asks about 5,000 moments, each key a few references to curves already held."""
+REPLAYED: Memo[AnalogEstimate | None] = Memo(32768)
+"""``estimate``'s answers for replayed moments (``before`` given), kept across refits
+(``memo.py``): a replay of 600 runs asks ~15,000 (the self-check's included)."""
 MIN_TYPICAL = 5  # runs of one configuration for its spread to count as typical
 MID_RUN_SHARES = (0.25, 0.5, 0.75)  # where a configuration's mid-run spread is measured
 DEFAULT_PACE_WEIGHTS = (0.5, 0.5, 0.5)  # the run's pace against the analogs', before any
@@ -735,6 +739,24 @@ class AnalogEstimator:
         curves = self.analogs(run, before)
         if not curves or remaining_epochs(run) <= 0:
             return None
+        typicals = self.typicals(run, before)
+        if before is None:  # the live path (``EtaModel._known`` keeps a running job's)
+            return self._estimate(run, curves, typicals, target)
+        # a replayed moment, read again by most refits: kept under all it reads (the
+        # run's points, plan and unit, the target, the analogs' curves, the typical
+        # values; ``before`` only chooses those)
+        key = (run.epoch_times, run.epochs_planned, unit_of(run), target, tuple(curves), typicals)
+        return REPLAYED.get(key, lambda: self._estimate(run, curves, typicals, target))
+
+    def _estimate(
+        self,
+        run: Run,
+        curves: Sequence[Curve],
+        typicals: tuple[float, float, tuple[float, ...]],
+        target: float | None,
+    ) -> AnalogEstimate | None:
+        """``estimate`` from ``run``'s analogs ``curves`` and ``typicals``
+        (``AnalogEstimator.typicals``); ``run`` has epochs left."""
         # a step too small to be one is merged into the next, as the run's own rate
         # does: read over it, an analog's time was a fraction of a second whose ratio
         # made the rest 1e302 s (``rate.significant_points``)
@@ -764,7 +786,7 @@ class AnalogEstimator:
             if target is None:  # the self-check's question reads the run's pace only
                 their_logs = [math.log(theirs) for _ours, theirs in both]
         center = median_list(est_logs)
-        start_typical, mid_typical, usual_at = self.typicals(run, before)
+        start_typical, mid_typical, usual_at = typicals
         at_their_pace: float | None = None
         weighed: float | None = None
         if at_start:

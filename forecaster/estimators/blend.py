@@ -27,10 +27,40 @@ from gpu_eta.forecaster.estimators.base import (
     remaining_epochs,
     stall_widen,
 )
+from gpu_eta.forecaster.estimators.memo import Memo
 from gpu_eta.forecaster.estimators.prior import PriorEstimator
 from gpu_eta.forecaster.estimators.rate import measured_points, own_rate, rate_sigma, watched
 from gpu_eta.forecaster.forecast import Forecast
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run, counts_steps
+
+REPLAYED_RATES: Memo[tuple[float, float, float, int] | None] = Memo(32768)
+"""``own_rate`` of replayed moments (``components_for`` with ``before``), kept across
+refits (``memo.py``): a replay of 600 runs reads ~10,000 (two Huber constants), and
+each refit most of the last one's. Not for the live path, whose ``EtaModel._known``
+keeps a running job's parts."""
+
+
+def replayed_rate(
+    run: Run, half_life_ratio: float, huber_c: float, warmup_excess: float
+) -> tuple[float, float, float, int] | None:
+    """``own_rate`` of a replayed ``run``, kept in ``REPLAYED_RATES`` under all it reads:
+    the plan, the progress points, whether they count steps (``runs.counts_steps``),
+    and the settings (the warm-up excess with its sign: ``-0.0`` is kept apart)."""
+    key = (
+        run.epochs_planned,
+        run.epoch_times,
+        counts_steps(run),
+        half_life_ratio,
+        huber_c,
+        warmup_excess,
+        math.copysign(1.0, warmup_excess),
+    )
+    return REPLAYED_RATES.get(
+        key,
+        lambda: own_rate(
+            run, half_life_ratio=half_life_ratio, huber_c=huber_c, warmup_excess=warmup_excess
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -272,9 +302,12 @@ class BlendEstimator:
         warm = self.prior_.warmup_excess(run, before) if len(run.epoch_times) < 4 else 0.0
         out = []
         for c in huber_cs:
-            rate = own_rate(
-                run, half_life_ratio=self.half_life_ratio, huber_c=c, warmup_excess=warm
-            )
+            if before is None:  # the live path
+                rate = own_rate(
+                    run, half_life_ratio=self.half_life_ratio, huber_c=c, warmup_excess=warm
+                )
+            else:  # a replayed moment: most refits read it again (``REPLAYED_RATES``)
+                rate = replayed_rate(run, self.half_life_ratio, c, warm)
             out.append(Components(mu_p, s_p, est.n_obs, rate, m, done, est.level))
         return tuple(out)
 

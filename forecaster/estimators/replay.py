@@ -20,6 +20,7 @@ import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from gpu_eta.forecaster.calibration import (
     BINS,
@@ -33,12 +34,24 @@ from gpu_eta.forecaster.calibration import (
 from gpu_eta.forecaster.estimators.analog import AnalogEstimate, AnalogEstimator
 from gpu_eta.forecaster.estimators.blend import BlendEstimator, Components
 from gpu_eta.forecaster.estimators.choice import configuration, rate_candidates
+from gpu_eta.forecaster.estimators.memo import Memo
 from gpu_eta.forecaster.estimators.prior import DEFAULT_LEVEL, NEW_JOB_LEVEL, job_key
 from gpu_eta.forecaster.estimators.selfcheck import self_check
 from gpu_eta.forecaster.runs import MEASURED_FEATURES, Run, as_seen_live
 
 UNCALIBRATED = (DEFAULT_LEVEL, NEW_JOB_LEVEL)
 """Prior levels whose start (no epoch yet) is no calibration sample (``replay_samples``)."""
+RATE_CANDIDATES: Memo[Mapping[str, float]] = Memo(16384)
+"""``choice.rate_candidates`` of replayed moments, kept across refits (``memo.py``): a
+replay of 600 runs keeps ~5,000 samples, most of them the last refit's."""
+
+
+def replayed_candidates(part: Run) -> Mapping[str, float]:
+    """``rate_candidates(part)``, kept in ``RATE_CANDIDATES`` under all they read: the
+    plan and the progress points (Keras' mean and ``predict_linear`` at the last one).
+    Read-only: one mapping is every sample's that has these points."""
+    key = (part.epochs_planned, part.epoch_times)
+    return RATE_CANDIDATES.get(key, lambda: MappingProxyType(rate_candidates(part)))
 
 
 def truncate(run: Run, point: float) -> Run:
@@ -216,7 +229,7 @@ def replay_samples(
                     actual=math.log(truth),
                     timestamp=part.last_timestamp,
                     analog=found,
-                    rates=rate_candidates(part),
+                    rates=replayed_candidates(part),
                     trust=None if found is None else self_check(analog, part, end_before),
                     job=job_key(run),
                     configuration=configuration(run),
