@@ -26,7 +26,6 @@ the 600 replayed runs (v0.5–v1.1 at 25 %: 1.30 → 1.02×, v2.0–v2.1 1.07 �
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -257,7 +256,8 @@ def with_option(
         sigma = analog.spread
     else:
         sigma = share * analog.spread + (1 - share) * r.sigma
-    return dataclasses.replace(r, center=c, sigma=sigma)
+    # built directly, not dataclasses.replace (the same value, a fraction of its cost)
+    return Residual(r.point, c, sigma, r.actual, r.timestamp, r.shift_cap)
 
 
 def configuration(run: Run) -> str:

@@ -88,7 +88,12 @@ from gpu_eta.forecaster.estimators.choice import (
 from gpu_eta.forecaster.estimators.job_calibration import job_scales, job_shifts
 from gpu_eta.forecaster.estimators.pooled import NUMERIC_RAW
 from gpu_eta.forecaster.estimators.prior import HOLDOUT_SPAN, NEW_JOB_LEVEL, job_key
-from gpu_eta.forecaster.estimators.replay import replay_samples, run_bin, samples_in_order
+from gpu_eta.forecaster.estimators.replay import (
+    replay_samples,
+    run_bin,
+    samples_in_order,
+    with_parts,
+)
 from gpu_eta.forecaster.estimators.selfcheck import self_check
 from gpu_eta.forecaster.estimators.tuning import (
     blend_residuals,
@@ -97,6 +102,7 @@ from gpu_eta.forecaster.estimators.tuning import (
     measured_floors,
     measured_mixes,
     tune,
+    with_floors,
 )
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run, own_work
@@ -209,8 +215,7 @@ class EtaModel:
         )
         self.floors_ = floors = measured_floors(samples, self.min_samples)
         samples = [
-            dataclasses.replace(s, parts=tuple(floored(c, s.point, floors) for c in s.parts))
-            for s in samples
+            with_parts(s, tuple(floored(c, s.point, floors) for c in s.parts)) for s in samples
         ]
         self.weights_ = tune(
             samples,
@@ -233,10 +238,11 @@ class EtaModel:
                 min_samples=self.min_mix_samples,
             )
             samples = [
-                dataclasses.replace(
+                with_parts(
                     s,
-                    parts=tuple(
-                        dataclasses.replace(c, prior_mix=self.mix_.get(s.point)) for c in s.parts
+                    tuple(
+                        with_floors(c, c.rate_floor, c.prior_floor, self.mix_.get(s.point))
+                        for c in s.parts
                     ),
                 )
                 for s in samples
@@ -290,7 +296,7 @@ class EtaModel:
                 r = residuals[i]
                 option = self.choice_[name][r.point]
                 r = with_option(r, option, cands[i], ordered_samples[i].analog)
-                moved[name].append(dataclasses.replace(r, shift_cap=cap))
+                moved[name].append(Residual(r.point, r.center, r.sigma, r.actual, r.timestamp, cap))
         self.job_scales_, moved = job_scales(
             moved,
             jobs,

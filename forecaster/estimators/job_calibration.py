@@ -10,7 +10,6 @@ on the same replayed forecasts: how far a job's forecasts are off together
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 from gpu_eta.forecaster.calibration import (
@@ -134,8 +133,14 @@ def job_scales(
             for job, f in by_job.items():
                 factors[(name, job, point)] = f ** (1.0 / power)
             for i, f in zip(idx, left_out, strict=True):
-                scaled[i] = dataclasses.replace(
-                    scaled[i], sigma=scaled[i].sigma * f ** (1.0 / power)
+                r = scaled[i]  # built directly, not dataclasses.replace: the same value
+                scaled[i] = Residual(
+                    r.point,
+                    r.center,
+                    r.sigma * f ** (1.0 / power),
+                    r.actual,
+                    r.timestamp,
+                    r.shift_cap,
                 )
         out[name] = scaled
     return factors, out

@@ -36,14 +36,13 @@ run that has analogs; nothing for the others.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpu_eta.forecaster.calibration import cut_limit
 from gpu_eta.forecaster.estimators.analog import AnalogEstimator
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run, running_prefix
 
 CUT_FRACTIONS = (0.5, 0.75)
 """Where the run is cut, as shares of its current progress: the last epoch end at or
@@ -82,7 +81,7 @@ def cuts(run: Run, fractions: Sequence[float] = CUT_FRACTIONS) -> list[Cut]:
         e_j, t_j = times[j - 1]
         if not (t_n > t_j and e_n > e_j):
             continue
-        part = dataclasses.replace(run, epoch_times=tuple(times[:j]), completed=None)
+        part = running_prefix(run, tuple(times[:j]))
         out.append(Cut(part, float(e_n), math.log(t_n - t_j)))
     return out
 
