@@ -272,26 +272,45 @@ def bias_shift(errors: Sequence[float] | np.ndarray, shift_prior: float = 20.0) 
     return centre * n / (n + shift_prior) if abs(centre) > spread else 0.0
 
 
+BinIndex = list[tuple[np.ndarray, list[float | None] | None]]
+"""Each bin's sample indices (ascending) and, where caps are given, theirs
+(``bin_index``)."""
+
+
+def bin_index(points: np.ndarray, caps: Sequence[float | None] | None = None) -> BinIndex:
+    """Where each bin of ``points`` is, and its samples' ``caps``: what ``shifted_errors``
+    reads of both. Why apart: the choice and the weight tuning score every option and
+    weight combination (60) on the same samples; finding the bins once for all of them
+    took ``np.unique`` and a mask per bin off each scoring."""
+    out: BinIndex = []
+    for point in np.unique(points):
+        idx = np.flatnonzero(points == point)
+        out.append((idx, None if caps is None else [caps[i] for i in idx]))
+    return out
+
+
 def shifted_errors(
     points: np.ndarray,
     resid: np.ndarray,
     shift_prior: float = 20.0,
     caps: Sequence[float | None] | None = None,
+    bins: BinIndex | None = None,
 ) -> np.ndarray:
     """Each sample's absolute relative error after its bin's ``bias_shift``: how a
     replayed candidate would score once calibrated. ``points`` gives each sample's bin,
     ``resid`` its log error ``a − c``, ``caps`` (where given) each sample's
-    ``applied_shift`` cap. The choice of estimate and the weight tuning both rank their
-    options by it, so they rank what calibration will publish."""
+    ``applied_shift`` cap; ``bins``, ``bin_index(points, caps)`` where already found
+    (then ``points`` and ``caps`` are not read). The choice of estimate and the weight
+    tuning both rank their options by it, so they rank what calibration will publish."""
     errs = np.empty(len(resid))
-    for point in np.unique(points):
-        sel = points == point
-        shift = bias_shift(resid[sel], shift_prior)
-        if caps is None or shift <= 0:
-            applied = np.full(int(sel.sum()), shift)
+    for idx, bin_caps in bin_index(points, caps) if bins is None else bins:
+        sel = resid[idx]
+        shift = bias_shift(sel, shift_prior)
+        if bin_caps is None or shift <= 0:
+            applied = np.full(len(idx), shift)
         else:
-            applied = np.array([applied_shift(shift, caps[i]) for i in np.flatnonzero(sel)])
-        errs[sel] = np.abs(np.expm1(applied - resid[sel]))
+            applied = np.array([applied_shift(shift, cap) for cap in bin_caps])
+        errs[idx] = np.abs(np.expm1(applied - sel))
     return errs
 
 

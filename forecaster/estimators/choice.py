@@ -32,7 +32,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from gpu_eta.forecaster.calibration import SPAN_POINTS, Residual, shifted_errors, with_late_bins
+from gpu_eta.forecaster.calibration import (
+    SPAN_POINTS,
+    Residual,
+    bin_index,
+    shifted_errors,
+    with_late_bins,
+)
 from gpu_eta.forecaster.estimators.analog import AnalogEstimate
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.baselines import KerasMean, PredictLinear
@@ -330,12 +336,13 @@ def choose(
     act = np.asarray(actual, dtype=float)
     n = len(pts)
     errs = np.full((len(options), n), np.nan)
+    bins = bin_index(pts, caps)  # the same bins for every option
     for i, option in enumerate(options):
         c = np.array(
             [cand["blend"] if (x := centre(option, cand)) is None else x for cand in candidates],
             dtype=float,
         )
-        errs[i] = shifted_errors(pts, act - c, shift_prior, caps)
+        errs[i] = shifted_errors(pts, act - c, shift_prior, bins=bins)
     i_default = list(options).index(default)
     others: np.ndarray | None = None
     if configurations is not None:

@@ -30,6 +30,7 @@ from gpu_eta.forecaster.calibration import (
     POINTS,
     SPAN_POINTS,
     Residual,
+    bin_index,
     progress_point,
     shifted_errors,
     with_late_bins,
@@ -199,11 +200,12 @@ def tune(
     parts_by_c = {c: part_columns([s.parts[i] for s in samples]) for i, c in enumerate(grid)}
     # err[c][i]: error of sample i under combo c after its bin's shift
     errs = np.empty((len(combos), len(samples)))
+    bins = bin_index(points)  # the same bins for every combination
     for c, (huber_c, drift, prior_scale) in enumerate(combos):
         center, _sigma = combine_many(
             parts_by_c[huber_c], drift, prior_scale, job_scale(prior_scale)
         )
-        errs[c] = shifted_errors(points, actual - center, shift_prior)
+        errs[c] = shifted_errors(points, actual - center, shift_prior, bins=bins)
 
     def pick(score: np.ndarray) -> Weights:
         # leave the defaults only for a clear gain: small samples overfit a grid

@@ -19,6 +19,7 @@ from gpu_eta.forecaster.calibration import (
     adjusted_levels,
     applied_shift,
     bias_shift,
+    bin_index,
     conformal_bounds,
     conformal_z,
     fit_bin,
@@ -394,6 +395,37 @@ def test_shifted_errors_hold_each_sample_to_its_cap() -> None:
     assert errs[:20] == pytest.approx(0.0)
     assert errs[20:40] == pytest.approx(np.abs(np.expm1(0.1 - 0.3)))
     assert errs[40:] == pytest.approx(np.abs(np.expm1(-0.3)))
+
+
+def test_shifted_errors_on_bins_found_once_are_a_mask_per_bins_exactly() -> None:
+    """``bin_index`` found once and read by every scoring (the choice's options, the
+    tuning's combinations) gives each bin's errors as a mask per bin did, bit for bit,
+    on interleaved bins of a few to several hundred samples, with and without caps."""
+    rng = np.random.default_rng(11)
+    points = rng.choice(np.array([0.0, 0.1, 0.25, 0.5, 0.95]), 700, p=[0.01, 0.3, 0.3, 0.3, 0.09])
+    caps: list[float | None] = [None if k % 3 else float(c) for k, c in enumerate(rng.random(700))]
+
+    def by_masks(resid: np.ndarray, with_caps: list[float | None] | None) -> np.ndarray:
+        errs = np.empty(len(resid))
+        for point in np.unique(points):
+            sel = points == point
+            shift = bias_shift(resid[sel], 5.0)
+            if with_caps is None or shift <= 0:
+                applied = np.full(int(sel.sum()), shift)
+            else:
+                applied = np.array(
+                    [applied_shift(shift, with_caps[i]) for i in np.flatnonzero(sel)]
+                )
+            errs[sel] = np.abs(np.expm1(applied - resid[sel]))
+        return errs
+
+    for with_caps in (None, caps):
+        bins = bin_index(points, with_caps)
+        for shift in (0.3, -0.2, 0.0):  # a shared bias either way, and none
+            resid = rng.normal(shift, 0.05, 700)
+            want = by_masks(resid, with_caps)
+            assert np.array_equal(shifted_errors(points, resid, 5.0, bins=bins), want)
+            assert np.array_equal(shifted_errors(points, resid, 5.0, with_caps), want)
 
 
 def test_group_shifts_move_only_groups_whose_errors_share_a_bias() -> None:
