@@ -206,6 +206,22 @@ def curve(run: Run) -> Curve:
     )
 
 
+CURVES: Memo[Curve] = Memo(8192)
+"""Finished runs' curves, kept across fits (``memo.py``; ~3 KB each at 50 points)."""
+
+
+def kept_curve(run: Run) -> Curve:
+    """``curve(run)``, the same object for an equal run at every fit (``CURVES``), keyed
+    on all it reads: the plan, the points, the unit and the plan stated live.
+
+    Why: the replay's memos (``REPLAYED``, ``_pace_errors``) are keyed on the analogs'
+    curves; with the last fit's objects, a key compares them by identity, where a new
+    fit's equal curves were compared float by float (2.7M ``Curve.__eq__`` calls in an
+    ``evaluate`` of 600 MLPerf runs)."""
+    key = (run.epochs_planned, run.epoch_times, unit_of(run), as_seen_live(run).epochs_planned)
+    return CURVES.get(key, lambda: curve(run))
+
+
 def unit_of(run: Run) -> str:
     """The unit ``run``'s progress counts (``progress_unit``; "" for epochs)."""
     return str(run.features.get("progress_unit", "") or "")
@@ -660,7 +676,7 @@ class AnalogEstimator:
             key = identity(run)
             if key is None:
                 continue
-            self.groups_.setdefault(key, []).append(curve(run))
+            self.groups_.setdefault(key, []).append(kept_curve(run))
             touched.add(key)
         measured = False  # a configuration's typical values changed
         for key in touched:

@@ -8,16 +8,16 @@ import dataclasses
 import pytest
 
 from gpu_eta.forecaster.estimators import analog, blend, replay
-from gpu_eta.forecaster.estimators.analog import AnalogEstimator
+from gpu_eta.forecaster.estimators.analog import AnalogEstimator, curve, kept_curve
 from gpu_eta.forecaster.estimators.choice import rate_candidates
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.memo import Memo
 from gpu_eta.forecaster.estimators.rate import own_rate
 from gpu_eta.forecaster.estimators.replay import calibration_moments, replayed_candidates
-from gpu_eta.forecaster.runs import STEPS_UNIT
+from gpu_eta.forecaster.runs import STATED_PLAN, STEPS_UNIT
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
-MEMOS = (blend.REPLAYED_RATES, analog.REPLAYED, replay.RATE_CANDIDATES)
+MEMOS = (blend.REPLAYED_RATES, analog.REPLAYED, replay.RATE_CANDIDATES, analog.CURVES)
 
 
 @pytest.fixture(autouse=True)
@@ -97,6 +97,23 @@ def test_replayed_candidates_are_rate_candidates_keyed_on_plan_and_points() -> N
     assert len(replay.RATE_CANDIDATES) == 2
     with pytest.raises(TypeError):
         replayed_candidates(run)["keras"] = 0.0  # one mapping shared: read-only
+
+
+def test_a_kept_curve_is_the_runs_curve_and_any_input_it_reads_misses() -> None:
+    run = make_run("r", [10.0, 12.0, 11.0, 13.0], planned=4.0, job_name="a")
+    kept = kept_curve(run)
+    assert kept == curve(run)
+    equal = dataclasses.replace(run, run_id="other", epoch_times=tuple(run.epoch_times))
+    assert kept_curve(equal) is kept  # the same object: keys holding it compare by identity
+    changed = [
+        dataclasses.replace(run, epochs_planned=8.0),
+        dataclasses.replace(run, epoch_times=run.epoch_times[:-1]),
+        dataclasses.replace(run, features={"job_name": "a", "progress_unit": STEPS_UNIT}),
+        dataclasses.replace(run, features={"job_name": "a", STATED_PLAN: 6.0}),
+    ]
+    for other in changed:
+        assert kept_curve(other) == curve(other) != kept
+    assert len(analog.CURVES) == 1 + len(changed)
 
 
 def test_a_replayed_analog_forecast_is_a_fresh_one_and_new_analogs_miss() -> None:
