@@ -103,9 +103,10 @@ SHRINK = 2.0  # pseudo degrees of freedom of the typical spread (module docstrin
 PACE_MEMO = 65536
 """``_pace_errors`` answers kept (least recently used dropped): a replay of 600 runs
 asks about 5,000 moments, each key a few references to curves already held."""
-REPLAYED: Memo[AnalogEstimate | None] = Memo(32768)
-"""``estimate``'s answers for replayed moments (``before`` given), kept across refits
-(``memo.py``): a replay of 600 runs asks ~15,000 (the self-check's included)."""
+REPLAYED: Memo[tuple[tuple[Curve, ...], AnalogEstimate | None]] = Memo(32768)
+"""``estimate``'s answers for replayed moments (``before`` given), each with the curves
+it read, kept across refits (``memo.py``): a replay of 600 runs asks ~15,000 (the
+self-check's included)."""
 MIN_TYPICAL = 5  # runs of one configuration for its spread to count as typical
 MID_RUN_SHARES = (0.25, 0.5, 0.75)  # where a configuration's mid-run spread is measured
 DEFAULT_PACE_WEIGHTS = (0.5, 0.5, 0.5)  # the run's pace against the analogs', before any
@@ -760,9 +761,20 @@ class AnalogEstimator:
             return self._estimate(run, curves, typicals, target)
         # a replayed moment, read again by most refits: kept under all it reads (the
         # run's points, plan and unit, the target, the analogs' curves, the typical
-        # values; ``before`` only chooses those)
-        key = (run.epoch_times, run.epochs_planned, unit_of(run), target, tuple(curves), typicals)
-        return REPLAYED.get(key, lambda: self._estimate(run, curves, typicals, target))
+        # values; ``before`` only chooses those). The curves by identity (``kept_curve``
+        # gives an equal run's the same object): the entry holds them, so no other
+        # object can have their ids while it is kept, and hashing their floats at
+        # every reading cost a cold fit more than the memo saved it
+        held = tuple(curves)
+        key = (
+            run.epoch_times,
+            run.epochs_planned,
+            unit_of(run),
+            target,
+            tuple(map(id, held)),
+            typicals,
+        )
+        return REPLAYED.get(key, lambda: (held, self._estimate(run, curves, typicals, target)))[1]
 
     def _estimate(
         self,
