@@ -139,6 +139,22 @@ def test_a_replayed_analog_forecast_is_a_fresh_one_and_new_analogs_miss() -> Non
     assert got == est._estimate(part, est.analogs(part, later), est.typicals(part, later), None)
 
 
+def test_analogs_read_anew_miss_though_equal_and_their_entry_holds_the_old_ones() -> None:
+    history = job_history(30, jobs=("a",))
+    _moment, part = list(calibration_moments(history[-1]))[2]
+    first = AnalogEstimator().fit(history)
+    kept = first.estimate(part, part.last_timestamp)
+    held = first.analogs(part, part.last_timestamp)
+    del first
+    analog.CURVES.clear()  # the next fit builds new curve objects, equal to the old ones
+    again = AnalogEstimator().fit(history)
+    assert again.analogs(part, part.last_timestamp) == held
+    assert again.estimate(part, part.last_timestamp) == kept
+    assert len(analog.REPLAYED) == 2  # other objects: a miss, never another's answer
+    entry_curves = [curves for curves, _found in analog.REPLAYED._entries.values()]
+    assert all(a is b for a, b in zip(entry_curves[0], held, strict=True))  # kept alive
+
+
 def test_a_refit_with_warm_memos_learns_what_a_cold_one_does() -> None:
     history = job_history(45, seed=3)
     EtaModel(random_state=0).fit(history[:40])  # fills the memos
