@@ -15,7 +15,8 @@ state, floats as ``repr``) for ``--check`` to compare after the change::
 History: the earliest N runs of ``shared/data/mlperf-dev/runs.csv.gz`` by end time,
 thinned as ``evaluate``'s replay gives them to the model (``runs.thinned``). Predicted:
 ``--predict`` later runs cut at seeded progress (``predict_speed.cut_points``), so every
-situation occurs. Figures are the best of ``--repeat`` fits (the machine is shared).
+situation occurs. Figures are the best of ``--repeat`` fits (the machine is shared), each
+from empty replay memos (``estimators.memo.clear_all``), as a new process's first fit.
 ``--check`` reports the largest relative difference of any compared float and exits 1
 when it exceeds ``--tolerance`` (0: bit for bit); it exits 3, before fitting, when the
 saved file cannot be compared: missing, not a ``--save`` outcome, saved with another
@@ -39,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flag_types import at_least
 from predict_speed import SEED, mlperf, running_jobs
 
+from gpu_eta.forecaster.estimators import memo
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.runs import thinned
 
@@ -166,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         jobs = running_jobs(pool, args.predict, SEED)
         best = math.inf
         for _ in range(args.repeat):
+            memo.clear_all()  # each fit from empty memos, as a new process's first
             began = time.perf_counter()
             model = EtaModel(random_state=0).fit(history)
             best = min(best, time.perf_counter() - began)
@@ -175,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{len(history):>6} {best:>7.2f} {predict_us:>11.1f}", flush=True)
         saved[str(n)] = result
         if args.profile:
+            memo.clear_all()
             prof = cProfile.Profile()
             prof.enable()
             EtaModel(random_state=0).fit(history)

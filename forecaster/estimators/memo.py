@@ -16,12 +16,16 @@ refit that last read it, not those of the first refit that made it.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
 _MISSING = object()
+# Every memo alive, for ``clear_all``: a benchmark timing fits one after another
+# must start each from what a new process has, or later fits are timed on hits.
+_EVERY: weakref.WeakSet[Memo] = weakref.WeakSet()
 
 
 class Memo(Generic[V]):
@@ -33,6 +37,7 @@ class Memo(Generic[V]):
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
         self.max_entries = max_entries
         self._entries: OrderedDict[Hashable, V] = OrderedDict()
+        _EVERY.add(self)
 
     def get(self, key: Hashable, compute: Callable[[], V]) -> V:
         """The value kept for ``key``, else ``compute()``, kept."""
@@ -51,3 +56,9 @@ class Memo(Generic[V]):
     def clear(self) -> None:
         """Forget every entry."""
         self._entries.clear()
+
+
+def clear_all() -> None:
+    """Forget every entry of every memo: the next fit computes as a new process's first."""
+    for memo in list(_EVERY):
+        memo.clear()

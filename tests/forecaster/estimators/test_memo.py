@@ -11,7 +11,7 @@ from gpu_eta.forecaster.estimators import analog, blend, replay
 from gpu_eta.forecaster.estimators.analog import AnalogEstimator, curve, kept_curve
 from gpu_eta.forecaster.estimators.choice import rate_candidates
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
-from gpu_eta.forecaster.estimators.memo import Memo
+from gpu_eta.forecaster.estimators.memo import Memo, clear_all
 from gpu_eta.forecaster.estimators.rate import own_rate
 from gpu_eta.forecaster.estimators.replay import calibration_moments, replayed_candidates
 from gpu_eta.forecaster.runs import STATED_PLAN, STEPS_UNIT
@@ -168,3 +168,13 @@ def test_a_refit_with_warm_memos_learns_what_a_cold_one_does() -> None:
     for name in ("quality_", "tails_", "levels_", "n_by_situation_"):
         assert repr(getattr(warm, name)) == repr(getattr(cold, name)), name
     assert repr(vars(warm.calibrator_)) == repr(vars(cold.calibrator_))
+
+
+def test_clear_all_empties_every_memo_alive() -> None:
+    """A benchmark timing fits one after another clears them all before each."""
+    first, second = Memo(4), Memo(4)
+    first.get("a", lambda: 1)
+    second.get("b", lambda: 2)
+    analog.REPLAYED.get(("clear_all",), lambda: None)
+    clear_all()
+    assert len(first) == len(second) == len(analog.REPLAYED) == 0
