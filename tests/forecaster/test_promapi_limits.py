@@ -64,9 +64,9 @@ def _paced(stop: threading.Event, *parts: tuple[bytes, float]) -> Callable[..., 
 @pytest.mark.parametrize(
     ("tls", "before", "dripped"),
     [
-        (False, b"", STATUS),
-        (False, STATUS + HEADERS, b"X-Padding: ................\r\n"),
-        (True, STATUS + HEADERS, b"X-Padding: ................\r\n"),
+        (False, b"", b"HTTP/1.1 200 " + b"O" * 50 + b"K\r\n"),  # a long reason phrase
+        (False, STATUS + HEADERS, b"X-Padding: " + b"." * 60 + b"\r\n"),
+        (True, STATUS + HEADERS, b"X-Padding: " + b"." * 60 + b"\r\n"),
     ],
     ids=["status-line", "header", "header-over-tls"],
 )
@@ -78,7 +78,8 @@ def test_headers_dripped_just_inside_the_timeout_fail_at_the_deadline(
     dripped: bytes,
 ) -> None:
     """A byte every 0.8 × the 0.3 s timeout: no read times out, and the whole answer
-    would arrive after 4 to 7 s. It must fail at 0.6 s (2 × the timeout: the server's
+    would arrive after 16 to 18 s (past the 2.4 s bound however loaded the machine).
+    It must fail at 0.6 s (2 × the timeout: the server's
     evaluation, then the network), naming the server, the query and what was late.
     Only the body had a deadline: it started after the headers, however long they
     took."""
@@ -99,7 +100,7 @@ def test_headers_dripped_just_inside_the_timeout_fail_at_the_deadline(
         f"{url}: query 'up' failed after 1 attempt: response headers too slow: not "
         "complete 0.6s after the request started (2 × --prometheus.timeout)"
     )
-    assert 0.55 < elapsed < 1.6, elapsed
+    assert 0.55 < elapsed < 2.4, elapsed  # not 16 s
     assert c.stats.error == 1
 
 
@@ -146,7 +147,7 @@ def test_a_name_lookup_that_never_answers_fails_at_the_deadline(
             f"{_named(url)}: query 'up' failed after 1 attempt: cannot connect (DNS "
             "lookup of localhost not answered by the request deadline)"
         )
-        assert 0.55 < elapsed < 1.6, elapsed
+        assert 0.55 < elapsed < 2.4, elapsed  # not the 30 s the lookup hangs
         for _ in range(2 * http_deadline.MAX_LOOKUPS):
             with pytest.raises(PromAPIError):
                 c.instant("up")
@@ -353,7 +354,8 @@ def test_a_body_has_its_own_deadline_after_its_headers(http_server) -> None:  # 
     finally:
         stop.set()
     elapsed = time.monotonic() - started
-    assert 1.8 < elapsed < 3.0, elapsed
+    # one deadline from the request: 1.5 s; no deadline on the body: 75 s
+    assert 1.8 < elapsed < 8.0, elapsed
 
 
 def test_a_fast_answer_on_a_kept_alive_connection_is_unaffected(http_server) -> None:  # noqa: F811
