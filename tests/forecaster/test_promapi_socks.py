@@ -187,7 +187,7 @@ def _fails_at_the_deadline(c) -> str:  # type: ignore[no-untyped-def]
     with pytest.raises(PromAPIError) as info:
         c.instant("up")
     elapsed = time.monotonic() - started
-    assert 0.55 < elapsed < 1.6, elapsed
+    assert 0.55 < elapsed < 2.4, elapsed  # not the 30 s a hung lookup waits
     return str(info.value)
 
 
