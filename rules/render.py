@@ -3,6 +3,9 @@
 The source is the single place to edit. It is the rules file with one shorthand:
 ``bridged(X)``, for a series X whose alert must outlive one failed scrape of X's
 target, which this script writes out as ``BRIDGE`` (docs/alerts.md, "A failed scrape").
+X is a scraped series, or a record whose ``record:`` line ends in ``# TARGETED``
+(``TARGET_MARK``): the mark sits on the record it vouches for, so a renamed or added
+record carries its own.
 It writes two files: rules/gpu-eta.rules.yaml, the source with every ``bridged(X)``
 written out and its comments kept (a plain Prometheus loads it as is: ConfigMap
 ``gpu-eta-rules``, the chart, ``promtool test rules``), and its ``groups`` wrapped
@@ -49,13 +52,20 @@ BRIDGE = (
 
 MARKER = "bridged("
 
-# The records bridged() takes: each keeps the job and instance of the scraped series it
-# is made from (a series per scrape of that target), so that target's up names it as it
-# names a scraped series, and it has no series at an evaluation whose scrape failed.
-# Any other record has no target whose scrape could fail: bridge the series it reads.
-TARGETED_RECORDS = frozenset({"gpu_eta:pod_pending_gpu_since:timestamp_seconds"})
+# The mark of a record bridged() takes, at the end of its `record:` line in the source:
+# the record keeps the job and instance of the scraped series it is made from (a series
+# per scrape of that target), so that target's up names it as it names a scraped series,
+# and it has no series at an evaluation whose scrape failed. Any other record has no
+# target whose scrape could fail: bridge the series it reads. A comment, as the
+# thresholds' `# THRESHOLD <name>`: Prometheus refuses a rule field it does not know,
+# and the rendered file keeps it, telling its reader the same.
+TARGET_MARK = "# TARGETED"
+_MARKED = re.compile(r"#\s*TARGETED\b")
+_MARKED_RECORD = re.compile(
+    r"\s*(?:-\s+)?record:\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s+" + re.escape(TARGET_MARK) + r"\s*"
+)
 
-# A series selector: a metric name (a colon only in TARGETED_RECORDS' names), then
+# A series selector: a metric name (a colon only in a targeted record's), then
 # optional {label matchers}. last_over_time needs a selector, not an expression.
 _SELECTOR = re.compile(
     r'[a-zA-Z_][a-zA-Z0-9_:]*(?:\{\s*(?:[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"'
@@ -95,8 +105,26 @@ def _closing(line: str, start: int) -> int:
     return -1
 
 
-def _expand_line(line: str, where: str) -> str:
-    """One source line with each ``bridged(X)`` written out."""
+def targeted_records(text: str, name: str = "<text>") -> frozenset[str]:
+    """The records ``text`` marks ``TARGET_MARK`` (those bridged() takes). Read from the
+    lines, not the parsed YAML, which drops comments; a comment line may name the mark."""
+    found = set()
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("#") or not _MARKED.search(line):
+            continue
+        marked = _MARKED_RECORD.fullmatch(line)
+        if not marked:
+            raise RenderError(
+                f"{name}:{number}: {TARGET_MARK} marks a record: it ends a"
+                " `- record: <name>` line, nothing else"
+            )
+        found.add(marked.group(1))
+    return frozenset(found)
+
+
+def _expand_line(line: str, where: str, targeted: frozenset[str]) -> str:
+    """One source line with each ``bridged(X)`` written out; X may name a record only
+    if it is in ``targeted``."""
     out, pos = [], 0
     while (start := line.find(MARKER, pos)) >= 0:
         if start and (line[start - 1].isalnum() or line[start - 1] in "_:"):
@@ -108,9 +136,10 @@ def _expand_line(line: str, where: str) -> str:
             raise RenderError(f"{where}: {MARKER}...) has no closing parenthesis on its line")
         selector = line[start + len(MARKER) : end].strip()
         name = selector.split("{", 1)[0]
-        if ":" in name and name not in TARGETED_RECORDS:
+        if ":" in name and name not in targeted:
             raise RenderError(
-                f"{where}: bridged({selector}) names a record: bridge the scraped series it reads"
+                f"{where}: bridged({selector}) names a record not marked {TARGET_MARK}:"
+                " bridge the scraped series it reads"
             )
         if not _SELECTOR.fullmatch(selector):
             raise RenderError(
@@ -124,11 +153,13 @@ def _expand_line(line: str, where: str) -> str:
 
 
 def expand(text: str, name: str = "<text>") -> str:
-    """``text`` with every ``bridged(X)`` written out as ``BRIDGE``; comment lines (a
-    ``#`` first) are kept as they are, so they may name the shorthand."""
+    """``text`` with every ``bridged(X)`` written out as ``BRIDGE``, X a series or a
+    record ``text`` marks ``TARGET_MARK``; comment lines (a ``#`` first) are kept as
+    they are, so they may name the shorthand."""
+    targeted = targeted_records(text, name)
     lines = text.splitlines(keepends=True)
     return "".join(
-        line if line.lstrip().startswith("#") else _expand_line(line, f"{name}:{n}")
+        line if line.lstrip().startswith("#") else _expand_line(line, f"{name}:{n}", targeted)
         for n, line in enumerate(lines, 1)
     )
 

@@ -154,6 +154,11 @@ def test_expand_writes_out_the_definition(source: str, rendered: str) -> None:
         ('  expr: bridged(a{b="c")', "a series selector"),
         ('  expr: bridged(a{b="c)})', "no closing parenthesis"),
         ("  expr: max(bridged(a", "no closing parenthesis"),
+        # the targeted mark on anything but a record's line, or misspelt
+        ("  - alert: A  # TARGETED", "marks a record"),
+        ("  expr: bridged(a)  # TARGETED", "marks a record"),
+        ("  - record: a:b  #TARGETED", "marks a record"),
+        ('  - record: "a:b"  # TARGETED', "marks a record"),
     ],
 )
 def test_a_bad_marker_is_one_line_naming_its_line(source: str, says: str) -> None:
@@ -163,15 +168,22 @@ def test_a_bad_marker_is_one_line_naming_its_line(source: str, says: str) -> Non
     assert message.startswith("src.yaml:2: ") and says in message and "\n" not in message
 
 
+def marked_in(source: str) -> set[str]:
+    """The records whose ``record:`` line in ``source`` ends in ``# TARGETED``, read
+    as a person reads the file (not through render.py)."""
+    return set(re.findall(r"^ *- record: (\S+) +# TARGETED$", source, re.M))
+
+
 def test_a_targeted_record_is_bridged_and_no_other_record() -> None:
-    """bridged() takes the records of TARGETED_RECORDS (each a record of the source
-    whose aggregations all keep job and instance, so its series name their scraped
-    target as a scraped series does: tests/rules/bridges.test.yaml shows them so on
-    promtool) and refuses any other record."""
+    """bridged() takes the records the source marks ``# TARGETED`` (each a record whose
+    aggregations all keep job and instance, so its series name their scraped target as
+    a scraped series does: tests/rules/bridges.test.yaml shows them so on promtool) and
+    refuses any other record."""
+    source = render.SOURCE.read_text()
     exprs = _exprs(render.SOURCE)
-    assert render.TARGETED_RECORDS
-    for name in render.TARGETED_RECORDS:
-        assert render.expand(f"bridged({name})") == stated(name)
+    assert render.targeted_records(source) == marked_in(source) != set()
+    for name in marked_in(source):
+        assert name in exprs, f"{name} is marked but the source defines no such record"
         expr = re.sub(r"#[^\n]*", "", exprs[name])
         assert "without" not in expr, name
         kept = [
@@ -180,6 +192,55 @@ def test_a_targeted_record_is_bridged_and_no_other_record() -> None:
         assert all({"job", "instance"} <= labels for labels in kept), (name, kept)
     with pytest.raises(render.RenderError, match="a record"):
         render.expand("bridged(gpu_eta:pod_pending_seen:timestamp_seconds)")
+
+
+def _with_rule_reading(source: str, selector: str) -> str:
+    """``source`` and, at its end, an alert of its last group reading ``bridged(selector)``."""
+    return source + f"      - alert: Probe\n        expr: bridged({selector}) > 0\n"
+
+
+def test_the_marked_records_are_the_ones_bridged_takes() -> None:
+    """Each record of the source, read through bridged() in the source: written out when
+    its line is marked ``# TARGETED``, refused as a record when it is not."""
+    source = render.SOURCE.read_text()
+    records = {
+        r["record"] for g in yaml.safe_load(source)["groups"] for r in g["rules"] if "record" in r
+    }
+    taken = set()
+    for name in records:
+        try:
+            text = render.expand(_with_rule_reading(source, name), "src.yaml")
+        except render.RenderError as err:
+            assert "a record not marked # TARGETED" in str(err), err
+            continue
+        assert f"expr: {stated(name)} > 0" in text, name
+        taken.add(name)
+    assert taken == marked_in(source) != set()
+    assert len(records - taken) >= 4, records
+
+
+def test_a_renamed_or_added_record_carries_its_mark() -> None:
+    """The mark follows the record: renamed everywhere, the source still renders, its
+    readers bridging the new name; a new marked record is bridged, and without its mark
+    it is refused at the line reading it."""
+    source = render.SOURCE.read_text()
+    (old,) = marked_in(source)
+    renamed = source.replace(old, "gpu_eta:pod_waiting_gpu_since:timestamp_seconds")
+    assert stated("gpu_eta:pod_waiting_gpu_since:timestamp_seconds") in render.expand(renamed)
+    added = renamed + (
+        "      - record: gpu_eta:pod_new:seconds  # TARGETED\n"
+        '        expr: max by (job, instance, pod) (up{job="x"})\n'
+    )
+    assert stated("gpu_eta:pod_new:seconds") in render.expand(
+        _with_rule_reading(added, "gpu_eta:pod_new:seconds")
+    )
+    unmarked = _with_rule_reading(
+        added.replace("gpu_eta:pod_new:seconds  # TARGETED", "gpu_eta:pod_new:seconds"),
+        "gpu_eta:pod_new:seconds",
+    )
+    line = unmarked.count("\n")
+    with pytest.raises(render.RenderError, match=f"^src.yaml:{line}: .*not marked # TARGETED"):
+        render.expand(unmarked, "src.yaml")
 
 
 def test_render_refuses_a_bad_source_and_writes_nothing(
