@@ -443,6 +443,13 @@ def query_variable(
     return var
 
 
+def namespace_variable(expr: str) -> dash.QueryVariable:
+    """The ``namespace`` variable offering the namespaces of ``expr``'s series at the time
+    range's end (``query_result()``: ``label_values()`` cannot drop a stale forecaster's
+    series, which needs ``unless``); its regex keeps each series' namespace label."""
+    return query_variable("namespace", f"query_result({expr})", regex='/namespace="([^"]+)"/')
+
+
 def base(title: str, uid: str, description: str) -> dash.Dashboard:
     return (
         dash.Dashboard(title)
@@ -504,14 +511,16 @@ def cluster_overview() -> dict:
         )
         .with_variable(query_variable("node", "label_values(gpu_eta_gpu_info, node)"))
         .with_variable(
-            # pods holding GPUs on the chosen nodes, and (all nodes chosen: a queued pod
-            # has no node label, which only ".*" matches) pods waiting for one, so a
-            # namespace whose pods are all queued can be picked for the queue table
-            query_variable(
-                "namespace",
-                "label_values({__name__=~"
-                '"gpu_eta_pod_gpu_allocated|gpu_eta_pod_start_prediction_info", '
-                'node=~"$node"}, namespace)',
+            # pods holding GPUs on the chosen nodes and, with every node chosen (a queued
+            # pod has no node yet: All, or each node ticked, leaves no GPU node out),
+            # pods a live forecaster lists as waiting for one, so a namespace whose pods
+            # are all queued can be picked for the queue table, and one only a stale
+            # forecaster lists is not offered
+            namespace_variable(
+                f"count by (namespace) (gpu_eta_pod_gpu_allocated{{{NODE}}})"
+                " or (count by (namespace) "
+                f"({live('gpu_eta_pod_start_prediction_info')})"
+                ' and on () absent(gpu_eta_gpu_info{node!~"$node"}))'
             )
         )
     )
@@ -976,11 +985,7 @@ def forecaster_quality() -> dict:
     ).with_variable(
         # live forecasters' runs only (a stale one's, a stopped CronJob's last push, are
         # not offered), at the range's end
-        query_variable(
-            "namespace",
-            f"query_result(count by (namespace) ({live('gpu_eta_job_forecast_info')}))",
-            regex='/namespace="([^"]+)"/',
-        )
+        namespace_variable(f"count by (namespace) ({live('gpu_eta_job_forecast_info')})")
     )
 
     # One line per forecaster however many jobs scrape it: a forecaster sets no label of

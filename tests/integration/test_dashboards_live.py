@@ -43,6 +43,7 @@ from gpu_eta.exporter.config import COLLECTORS
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import PrometheusServer, start_prometheus
+from tests.support.grafana_variables import grafana_options
 from tests.support.records import inlined
 
 pytestmark = pytest.mark.integration
@@ -678,10 +679,12 @@ def test_the_namespace_variable_offers_namespaces_with_only_queued_pods(
     lists it, so picking its namespace must be possible (all nodes selected)."""
     board = json.loads((ROOT / "grafana" / "cluster-overview.json").read_text())
     var = next(v for v in board["templating"]["list"] if v["name"] == "namespace")
-    match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["query"]["query"])
-    assert match, var["query"]["query"]
-    offered = contract_prometheus.label_values(
-        interpolate(match.group(1), {"node": ".*"}), "namespace"
+    offered = grafana_options(
+        var,
+        contract_prometheus.client.url,
+        int(contract_prometheus.at),
+        HOURS * 3600,
+        {"node": ".*"},
     )
     assert offered == ["cv", "data", "ml"]
 

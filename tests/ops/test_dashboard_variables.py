@@ -1,39 +1,35 @@
-"""The Forecaster quality dashboard's namespace list, resolved the way Grafana resolves
-a Prometheus query variable, on a real Prometheus holding a live forecaster and stale
-ones: it offers the namespaces of live forecasters' runs only, and the panels reading
-``$namespace`` show the live runs with All and with the one namespace offered.
-
-No Grafana server runs here: ``grafana_options`` is Grafana's Prometheus variable
-support written out (public/app/plugins/datasource/prometheus/metric_find_query.ts and
-features/variables/utils metricNamesToVariableValues): ``label_values(selector,
-label)`` asks ``/api/v1/label/<label>/values`` with ``match[]`` over the time range;
-``query_result(expr)`` runs an instant query at the range's end and turns each series
-into the text ``name{label="value",...} value ms``, from which the variable's regex
-keeps its first group.
+"""The Forecaster quality and Cluster overview dashboards' namespace lists, resolved the
+way Grafana resolves a Prometheus query variable (tests/support/grafana_variables.py),
+on a real Prometheus holding a live forecaster and stale ones: they offer the
+namespaces of live forecasters' runs and queued pods only (and the Cluster overview
+those of pods holding GPUs), and the panels reading ``$namespace`` show data with All
+and with each namespace offered.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
 from gpu_eta.launch.prometheus import PrometheusServer, start_prometheus
+from tests.support.grafana_variables import grafana_options, interpolated, js_regex, prom_get
 
 ROOT = Path(__file__).resolve().parents[2]
 BOARD = ROOT / "grafana" / "forecaster-quality.json"
+OVERVIEW = ROOT / "grafana" / "cluster-overview.json"
 STEP = 60  # seconds between backfilled samples
 RANGE = 6 * 3600  # the dashboard's default time range (now-6h)
 
 # Four forecasters, each forecasting one run of its own namespace: ml's is live; cv's
 # says it is stale (its last cycle failed); nlp's is a CronJob that stopped pushing (the
 # Pushgateway keeps its last push: stale 0, a last good cycle 3 h old); old's pod went
-# away 30 min ago (its series end there).
+# away 30 min ago (its series end there). Each also lists a pod of its namespace as
+# queued. On n1 a pod of namespace train holds the GPU to the end; on n2 one of namespace
+# done held the GPU until an hour before it.
 LIVE = ("ml", 'job="gpu-eta-forecaster",instance="10.0.0.1:9844"')
 FORECASTERS = [
     LIVE,
@@ -43,13 +39,25 @@ FORECASTERS = [
 ]
 
 
+INTERVALS = {"__rate_interval": "2m", "__interval": "1m"}  # as Grafana writes them in
+HOLDERS = [("n1", "train", 0), ("n2", "done", 3600)]  # node, namespace, ended before end
+
+
 def _series(end: int) -> str:
-    """OpenMetrics: 6 h of each forecaster's own series and its run's, to ``end``."""
+    """OpenMetrics: 6 h of each forecaster's own series, its run's and its queued pod's,
+    and of the GPU holders, to ``end``."""
     families: dict[str, list[str]] = {}
 
     def put(name: str, labels: str, t: int, value: float) -> None:
         families.setdefault(name, []).append(f"{name}{{{labels}}} {value} {t}")
 
+    for node, namespace, before_end in HOLDERS:
+        device = f'job="gpu-eta-exporter",node="{node}",gpu="0",UUID="GPU-{node}",GPU_I_ID=""'
+        held = f'{device},namespace="{namespace}",pod="p",container="c"'
+        for t in range(end - RANGE, end + 1, STEP):
+            put("gpu_eta_gpu_info", f'{device},model="A100"', t, 1)
+            if t <= end - before_end:
+                put("gpu_eta_pod_gpu_allocated", held, t, 1)
     for namespace, target in FORECASTERS:
         last = end - 1800 if namespace == "old" else end
         for t in range(end - RANGE, last + 1, STEP):
@@ -59,6 +67,8 @@ def _series(end: int) -> str:
             run = f'{target},namespace="{namespace}",pod="p",container="c",run_id="r1"'
             put("gpu_eta_job_forecast_info", f'{run},method="rate"', t, 1)
             put("gpu_eta_job_stalled", run, t, 0)
+            queued = f'{target},namespace="{namespace}",pod="q",resource="nvidia_com_gpu"'
+            put("gpu_eta_pod_start_prediction_info", f'{queued},gpus="1",status="predicted"', t, 1)
     lines = [line for name in sorted(families) for line in families[name]]
     return "\n".join(lines) + "\n# EOF\n"
 
@@ -76,66 +86,27 @@ def prometheus(tmp_path_factory) -> Iterator[tuple[str, int]]:
         server.stop()
 
 
-def _get(url: str, path: str, params: dict) -> list:
-    answer = requests.get(url + path, params=params, timeout=30).json()
-    assert answer["status"] == "success", answer
-    return answer["data"]
-
-
-def query_result_texts(url: str, expr: str, at: int) -> list[str]:
-    """Grafana's ``query_result``: an instant query at the range's end, each series of a
-    vector as ``name{label="value",...} value ms`` (labels as the answer lists them)."""
-    data = _get(url, "/api/v1/query", {"query": expr, "time": str(at)})
-    assert data["resultType"] == "vector", data
-    texts = []
-    for item in data["result"]:
-        metric = dict(item["metric"])
-        name = metric.pop("__name__", "")
-        labels = ",".join(f'{k}="{v}"' for k, v in metric.items())
-        texts.append(f"{name}{{{labels}}} {item['value'][1]} {int(item['value'][0] * 1000)}")
-    return texts
-
-
-def js_regex(text: str) -> re.Pattern[str]:
-    """Grafana's ``stringToJsRegex``: ``/pattern/flags``, else the text as a pattern."""
-    match = re.fullmatch(r"/(.*)/([gimsuy]*)", text, re.S)
-    if not match:
-        return re.compile(text)
-    flags = re.I if "i" in match.group(2) else 0
-    return re.compile(match.group(1), flags | (re.M if "m" in match.group(2) else 0))
-
-
-def grafana_options(variable: dict, url: str, end: int) -> list[str]:
-    """The values Grafana offers for ``variable`` over the ``RANGE`` up to ``end``."""
-    query = variable["query"]["query"]
-    if match := re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query):
-        params = {"match[]": match.group(1), "start": str(end - RANGE), "end": str(end)}
-        texts = _get(url, f"/api/v1/label/{match.group(2)}/values", params)
-    elif match := re.fullmatch(r"query_result\((.+)\)\s*", query):
-        texts = query_result_texts(url, match.group(1), end)
-    else:
-        raise AssertionError(f"a query Grafana's Prometheus variable does not take: {query}")
-    values = []
-    if variable.get("regex"):
-        pattern = js_regex(variable["regex"])
-        for text in texts:
-            if found := pattern.search(text):
-                values.append(found.group(1) if found.groups() else text)
-    else:
-        values = list(texts)
-    return sorted(set(values))
-
-
-def _namespace_variable() -> dict:
-    board = json.loads(BOARD.read_text())
+def _namespace_variable(path: Path = BOARD) -> dict:
+    board = json.loads(path.read_text())
     return next(v for v in board["templating"]["list"] if v["name"] == "namespace")
+
+
+def _namespace_readers(path: Path) -> list[tuple[str, str]]:
+    """(panel title, expression) of each target of the dashboard filtering on ``$namespace``."""
+    board = json.loads(path.read_text())
+    return [
+        (panel["title"], target["expr"])
+        for panel in board["panels"]
+        for target in panel.get("targets", [])
+        if "$namespace" in target["expr"]
+    ]
 
 
 def test_the_namespace_list_holds_live_forecasters_namespaces_only(prometheus) -> None:
     """A stale forecaster's, a stopped CronJob's and a gone forecaster's namespaces are
     not offered (label_values over the range offered all four)."""
     url, end = prometheus
-    assert grafana_options(_namespace_variable(), url, end) == [LIVE[0]]
+    assert grafana_options(_namespace_variable(), url, end, RANGE) == [LIVE[0]]
 
 
 def test_the_panels_reading_namespace_show_the_live_run_with_all_and_with_it(
@@ -145,21 +116,57 @@ def test_the_panels_reading_namespace_show_the_live_run_with_all_and_with_it(
     Grafana writes one chosen value into a regex matcher) and for All (``.*``): the
     live run is there both times."""
     url, end = prometheus
-    board = json.loads(BOARD.read_text())
     variable = _namespace_variable()
     assert variable["multi"] and variable["includeAll"] and variable["allValue"] == ".*"
-    readers = [
-        (panel["title"], target["expr"])
-        for panel in board["panels"]
-        for target in panel.get("targets", [])
-        if "$namespace" in target["expr"]
-    ]
+    readers = _namespace_readers(BOARD)
     assert len(readers) >= 2, readers
-    for value in [*grafana_options(variable, url, end), variable["allValue"]]:
+    for value in [*grafana_options(variable, url, end, RANGE), variable["allValue"]]:
         for title, expr in readers:
             query = expr.replace("$namespace", value).replace("$__rate_interval", "2m")
-            found = _get(url, "/api/v1/query", {"query": query, "time": str(end)})["result"]
+            found = prom_get(url, "/api/v1/query", {"query": query, "time": str(end)})["result"]
             assert found, f"{title} with namespace {value!r}: no data"
+
+
+@pytest.mark.parametrize(
+    ("node", "offered"),
+    [(".*", ["ml", "train"]), ("(n1|n2)", ["ml", "train"]), ("n1", ["train"]), ("n2", [])],
+)
+def test_cluster_overview_offers_holders_and_live_forecasters_queued_namespaces(
+    prometheus, node: str, offered: list[str]
+) -> None:
+    """The namespaces of pods holding GPUs on the chosen nodes at the range's end, and
+    (every node chosen, All or both ticked: a queued pod has no node) of pods a live
+    forecaster lists as queued; not
+    those only a stale forecaster (cv), a stopped CronJob's push (nlp) or a forecaster
+    gone (old) lists as queued (label_values over the range offered them), nor done's,
+    whose pod let its GPU go an hour before the range's end."""
+    url, end = prometheus
+    variable = _namespace_variable(OVERVIEW)
+    assert grafana_options(variable, url, end, RANGE, {"node": node}) == offered
+
+
+def test_cluster_overview_panels_show_each_namespace_offered(prometheus) -> None:
+    """Each namespace the Cluster overview offers (all nodes) is on some panel filtering
+    on it: train's holder, ml's queued pod."""
+    url, end = prometheus
+    variable = _namespace_variable(OVERVIEW)
+    readers = _namespace_readers(OVERVIEW)
+    for value in grafana_options(variable, url, end, RANGE, {"node": ".*"}):
+        shown = [
+            title
+            for title, expr in readers
+            if prom_get(
+                url,
+                "/api/v1/query",
+                {
+                    "query": interpolated(
+                        expr, {"namespace": value, "node": ".*", **INTERVALS}, RANGE
+                    ),
+                    "time": str(end),
+                },
+            )["result"]
+        ]
+        assert shown, f"namespace {value!r} offered, on no panel"
 
 
 def test_js_regex_reads_grafanas_slashes() -> None:
