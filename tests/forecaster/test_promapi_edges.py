@@ -24,6 +24,7 @@ import pytest
 
 from gpu_eta.common.retry_after import parse_http_date, parse_retry_after
 from gpu_eta.forecaster import promapi, promparse
+from gpu_eta.forecaster.http_deadline import Deadline
 from gpu_eta.forecaster.promapi import PromAPIError, PromClient
 from gpu_eta.launch.victoria import start_victoriametrics
 from tests.forecaster.test_promapi import VECTOR, client, http_server, reply  # noqa: F401
@@ -102,36 +103,82 @@ def test_a_dripping_body_fails_at_its_deadline_not_when_it_ends(
     assert time.monotonic() - started < 2.0
 
 
+@pytest.fixture
+def read_deadlines(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Every time ``promapi`` sets a request's deadline to, in order (the headers', then
+    the body's): what each socket read of the request is given at most
+    (``http_deadline.DeadlineReader`` reads ``at`` as each read starts).
+
+    Why: the limit a read was handed is exact, where the wall time a query took also
+    holds the machine's scheduling; a test reading it cannot flake on a loaded machine.
+    Recorded through ``promapi.Deadline``, the one name ``_fetch`` makes them by."""
+    seen: list[float] = []
+
+    class Recorded(Deadline):
+        @property  # type: ignore[override]
+        def at(self) -> float:
+            return self._at
+
+        @at.setter
+        def at(self, value: float) -> None:
+            seen.append(value)
+            self._at = value
+
+    monkeypatch.setattr(promapi, "Deadline", Recorded)
+    return seen
+
+
 def test_a_dripping_body_fails_at_the_callers_deadline_not_at_the_attempts(
     http_server,  # noqa: F811
+    read_deadlines: list[float],
 ) -> None:
-    """``instant(deadline=)``: an attempt given 0.6 s of it may take its headers and
-    body 3 × 0.6 s to come (``_BODY_TIMEOUTS``), but no part of it goes past the
-    caller's deadline (``_fetch``'s ``until``): ``PromDeadlineError`` at 0.6 s, not 1.8."""
+    """``instant(deadline=)``: an attempt given 0.6 s of it may take its headers 2 × and
+    its body 3 × 0.6 s to come (``_HEADER_TIMEOUTS``, ``_BODY_TIMEOUTS``), but no part of
+    it goes past the caller's deadline (``_fetch``'s ``until``).
+
+    Checked on the deadlines the reads were given, each the caller's at the latest:
+    without ``until`` the headers' was 1.2 s and the body's 1.8 s after the attempt
+    began. The query then ended at 1.8 s instead of 0.6 whatever the client's timeout
+    (``_get`` already cuts the attempt's to what is left), so a clock can only tell
+    them apart by what a loaded machine's scheduling leaves of the 1.2 s between; the
+    deadlines handed to the reads differ whatever the load."""
     stop = threading.Event()
     url, _ = http_server(_drip(BODY, 0.1, 1, stop, chunked=False, gz=False))
-    started = time.monotonic()
+    deadline = time.monotonic() + 0.6
     try:
         with pytest.raises(promapi.PromDeadlineError, match="deadline"):
-            client(url, timeout_seconds=5.0).instant("up", deadline=started + 0.6)
+            client(url, timeout_seconds=5.0).instant("up", deadline=deadline)
     finally:
         stop.set()
-    assert time.monotonic() - started < 1.2
+    assert read_deadlines, "no request made"
+    assert max(read_deadlines) <= deadline, [at - deadline for at in read_deadlines]
+    assert time.monotonic() < deadline + 10  # ended by a deadline: the body takes 18.7 s
 
 
-def test_the_deadline_holds_when_each_pause_is_just_under_the_timeout(http_server) -> None:  # noqa: F811
-    """A byte every 1.9 s with a 2 s timeout: no single read times out, yet the body
-    must fail at its 6 s deadline, not at the first byte after it (up to 7.9 s; the
-    margin between is for a loaded machine's scheduling)."""
+def test_the_deadline_holds_when_each_pause_is_under_the_timeout(
+    http_server,  # noqa: F811
+    read_deadlines: list[float],
+) -> None:
+    """A byte every 0.7 s with a 1 s timeout: no single read times out, yet the body
+    fails at its deadline, 3 s after its headers, not at the first byte after it.
+
+    A read is given at most what is left of the deadline (``DeadlineReader``); a read
+    given the whole timeout, the deadline only looked at between reads, waited for the
+    byte at 3.5 s: 0.5 s past it. So what is measured is the time past the body's
+    deadline (as ``_fetch`` set it: the headers' arrival, the connection's set-up and a
+    loaded machine's scheduling before it are not in it), not the query's: that is
+    3.0 against 3.5 s, which a busy machine can blur."""
     stop = threading.Event()
-    url, _ = http_server(_drip(BODY, 1.9, 1, stop, chunked=False, gz=False))
+    url, _ = http_server(_drip(BODY, 0.7, 1, stop, chunked=False, gz=False))
     started = time.monotonic()
     try:
         with pytest.raises(PromAPIError, match="response body too slow"):
-            client(url, timeout_seconds=2.0).instant("up")
+            client(url, timeout_seconds=1.0).instant("up")
     finally:
         stop.set()
-    assert 5.9 < time.monotonic() - started < 7.5
+    late = time.monotonic() - read_deadlines[-1]
+    assert read_deadlines[-1] >= started + 3 * 1.0  # the body's: 3 timeouts after its headers
+    assert -0.02 < late < 0.25, late
 
 
 def test_a_gzip_answer_is_decoded_and_a_gzip_bomb_refused(http_server) -> None:  # noqa: F811
