@@ -27,6 +27,7 @@ import pytest
 
 from gpu_eta.common import text
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
+from gpu_eta.forecaster import spawner_profiles
 from gpu_eta.forecaster.spawner_profiles import (
     ProfileError,
     annotate,
@@ -735,9 +736,11 @@ def test_a_series_of_another_shape_is_skipped_and_the_others_shown(prometheus_an
 
 
 @pytest.fixture
-def slow_prometheus() -> Iterator[str]:
+def slow_prometheus() -> Iterator[tuple[str, threading.Event]]:
     """A Prometheus that answers its headers at once and then one byte every 0.1 s (a
-    body of 100 bytes: 10 s), as an overloaded one or one behind a slow proxy does."""
+    body of 300 bytes: 30 s), as an overloaded one or one behind a slow proxy does;
+    yields its URL and an event set once the client has hung up (a write failed)."""
+    hung_up = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -751,7 +754,7 @@ def slow_prometheus() -> Iterator[str]:
                     self.wfile.flush()
                     time.sleep(0.1)
             except OSError:
-                pass  # the hook gave up
+                hung_up.set()  # the client gave up
 
         def log_message(self, *_args: object) -> None:
             pass
@@ -759,7 +762,7 @@ def slow_prometheus() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
+    yield f"http://127.0.0.1:{server.server_port}", hung_up
     server.shutdown()
     server.server_close()
 
@@ -769,9 +772,16 @@ def test_a_slow_prometheus_neither_blocks_the_hub_nor_outlasts_the_timeout(slow_
     the hub does for every user waits while it blocks. A Prometheus that trickles its
     answer kept a blocking read going for as long as the bytes came (the socket timeout
     is per read); now the query runs beside the loop and the hook answers within its
-    timeout, with the profiles unchanged."""
+    timeout, with the profiles unchanged.
+
+    The query's thread lets go by then too: ``fetch_published``'s own deadline ends the
+    read, where the hook's ``wait_for`` only stops waiting for it. Without that deadline
+    the page still came at 0.5 s, but the thread, one of the hook's 4, read on for the
+    answer's 30 s, so 4 such page loads left every later one without estimates. Its end
+    is seen where it is real: the server's next write after the client hung up fails."""
+    url, hung_up = slow_prometheus
     profiles = [profile("A100, 1 GPU", 1, A100)]
-    hook = profile_list_hook(profiles, slow_prometheus, timeout_seconds=0.5)
+    hook = profile_list_hook(profiles, url, timeout_seconds=0.5)
 
     async def page_and_hub() -> tuple[list[dict], int, float]:
         ticks = 0
@@ -795,7 +805,49 @@ def test_a_slow_prometheus_neither_blocks_the_hub_nor_outlasts_the_timeout(slow_
     shown, ticks, took = asyncio.run(page_and_hub())
     assert [p["display_name"] for p in shown] == ["A100, 1 GPU"]
     assert took < 2.0, took  # 0.5 s, not the answer's 30 s
-    assert ticks >= 10, ticks  # the loop ran while the hook waited
+    assert ticks >= 5, ticks  # the loop ran while the hook waited (~25 ticks; blocked: 1)
+    assert hung_up.wait(5.0), "the query read on after the page was answered"
+
+
+def test_a_page_load_waits_for_a_busy_query_thread_no_longer_than_the_timeout(
+    prometheus_answer,
+) -> None:
+    """All 4 of the hook's threads can be busy: a query's name lookup is the resolver's
+    alone (glibc waits 5 s a try, for each search domain), which no deadline of
+    ``fetch_published`` reaches. A page load's query then waits in the queue, never
+    started, and only the hook's ``wait_for`` ends the wait at the timeout: the
+    profiles come back unchanged at 0.5 s, not with estimates once a thread is free
+    (here after 30 s).
+
+    The two bounds are not one twice: ``fetch_published``'s deadline frees a thread
+    from a slow answer (the test above), this one the page from a query that has no
+    thread yet, or is held in a lookup."""
+    url, body = prometheus_answer
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    body[0] = query_answer(now + 3600)
+    release = threading.Event()
+    holding = threading.Semaphore(0)
+
+    def hold() -> None:
+        holding.release()
+        release.wait(30.0)
+
+    pool = spawner_profiles._executor()  # the hook's own, 4 threads
+    try:
+        for _ in range(4):
+            pool.submit(hold)
+        for _ in range(4):
+            assert holding.acquire(timeout=10.0), "the hook's threads were not all free"
+        hook = profile_list_hook(
+            [profile("A100, 1 GPU", 1, A100)], url, 0.5, tz=UTC, clock=lambda: now
+        )
+        started = time.monotonic()
+        shown = spawn_page(hook)
+        took = time.monotonic() - started
+    finally:
+        release.set()
+    assert [p["display_name"] for p in shown] == ["A100, 1 GPU"]
+    assert took < 5.0, took  # 0.5 s, not the 30 s until a thread is free
 
 
 @pytest.mark.parametrize(
