@@ -1,0 +1,622 @@
+"""Docs that stay true: what the tracked Markdown files point a reader at exists.
+
+A newcomer follows README.md and docs/*.md literally: a link that leads nowhere, a path
+that was renamed or a flag the program no longer takes costs them more than a missing
+sentence would. Three checks over every tracked ``*.md`` file (``git ls-files``):
+
+1. each relative link ``[..](path)``/``[..](path#anchor)`` names a tracked file or
+   folder, and each anchor a heading of that file (GitHub's slugs);
+2. each backticked token that starts with a top-level folder of the repository and has a
+   ``/`` names a tracked file or folder (a glob or a ``<placeholder>`` must match one);
+3. each quoted command line of a program of this repository (``python bench/X.py``,
+   ``python -m gpu_eta.forecaster SUB``, ``gpu-eta-top``, ``./demo.sh`` ...) names only
+   flags that program's argparse parser takes.
+
+Reading and matching are pure functions of text, tested on small broken documents below;
+only the parsers come from the code: its ``build_parser()`` where it has one, else the
+parser its ``main``/``parse_args`` builds, captured at its first parse so nothing after
+that runs (no ``--help`` subprocesses: the whole file takes ~1 s, mostly imports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import fnmatch
+import importlib
+import importlib.util
+import posixpath
+import re
+import subprocess
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache, cached_property
+from pathlib import Path
+from typing import NoReturn
+from unittest import mock
+from urllib.parse import unquote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Backticked paths that name no tracked file on purpose, each with why.
+NOT_IN_REPO: Mapping[str, str] = {}
+
+# --- reading Markdown -------------------------------------------------------------------
+
+FENCE = re.compile(r"^\s*(```|~~~)")
+INLINE_CODE = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^()\s<>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$", re.MULTILINE)
+HTML_ANCHOR = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
+SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+@dataclass(frozen=True)
+class Located:
+    """A piece of a document and the 1-based line it starts on."""
+
+    line: int
+    text: str
+
+
+@cache
+def split_fences(text: str) -> tuple[str, tuple[Located, ...]]:
+    """The prose of ``text`` (fenced blocks blanked to empty lines, so line numbers stay)
+    and the fenced blocks' lines: links and inline code mean nothing inside a fence."""
+    prose, code, fenced = [], [], None
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = FENCE.match(line)
+        if fenced is None and match:
+            fenced = match.group(1)
+            prose.append("")
+        elif fenced is not None:
+            if line.strip().startswith(fenced) and not line.strip().strip(fenced[0]):
+                fenced = None
+            else:
+                code.append(Located(number, line))
+            prose.append("")
+        else:
+            prose.append(line)
+    return "\n".join(prose), tuple(code)
+
+
+def _line_finder(text: str) -> Callable[[int], int]:
+    """A function from an offset in ``text`` to its 1-based line number."""
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    return lambda offset: bisect.bisect_right(starts, offset)
+
+
+def code_spans(prose: str) -> list[Located]:
+    """The inline code spans of ``prose``, a span wrapped over lines joined by spaces."""
+    line_at = _line_finder(prose)
+    return [
+        Located(line_at(m.start()), " ".join(m.group(2).split()))
+        for m in INLINE_CODE.finditer(prose)
+    ]
+
+
+def _blank_code(prose: str) -> str:
+    """``prose`` with each inline code span replaced by spaces: a ``[x](y)`` quoted as
+    code is not a link."""
+    return INLINE_CODE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), prose)
+
+
+def links(prose: str) -> list[Located]:
+    """The targets of the Markdown links and images in ``prose``."""
+    plain = _blank_code(prose)
+    line_at = _line_finder(plain)
+    return [Located(line_at(m.start()), m.group(1)) for m in LINK.finditer(plain)]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: its rendered text (link targets, code ticks and
+    tags dropped) lowercased, every character but letters, digits, ``_``, ``-`` and
+    spaces dropped, each space a ``-``."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    text = re.sub(r"<[^>]+>", "", text)
+    kept = "".join(c for c in text.lower() if c.isalnum() or c in "-_ ")
+    return kept.replace(" ", "-")
+
+
+@cache
+def anchors(text: str) -> frozenset[str]:
+    """Every anchor ``text`` renders: its headings' slugs, a repeated one with ``-1``,
+    ``-2`` ..., and explicit ``<a id=..>``/``<a name=..>``."""
+    prose, _ = split_fences(text)
+    seen: dict[str, int] = {}
+    found = set(HTML_ANCHOR.findall(prose))
+    for heading in HEADING.findall(prose):
+        base = slug(heading)
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return frozenset(found)
+
+
+# --- the repository as the checks see it ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Repo:
+    """The tracked paths and the text of every tracked Markdown file."""
+
+    paths: frozenset[str]
+    texts: Mapping[str, str]
+
+    @cached_property
+    def folders(self) -> frozenset[str]:
+        return frozenset(
+            "/".join(p.split("/")[:i]) for p in self.paths for i in range(1, p.count("/") + 1)
+        )
+
+    @cached_property
+    def top_folders(self) -> frozenset[str]:
+        return frozenset(f for f in self.folders if "/" not in f)
+
+    def has(self, path: str) -> bool:
+        """A tracked file or folder (a trailing ``/`` allowed)."""
+        path = path.rstrip("/")
+        return path in self.paths or path in self.folders
+
+    def matches(self, pattern: str) -> bool:
+        """Some tracked file or folder matches the glob ``pattern``."""
+        pattern = pattern.rstrip("/")
+        return any(fnmatch.fnmatchcase(p, pattern) for p in self.paths | self.folders)
+
+
+def git_repo(root: Path = ROOT) -> Repo:
+    """This checkout's tracked files; Markdown ones read."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True, text=True
+    ).stdout
+    paths = frozenset(p for p in listed.split("\0") if p and (root / p).exists())
+    texts = {p: (root / p).read_text(encoding="utf-8") for p in paths if p.endswith(".md")}
+    return Repo(paths, texts)
+
+
+# --- check 1: links and anchors ---------------------------------------------------------
+
+
+def link_problems(repo: Repo, doc: str) -> Iterator[str]:
+    """Each relative link of ``doc`` that names no tracked path, or an anchor its target
+    does not render."""
+    prose, _ = split_fences(repo.texts[doc])
+    for link in links(prose):
+        if SCHEME.match(link.text):
+            continue  # http(s):, mailto: ...: not this repository's
+        path, _, anchor = unquote(link.text).partition("#")
+        base = "" if path.startswith("/") else posixpath.dirname(doc)
+        target = posixpath.normpath(posixpath.join(base, path.lstrip("/"))) if path else doc
+        if target.startswith("../") or not repo.has(target):
+            yield f"{doc}:{link.line}: link to {link.text}: no tracked {target}"
+        elif anchor and target in repo.texts and anchor not in anchors(repo.texts[target]):
+            yield f"{doc}:{link.line}: link to {link.text}: {target} has no heading #{anchor}"
+
+
+# --- check 2: backticked paths ----------------------------------------------------------
+
+PLACEHOLDER = re.compile(r"<[^<>/]+>|\bN\b(?=\.)")
+BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
+
+
+def path_tokens(span: str, top_folders: frozenset[str]) -> list[str]:
+    """The tokens of a code span that look like repository paths: ``folder/...`` with
+    ``folder`` a top-level folder; a ``--flag=`` prefix, quotes, brackets, trailing
+    punctuation, a ``:line`` or ``::test`` suffix taken off."""
+    found = []
+    for raw in span.split():
+        token = raw.split("=", 1)[-1].strip("\"'()[],;")
+        token = re.sub(r"(::\S*|:\d+(-\d+)?|#\S*)$", "", token).rstrip(".:")
+        head = token.split("/", 1)[0]
+        if "/" in token and head in top_folders:
+            found.append(token)
+    return found
+
+
+def expansions(path: str) -> list[str]:
+    """``path`` as globs: ``<name>`` a ``*``, ``{a,b}`` each alternative."""
+    path = PLACEHOLDER.sub("*", path)
+    match = BRACES.search(path)
+    if not match:
+        return [path]
+    return [
+        alt
+        for choice in match.group(1).split(",")
+        for alt in expansions(path[: match.start()] + choice + path[match.end() :])
+    ]
+
+
+def path_exists(repo: Repo, path: str) -> bool:
+    """A tracked file or folder, or a match of each of the path's glob forms."""
+    if repo.has(path) or path in NOT_IN_REPO:
+        return True
+    return all(
+        repo.has(glob) if not any(c in glob for c in "*?[") else repo.matches(glob)
+        for glob in expansions(path)
+    )
+
+
+def path_problems(repo: Repo, doc: str) -> Iterator[str]:
+    """Each backticked repository path of ``doc`` that names nothing tracked."""
+    prose, _ = split_fences(repo.texts[doc])
+    for span in code_spans(prose):
+        for path in path_tokens(span.text, repo.top_folders):
+            if not path_exists(repo, path):
+                yield f"{doc}:{span.line}: `{path}`: no such tracked file or folder"
+
+
+# --- check 3: command lines and their flags ---------------------------------------------
+
+# How the docs start this repository's programs, and the key each is known by below.
+COMMAND = re.compile(
+    r"(?<![^\s(\[])(?:python3?\s+(?:-m\s+)?(?P<target>[\w./-]+)"
+    r"|(?P<script>gpu-eta-(?:forecaster|exporter|top)|\./demo\.sh)(?![\w.-]))"
+    r"(?P<args>(?:(?!\s+(?:[|;&>#]|\d>))[^`\n])*)"
+)
+SCRIPTS = {
+    "gpu-eta-forecaster": "gpu_eta.forecaster",
+    "gpu-eta-exporter": "gpu_eta.exporter",
+    "gpu-eta-top": "gpu_eta.top",
+    "./demo.sh": "gpu_eta.demo",  # demo.sh execs python -m gpu_eta.demo "$@"
+}
+FLAG = re.compile(r"^(--?[A-Za-z][\w.-]*)(?:=.*)?$")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A quoted command line: the program's key, its words after the program."""
+
+    line: int
+    program: str
+    words: tuple[str, ...]
+
+    @property
+    def flags(self) -> list[str]:
+        """The words that are options (``[--plot``, ``--x=1``, ``--y,`` as ``--plot``,
+        ``--x``, ``--y``)."""
+        cleaned = (w.strip("[](),.:|") for w in self.words)
+        return [m.group(1) for m in map(FLAG.match, cleaned) if m]
+
+
+def commands(prose: str, code: Sequence[Located]) -> list[Command]:
+    """The command lines of a document: in its inline code spans and in its fenced
+    blocks (a line ending in ``\\`` continued by the next)."""
+    pieces = list(code_spans(prose))
+    joined: list[Located] = []
+    for piece in code:
+        if joined and joined[-1].text.endswith("\\"):
+            joined[-1] = Located(joined[-1].line, joined[-1].text[:-1] + " " + piece.text)
+        else:
+            joined.append(piece)
+    found = []
+    for piece in pieces + joined:
+        for m in COMMAND.finditer(piece.text):
+            program = SCRIPTS.get(m["script"], m["target"])
+            found.append(Command(piece.line, program, tuple(m["args"].split())))
+    return found
+
+
+def accepted_flags(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string ``parser`` takes."""
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def subparsers(parser: argparse.ArgumentParser) -> Mapping[str, argparse.ArgumentParser]:
+    """``parser``'s subcommands by name (none when it has none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices
+    return {}
+
+
+def command_problems(
+    doc: str, found: Sequence[Command], parser_of: Callable[[str], argparse.ArgumentParser | None]
+) -> Iterator[str]:
+    """Each flag of a quoted command line that its program's parser does not take
+    (``parser_of``: the parser for a program key, a subcommand as ``program SUB``; None
+    for a program that is not this repository's, such as ``python -m pytest``)."""
+    for command in found:
+        program, words = command.program, list(command.words)
+        parser = parser_of(program)
+        if parser is None:
+            continue
+        if words and words[0] in subparsers(parser):
+            program = f"{program} {words.pop(0)}"
+            parser = parser_of(program) or parser
+        accepted = accepted_flags(parser)
+        for flag in Command(command.line, program, tuple(words)).flags:
+            if flag not in accepted:
+                yield f"{doc}:{command.line}: `{program}` takes no {flag}"
+
+
+class _Built(BaseException):
+    """Raised at a parser's first parse: carries the parser out of the program."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        super().__init__()
+        self.parser = parser
+
+
+def built_parser(entry: Callable[[list[str]], object]) -> argparse.ArgumentParser:
+    """The parser ``entry`` (a ``main(argv)``/``parse_args(argv)``) builds, taken when it
+    first parses: the program stops there, before doing anything with the arguments."""
+
+    def stop(self: argparse.ArgumentParser, *_: object, **__: object) -> NoReturn:
+        raise _Built(self)
+
+    with mock.patch.object(argparse.ArgumentParser, "parse_known_args", stop):
+        try:
+            entry([])
+        except _Built as built:
+            return built.parser
+    raise AssertionError(f"{entry.__module__}.{entry.__name__} parsed no arguments")
+
+
+def _bench_parser(name: str) -> argparse.ArgumentParser:
+    from tests.bench.bench_module import load_bench
+
+    return built_parser(load_bench(name).main)
+
+
+def _script_parser(path: str) -> argparse.ArgumentParser:
+    spec = importlib.util.spec_from_file_location(path.replace("/", "_")[:-3], ROOT / path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return built_parser(module.main)
+
+
+def module_parser(name: str) -> argparse.ArgumentParser:
+    """The parser of module ``name``: its ``build_parser()``, else the one its ``main``
+    builds."""
+    module = importlib.import_module(name)
+    if hasattr(module, "build_parser"):
+        return module.build_parser()
+    return built_parser(module.main)
+
+
+def _forecaster_sub(name: str) -> argparse.ArgumentParser:
+    """A forecaster subcommand's parser; ``evaluate``/``top`` hand their words to a
+    module of their own (``DELEGATED``), whose parser is the one that counts."""
+    main = importlib.import_module("gpu_eta.forecaster.main")
+    if name in main.DELEGATED:
+        return module_parser(main.DELEGATED[name][0])
+    return subparsers(main.build_parser())[name]
+
+
+PARSERS: Mapping[str, Callable[[], argparse.ArgumentParser]] = {
+    "gpu_eta.forecaster": lambda: importlib.import_module("gpu_eta.forecaster.main").build_parser(),
+    "evaluate": lambda: importlib.import_module("gpu_eta.forecaster.evaluate").build_parser(),
+    "gpu_eta.exporter": lambda: importlib.import_module("gpu_eta.exporter.main").build_parser(),
+    "gpu_eta.top": lambda: built_parser(importlib.import_module("gpu_eta.top.main").parse_args),
+    "gpu_eta.demo": lambda: built_parser(importlib.import_module("gpu_eta.demo.main").parse_args),
+    "gpu_eta.demo.realtrain": lambda: built_parser(
+        importlib.import_module("gpu_eta.demo.realtrain").parse_args
+    ),
+}
+
+
+@cache
+def repo_parser(program: str) -> argparse.ArgumentParser | None:
+    """The parser of one of this repository's programs by the key ``commands`` gives it
+    (``bench/x.py``, ``gpu_eta.forecaster serve`` ...), built once; None for another."""
+    if program.startswith("gpu_eta.forecaster "):
+        return _forecaster_sub(program.split(" ", 1)[1])
+    if program in PARSERS:
+        return PARSERS[program]()
+    if re.fullmatch(r"bench/\w+\.py", program) and program != "bench/flag_types.py":
+        return _bench_parser(program[len("bench/") : -len(".py")])
+    if program in {"rules/render.py", "grafana/build.py", "scripts/freeze_constraints.py"}:
+        return _script_parser(program)
+    return None
+
+
+def missing_program_problems(repo: Repo, doc: str, found: Sequence[Command]) -> Iterator[str]:
+    """``python folder/x.py`` for a repository folder and no tracked ``x.py`` there."""
+    for command in found:
+        program = command.program
+        in_a_folder = program.split("/", 1)[0] in repo.top_folders
+        if program.endswith(".py") and in_a_folder and program not in repo.paths:
+            yield f"{doc}:{command.line}: `python {command.program}`: no such program"
+
+
+# --- the checks over this repository ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def repo() -> Repo:
+    return git_repo()
+
+
+def _docs_commands(repo: Repo) -> Iterator[tuple[str, list[Command]]]:
+    for doc in sorted(repo.texts):
+        prose, code = split_fences(repo.texts[doc])
+        yield doc, commands(prose, code)
+
+
+def test_every_relative_link_and_anchor_resolves(repo: Repo) -> None:
+    problems = [p for doc in sorted(repo.texts) for p in link_problems(repo, doc)]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_backticked_repository_path_exists(repo: Repo) -> None:
+    problems = [p for doc in sorted(repo.texts) for p in path_problems(repo, doc)]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_quoted_command_names_a_program_of_the_repository(repo: Repo) -> None:
+    problems = [
+        p for doc, found in _docs_commands(repo) for p in missing_program_problems(repo, doc, found)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_flag_of_a_quoted_command_is_one_its_program_takes(repo: Repo) -> None:
+    problems = [
+        p for doc, found in _docs_commands(repo) for p in command_problems(doc, found, repo_parser)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_checks_read_commands_in_the_docs(repo: Repo) -> None:
+    """The flag check is not vacuous: it sees the commands the docs quote."""
+    found = {c.program for _, cs in _docs_commands(repo) for c in cs}
+    assert {"gpu_eta.forecaster", "gpu_eta.top", "bench/forecast_accuracy.py"} <= found
+
+
+# --- each check fails on a broken document ----------------------------------------------
+
+TOY = Repo(
+    paths=frozenset(
+        {
+            "README.md",
+            "docs/a.md",
+            "docs/b.md",
+            "bench/quiet_past.py",
+            "tests/fixtures/runs/periodic_s41.csv",
+        }
+    ),
+    texts={
+        "README.md": "",
+        "docs/b.md": "# Top\n\n## The run's own rate (`estimators/rate.py`)\n\n## Top\n",
+    },
+)
+
+
+def _toy(doc_text: str) -> Repo:
+    return Repo(TOY.paths, {**TOY.texts, "docs/a.md": doc_text})
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("[b](b.md)", []),
+        ("[b](b.md#the-runs-own-rate-estimatorsratepy) [again](b.md#top-1)", []),
+        ("[up](../README.md) [self](#) [web](https://example.com/x.md)", []),
+        ("[dir](../bench/)", []),
+        ("`[not a link](nowhere.md)`", []),
+        ("```\n[not a link](nowhere.md)\n```", []),
+        ("see [c](c.md).", ["docs/a.md:1: link to c.md: no tracked docs/c.md"]),
+        (
+            "\n[b](b.md#nowhere)",
+            ["docs/a.md:2: link to b.md#nowhere: docs/b.md has no heading #nowhere"],
+        ),
+        ("[b](b.md#top-2)", ["docs/a.md:1: link to b.md#top-2: docs/b.md has no heading #top-2"]),
+        ("[up](../../x.md)", ["docs/a.md:1: link to ../../x.md: no tracked ../x.md"]),
+    ],
+)
+def test_a_broken_link_or_anchor_is_reported(text: str, want: list[str]) -> None:
+    assert list(link_problems(_toy(text), "docs/a.md")) == want
+
+
+@pytest.mark.parametrize(
+    ("heading", "want"),
+    [
+        ("Measured accuracy", "measured-accuracy"),
+        ("The run's own rate (`estimators/rate.py`)", "the-runs-own-rate-estimatorsratepy"),
+        ("Never in the past; stalls", "never-in-the-past-stalls"),
+        ("Tried and dropped (one line each)", "tried-and-dropped-one-line-each"),
+        ("`gpu_eta_report` and [links](x.md)", "gpu_eta_report-and-links"),
+        ("P10–P90 × 2", "p10p90--2"),
+    ],
+)
+def test_slugs_follow_githubs_rules(heading: str, want: str) -> None:
+    assert slug(heading) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("`bench/quiet_past.py` and `python bench/quiet_past.py --x`", []),
+        ("`tests/fixtures/runs/` `tests/fixtures/runs/periodic_*` `bench/<name>.py`", []),
+        ("`bench/{quiet_past,quiet_past}.py` `docs/a.md#x` `bench/quiet_past.py:12`", []),
+        ("`/var/log/pods/x` `gpu_eta/top` `unknown/x.py`", []),
+        ("```\nbench/nowhere.py\n```", []),
+        (
+            "`bench/loud_past.py`",
+            ["docs/a.md:1: `bench/loud_past.py`: no such tracked file or folder"],
+        ),
+        (
+            "the\n`--runs=tests/fixtures/runs/periodic_*.csv.gz`",
+            [
+                "docs/a.md:2: `tests/fixtures/runs/periodic_*.csv.gz`: no such tracked file or folder"
+            ],
+        ),
+        (
+            "`bench/{quiet,loud}_past.py`",
+            ["docs/a.md:1: `bench/{quiet,loud}_past.py`: no such tracked file or folder"],
+        ),
+    ],
+)
+def test_a_backticked_path_to_nothing_is_reported(text: str, want: list[str]) -> None:
+    assert list(path_problems(_toy(text), "docs/a.md")) == want
+
+
+def _toy_parser(program: str) -> argparse.ArgumentParser | None:
+    if program not in {"bench/quiet_past.py", "gpu_eta.forecaster", "gpu_eta.forecaster once"}:
+        return None
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds")
+    if program == "gpu_eta.forecaster":
+        parser.add_subparsers().add_parser("once")
+    if program.endswith("once"):
+        parser.add_argument("--pushgateway.url")
+    return parser
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("`python bench/quiet_past.py --seeds 0-4 [--help]`", []),
+        ("```sh\npython bench/quiet_past.py \\\n  --seeds=1   # a --comment\n```", []),
+        ("`gpu-eta-forecaster once --pushgateway.url URL | python -m pytest -x`", []),
+        ("`python bench/quiet_past.py --seeds A|- 2>&1 --no > x --no`", []),
+        (
+            "`python bench/quiet_past.py FILE|- [--seed N]`",
+            ["docs/a.md:1: `bench/quiet_past.py` takes no --seed"],
+        ),
+        (
+            "`python bench/quiet_past.py --seed 1`",
+            ["docs/a.md:1: `bench/quiet_past.py` takes no --seed"],
+        ),
+        (
+            "```\npython bench/quiet_past.py \\\n  --seeds 1 \\\n  [--limit N]\n```",
+            ["docs/a.md:2: `bench/quiet_past.py` takes no --limit"],
+        ),
+        (
+            "`python -m gpu_eta.forecaster once --pushgateway.job x`",
+            ["docs/a.md:1: `gpu_eta.forecaster once` takes no --pushgateway.job"],
+        ),
+        (
+            "\n`gpu-eta-forecaster --pushgateway.url U`",
+            ["docs/a.md:2: `gpu_eta.forecaster` takes no --pushgateway.url"],
+        ),
+    ],
+)
+def test_a_flag_the_program_does_not_take_is_reported(text: str, want: list[str]) -> None:
+    prose, code = split_fences(text)
+    assert list(command_problems("docs/a.md", commands(prose, code), _toy_parser)) == want
+
+
+def test_a_command_of_a_missing_program_is_reported() -> None:
+    prose, code = split_fences("`python bench/loud_past.py` `python -m pytest tests/x`")
+    found = commands(prose, code)
+    assert list(missing_program_problems(TOY, "docs/a.md", found)) == [
+        "docs/a.md:1: `python bench/loud_past.py`: no such program"
+    ]
+
+
+def test_a_built_parser_is_taken_before_the_program_runs() -> None:
+    ran = []
+
+    def main(argv: list[str]) -> int:
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--only")
+        parser.parse_args(argv)
+        ran.append(True)
+        return 0
+
+    assert accepted_flags(built_parser(main)) == {"-h", "--help", "--only"}
+    assert not ran
