@@ -2,20 +2,23 @@
 
 A newcomer follows README.md and docs/*.md literally: a link that leads nowhere, a path
 that was renamed or a flag the program no longer takes costs them more than a missing
-sentence would. Three checks over every tracked ``*.md`` file (``git ls-files``):
+sentence would. The checks, over every tracked ``*.md`` file (``git ls-files``):
 
 1. each relative link ``[..](path)``/``[..](path#anchor)`` names a tracked file or
-   folder, and each anchor a heading of that file (GitHub's slugs);
+   folder, and each anchor a heading of that file (GitHub's slugs); each section named
+   in words (``docs/deploy.md, section 5``, ``forecaster.md, "Range queries"``,
+   ``see "Partial answers"``) a heading, bold lead-in or paragraph of its file;
 2. each backticked token that starts with a top-level folder of the repository and has a
-   ``/`` names a tracked file or folder (a glob or a ``<placeholder>`` must match one);
+   ``/`` names a tracked file or folder (a glob or a ``<placeholder>`` must match one),
+   and so does a file name written in plain text (``(docs/scenario.md)``);
 3. each quoted command line of a program of this repository (``python bench/X.py``,
-   ``python -m gpu_eta.forecaster SUB``, ``gpu-eta-top``, ``./demo.sh`` ...) names only
-   flags that program's argparse parser takes.
+   ``python -m gpu_eta.forecaster SUB``, ``gpu-eta-top``, ``./demo.sh`` ...) names a
+   program that exists and only flags its argparse parser takes.
 
-Reading and matching are pure functions of text, tested on small broken documents below;
-only the parsers come from the code: its ``build_parser()`` where it has one, else the
-parser its ``main``/``parse_args`` builds, captured at its first parse so nothing after
-that runs (no ``--help`` subprocesses: the whole file takes ~1 s, mostly imports).
+Reading and matching are pure functions of text, each shown failing on small broken
+documents below; only the parsers come from the code: its ``build_parser()`` where it
+has one, else the parser its ``main``/``parse_args`` builds, captured at its first parse
+so nothing after that runs (no ``--help`` subprocesses: ~2 s of CPU, mostly imports).
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ def code_spans(prose: str) -> list[Located]:
     ]
 
 
+@cache
 def _blank_code(prose: str) -> str:
     """``prose`` with each inline code span replaced by spaces: a ``[x](y)`` quoted as
     code is not a link."""
@@ -195,6 +199,94 @@ def link_problems(repo: Repo, doc: str) -> Iterator[str]:
             yield f"{doc}:{link.line}: link to {link.text}: {target} has no heading #{anchor}"
 
 
+# --- check 1b: sections named in words ------------------------------------------------
+
+# ``docs/deploy.md, section 5``, ``deploy.md), section 5, "Egress"``,
+# ``forecaster.md, "Range queries"``: a section of another file.
+NAMED_THERE = re.compile(
+    r"(?P<file>[\w./-]+\.md)\)?,?\s+(?:section\s+(?P<number>\d+[a-z]?)\b(?:'s)?"
+    r"(?:,\s+\"(?P<sub>[^\"]{2,80})\")?|\"(?P<name>[^\"]{2,80})\")"
+)
+# ``section 2d``, ``section 5, "Priority"``: a numbered section of the same file.
+SECTION_HERE = re.compile(
+    r"\bsection\s+(?P<number>\d+[a-z]?)\b(?:'s)?(?:,\s+\"(?P<sub>[^\"]{2,80})\")?"
+)
+# ``see "Partial answers"``, ``"Range queries" below``: a section of the same file.
+NAMED_HERE = re.compile(
+    r"(?:\bsee|\bsection)\s+\"(?P<see>[^\"]{2,80})\""
+    r"|\"(?P<near>[^\"]{2,80})\"(?:\s+section)?\s+(?:below|above)\b"
+)
+
+
+def _words(text: str) -> str:
+    return " ".join(re.sub(r"[`*]", "", text).split()).lower()
+
+
+@cache
+def _places(text: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """``text``'s headings, its paragraphs and list items, and the whole of it, each in
+    ``_words`` form."""
+    prose, _ = split_fences(text)
+    headings = tuple(_words(heading) for heading in HEADING.findall(prose))
+    parts = tuple(_words(part) for part in re.split(r"\n\s*\n|\n\s*[-*] ", prose))
+    return headings, parts, " ".join(prose.lower().split())
+
+
+def names_a_place(text: str, name: str) -> bool:
+    """``name`` is a place a reader finds in ``text``: in a heading, a bold lead-in
+    (``**Range queries.**``, ``- **Predict cost**``) or a paragraph's or list item's
+    first words."""
+    headings, parts, whole = _places(text)
+    wanted = _words(name)
+    return (
+        any(wanted in heading for heading in headings)
+        or any(part.startswith(wanted) for part in parts)
+        or f"**{wanted}" in whole
+    )
+
+
+def has_section_number(text: str, number: str) -> bool:
+    """A heading numbered ``number`` (``## 5. Decisions ...``, ``## 2a. ...``)."""
+    prose, _ = split_fences(text)
+    return any(re.match(re.escape(number) + r"[.\s]", h) for h in HEADING.findall(prose))
+
+
+def _place_problem(text: str, number: str | None, name: str | None) -> str | None:
+    """What ``text`` lacks of a section reference: its number, or the named place."""
+    if number and not has_section_number(text, number):
+        return f"no section {number}"
+    if name and not names_a_place(text, name):
+        return f'no section "{" ".join(name.split())}"'
+    return None
+
+
+def section_problems(repo: Repo, doc: str) -> Iterator[str]:
+    """Each section ``doc`` names in words (another file's or its own) that the file
+    has no heading, bold lead-in or paragraph for; a bare ``section 5`` is the doc's
+    own, so a doc without numbered sections cannot use one."""
+    prose, _ = split_fences(repo.texts[doc])
+    plain = _blank_code(prose)
+    line_at = _line_finder(plain)
+    there = list(NAMED_THERE.finditer(plain))
+    for m in there:
+        here = posixpath.normpath(posixpath.join(posixpath.dirname(doc), m["file"]))
+        target = next((t for t in (here, m["file"]) if t in repo.texts), None)
+        where = f"{doc}:{line_at(m.start())}: {m['file']}"
+        if target is None:
+            yield f"{where}: no tracked file of that name"
+        elif problem := _place_problem(repo.texts[target], m["number"], m["sub"] or m["name"]):
+            yield f"{where}: {problem}"
+    taken = [range(m.start(), m.end()) for m in there]
+    for m in SECTION_HERE.finditer(plain):
+        if any(m.start() in span for span in taken):
+            continue
+        if problem := _place_problem(repo.texts[doc], m["number"], m["sub"]):
+            yield f"{doc}:{line_at(m.start())}: {problem} here"
+    for m in NAMED_HERE.finditer(plain):
+        if problem := _place_problem(repo.texts[doc], None, m["see"] or m["near"]):
+            yield f"{doc}:{line_at(m.start())}: {problem} here"
+
+
 # --- check 2: backticked paths ----------------------------------------------------------
 
 PLACEHOLDER = re.compile(r"<[^<>/]+>|\bN\b(?=\.)")
@@ -204,15 +296,29 @@ BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
 def path_tokens(span: str, top_folders: frozenset[str]) -> list[str]:
     """The tokens of a code span that look like repository paths: ``folder/...`` with
     ``folder`` a top-level folder; a ``--flag=`` prefix, quotes, brackets, trailing
-    punctuation, a ``:line`` or ``::test`` suffix taken off."""
+    punctuation, a ``:line``, ``::test`` or ``#anchor`` suffix taken off."""
     found = []
     for raw in span.split():
-        token = raw.split("=", 1)[-1].strip("\"'()[],;")
+        token = raw.split("=", 1)[-1].lstrip("\"'([").rstrip("\"'()[],;.:")
         token = re.sub(r"(::\S*|:\d+(-\d+)?|#\S*)$", "", token).rstrip(".:")
         head = token.split("/", 1)[0]
         if "/" in token and head in top_folders:
             found.append(token)
     return found
+
+
+def prose_paths(prose: str, top_folders: frozenset[str]) -> list[Located]:
+    """The repository file names written in plain text, outside code and link targets
+    (``(docs/scenario.md)``): a path token ending in a file extension, so that words
+    such as ``forecaster/exporter`` are not read as paths."""
+    plain = LINK.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), _blank_code(prose))
+    line_at = _line_finder(plain)
+    return [
+        Located(line_at(m.start()), token)
+        for m in re.finditer(r"[^\s/]*/\S*", plain)
+        for token in path_tokens(m.group(0), top_folders)
+        if re.search(r"\.[A-Za-z]\w*$", token)
+    ]
 
 
 def expansions(path: str) -> list[str]:
@@ -245,6 +351,9 @@ def path_problems(repo: Repo, doc: str) -> Iterator[str]:
         for path in path_tokens(span.text, repo.top_folders):
             if not path_exists(repo, path):
                 yield f"{doc}:{span.line}: `{path}`: no such tracked file or folder"
+    for path in prose_paths(prose, repo.top_folders):
+        if not path_exists(repo, path.text):
+            yield f"{doc}:{path.line}: {path.text}: no such tracked file or folder"
 
 
 # --- check 3: command lines and their flags ---------------------------------------------
@@ -441,6 +550,11 @@ def test_every_relative_link_and_anchor_resolves(repo: Repo) -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_every_section_named_in_words_exists(repo: Repo) -> None:
+    problems = [p for doc in sorted(repo.texts) for p in section_problems(repo, doc)]
+    assert not problems, "\n".join(problems)
+
+
 def test_every_backticked_repository_path_exists(repo: Repo) -> None:
     problems = [p for doc in sorted(repo.texts) for p in path_problems(repo, doc)]
     assert not problems, "\n".join(problems)
@@ -474,6 +588,7 @@ TOY = Repo(
             "README.md",
             "docs/a.md",
             "docs/b.md",
+            "docs/c.md",
             "bench/quiet_past.py",
             "tests/fixtures/runs/periodic_s41.csv",
         }
@@ -481,6 +596,7 @@ TOY = Repo(
     texts={
         "README.md": "",
         "docs/b.md": "# Top\n\n## The run's own rate (`estimators/rate.py`)\n\n## Top\n",
+        "docs/c.md": "## 5. Decisions\n\n- **Priority: ahead.** x\n\nAnswers are bounded\n(y)\n",
     },
 )
 
@@ -498,7 +614,7 @@ def _toy(doc_text: str) -> Repo:
         ("[dir](../bench/)", []),
         ("`[not a link](nowhere.md)`", []),
         ("```\n[not a link](nowhere.md)\n```", []),
-        ("see [c](c.md).", ["docs/a.md:1: link to c.md: no tracked docs/c.md"]),
+        ("see [d](d.md).", ["docs/a.md:1: link to d.md: no tracked docs/d.md"]),
         (
             "\n[b](b.md#nowhere)",
             ["docs/a.md:2: link to b.md#nowhere: docs/b.md has no heading #nowhere"],
@@ -509,6 +625,25 @@ def _toy(doc_text: str) -> Repo:
 )
 def test_a_broken_link_or_anchor_is_reported(text: str, want: list[str]) -> None:
     assert list(link_problems(_toy(text), "docs/a.md")) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ('(docs/c.md, section 5) ([c.md](c.md), section 5\'s, "Priority")', []),
+        ('c.md, "Answers are\nbounded" and c.md, "decisions"', []),
+        ('# Top\n\nsee "Top"; "Top" above; `section 9`; `see "X"`', []),
+        ("(docs/c.md, section 4)", ["docs/a.md:1: docs/c.md: no section 4"]),
+        ('([c.md](c.md), section 5, "Egress")', ['docs/a.md:1: c.md: no section "Egress"']),
+        ('b.md, "Bottom"', ['docs/a.md:1: b.md: no section "Bottom"']),
+        ('d.md, "Top"', ["docs/a.md:1: d.md: no tracked file of that name"]),
+        ('\nan event: section 5, "Priority"', ["docs/a.md:2: no section 5 here"]),
+        ('# Top\n\nsee "Bottom"', ['docs/a.md:3: no section "Bottom" here']),
+        ('"Bottom" below', ['docs/a.md:1: no section "Bottom" here']),
+    ],
+)
+def test_a_section_named_in_words_that_is_not_there_is_reported(text: str, want: list[str]) -> None:
+    assert list(section_problems(_toy(text), "docs/a.md")) == want
 
 
 @pytest.mark.parametrize(
