@@ -531,6 +531,37 @@ def missing_program_problems(repo: Repo, doc: str, found: Sequence[Command]) -> 
             yield f"{doc}:{command.line}: `python {command.program}`: no such program"
 
 
+# --- check 3b: dotted flags named in the text ------------------------------------------
+
+# The services' flags are dotted (``--prometheus.url``, ``--history.vanish-grace``), as are
+# Prometheus'; a dotted flag the docs name in passing is one of these programs', or of
+# one of the Prometheus tools below, each named where the docs use it.
+SERVICES = (
+    "gpu_eta.exporter",
+    "gpu_eta.forecaster serve",
+    "gpu_eta.forecaster once",
+    "gpu_eta.forecaster evaluate",
+    "gpu_eta.top",
+    "gpu_eta.demo",
+)
+OTHER_TOOLS_FLAGS: Mapping[str, str] = {
+    "--query.timeout": "Prometheus' own query timeout (docs/forecaster.md, 503 handling)",
+    "--web.config.file": "Prometheus'/Pushgateway's TLS and auth file (docs/deploy.md)",
+    "--rules.alert.resend-delay": "Prometheus' alert resend delay, as the demo starts it",
+    "--alertmanager.url": "amtool's, to list the demo's alerts (docs/demo.md)",
+}
+DOTTED_FLAG = re.compile(r"(?<![\w.-])--[a-z][\w-]*\.[\w.-]*[a-z]")
+
+
+def dotted_flag_problems(doc: str, prose: str, known: frozenset[str]) -> Iterator[str]:
+    """Each dotted ``--flag`` of ``doc``'s inline code that no program in ``known`` (the
+    services' flags) takes and that is no other tool's of ``OTHER_TOOLS_FLAGS``."""
+    for span in code_spans(prose):
+        for flag in DOTTED_FLAG.findall(span.text):
+            if flag not in known and flag not in OTHER_TOOLS_FLAGS:
+                yield f"{doc}:{span.line}: no program here takes {flag}"
+
+
 # --- the checks over this repository ----------------------------------------------------
 
 
@@ -572,6 +603,22 @@ def test_every_flag_of_a_quoted_command_is_one_its_program_takes(repo: Repo) -> 
         p for doc, found in _docs_commands(repo) for p in command_problems(doc, found, repo_parser)
     ]
     assert not problems, "\n".join(problems)
+
+
+def test_every_dotted_flag_named_is_a_programs_own(repo: Repo) -> None:
+    known = frozenset().union(*(accepted_flags(repo_parser(p)) for p in SERVICES))
+    problems = [
+        p
+        for doc in sorted(repo.texts)
+        for p in dotted_flag_problems(doc, split_fences(repo.texts[doc])[0], known)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_other_tools_flag_allowed_is_still_named(repo: Repo) -> None:
+    """The allow-list holds no entry the docs no longer need."""
+    named = {f for text in repo.texts.values() for f in DOTTED_FLAG.findall(text)}
+    assert set(OTHER_TOOLS_FLAGS) <= named
 
 
 def test_the_checks_read_commands_in_the_docs(repo: Repo) -> None:
@@ -733,6 +780,20 @@ def _toy_parser(program: str) -> argparse.ArgumentParser | None:
 def test_a_flag_the_program_does_not_take_is_reported(text: str, want: list[str]) -> None:
     prose, code = split_fences(text)
     assert list(command_problems("docs/a.md", commands(prose, code), _toy_parser)) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("`--prometheus.url`, `gpu-eta-top --prometheus.url=U` and `--query.timeout`", []),
+        ("`--seeds` `--no-calibration` `x.--y.z` `--a-b`", []),
+        ("the\n`--prometheus.uri URL`", ["docs/a.md:2: no program here takes --prometheus.uri"]),
+    ],
+)
+def test_a_dotted_flag_no_program_takes_is_reported(text: str, want: list[str]) -> None:
+    prose, _ = split_fences(text)
+    found = dotted_flag_problems("docs/a.md", prose, frozenset({"--prometheus.url"}))
+    assert list(found) == want
 
 
 def test_a_command_of_a_missing_program_is_reported() -> None:
