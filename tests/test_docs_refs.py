@@ -43,9 +43,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Backticked paths that name no tracked file on purpose, each with why.
-NOT_IN_REPO: Mapping[str, str] = {}
-
 # --- reading Markdown -------------------------------------------------------------------
 
 FENCE = re.compile(r"^\s*(```|~~~)")
@@ -336,7 +333,7 @@ def expansions(path: str) -> list[str]:
 
 def path_exists(repo: Repo, path: str) -> bool:
     """A tracked file or folder, or a match of each of the path's glob forms."""
-    if repo.has(path) or path in NOT_IN_REPO:
+    if repo.has(path):
         return True
     return all(
         repo.has(glob) if not any(c in glob for c in "*?[") else repo.matches(glob)
@@ -478,12 +475,12 @@ def _script_parser(path: str) -> argparse.ArgumentParser:
 
 
 def module_parser(name: str) -> argparse.ArgumentParser:
-    """The parser of module ``name``: its ``build_parser()``, else the one its ``main``
-    builds."""
+    """The parser of module ``name``: its ``build_parser()``, else the one its
+    ``parse_args(argv)``, else its ``main(argv)``, builds."""
     module = importlib.import_module(name)
     if hasattr(module, "build_parser"):
         return module.build_parser()
-    return built_parser(module.main)
+    return built_parser(getattr(module, "parse_args", None) or module.main)
 
 
 def _forecaster_sub(name: str) -> argparse.ArgumentParser:
@@ -495,15 +492,14 @@ def _forecaster_sub(name: str) -> argparse.ArgumentParser:
     return subparsers(main.build_parser())[name]
 
 
-PARSERS: Mapping[str, Callable[[], argparse.ArgumentParser]] = {
-    "gpu_eta.forecaster": lambda: importlib.import_module("gpu_eta.forecaster.main").build_parser(),
-    "evaluate": lambda: importlib.import_module("gpu_eta.forecaster.evaluate").build_parser(),
-    "gpu_eta.exporter": lambda: importlib.import_module("gpu_eta.exporter.main").build_parser(),
-    "gpu_eta.top": lambda: built_parser(importlib.import_module("gpu_eta.top.main").parse_args),
-    "gpu_eta.demo": lambda: built_parser(importlib.import_module("gpu_eta.demo.main").parse_args),
-    "gpu_eta.demo.realtrain": lambda: built_parser(
-        importlib.import_module("gpu_eta.demo.realtrain").parse_args
-    ),
+# The ``python -m`` programs (and their scripts, ``SCRIPTS``) by the module holding
+# their parser.
+MODULES = {
+    "gpu_eta.forecaster": "gpu_eta.forecaster.main",
+    "gpu_eta.exporter": "gpu_eta.exporter.main",
+    "gpu_eta.top": "gpu_eta.top.main",
+    "gpu_eta.demo": "gpu_eta.demo.main",
+    "gpu_eta.demo.realtrain": "gpu_eta.demo.realtrain",
 }
 
 
@@ -513,9 +509,9 @@ def repo_parser(program: str) -> argparse.ArgumentParser | None:
     (``bench/x.py``, ``gpu_eta.forecaster serve`` ...), built once; None for another."""
     if program.startswith("gpu_eta.forecaster "):
         return _forecaster_sub(program.split(" ", 1)[1])
-    if program in PARSERS:
-        return PARSERS[program]()
-    if re.fullmatch(r"bench/\w+\.py", program) and program != "bench/flag_types.py":
+    if program in MODULES:
+        return module_parser(MODULES[program])
+    if re.fullmatch(r"bench/\w+\.py", program):
         return _bench_parser(program[len("bench/") : -len(".py")])
     if program in {"rules/render.py", "grafana/build.py", "scripts/freeze_constraints.py"}:
         return _script_parser(program)
