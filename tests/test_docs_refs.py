@@ -18,7 +18,8 @@ sentence would. The checks, over every tracked ``*.md`` file (``git ls-files``):
 Reading and matching are pure functions of text, each shown failing on small broken
 documents below; only the parsers come from the code: its ``build_parser()`` where it
 has one, else the parser its ``main``/``parse_args`` builds, captured at its first parse
-so nothing after that runs (no ``--help`` subprocesses: ~2 s of CPU, mostly imports).
+so nothing after that runs (no ``--help`` subprocesses). CPU, on this 2-core machine:
+~1.3 s for the text checks, ~2 s more for the parsers (mostly the benches' imports).
 """
 
 from __future__ import annotations
