@@ -22,7 +22,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -286,8 +286,9 @@ class DriverStats:
 
     reports_sent: int = 0
     reports_failed: int = 0
-    # reports whose pod had ended before the driver could send them: the driver fell
-    # behind (the demo's first seconds, before its exporters listen; a stalled machine)
+    # reports whose pod had ended before the driver could send them, or before the
+    # exporter's refusal came back: the driver fell behind (the demo's first seconds,
+    # before its exporters listen; a loaded machine)
     reports_skipped: int = 0
     log_lines: int = 0
     epochs: int = 0
@@ -323,7 +324,10 @@ class Driver:
         logs: LogWriter,
         lookahead_seconds: float = 5.0,
         seed: int = 0,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
+        """``monotonic`` measures how long a tick has run (``_clock``): a test gives
+        its own to make a slow machine deterministic."""
         self.sim = sim
         self.anchor = anchor
         self.scenario_paths = dict(scenario_paths)
@@ -340,6 +344,9 @@ class Driver:
         # pod's reports reach the exporter in order (``tick``).
         self._retry: list[tuple[float, Event, int, float]] = []
         self.lock = threading.RLock()
+        self._monotonic = monotonic
+        # the running tick's ``now`` and the monotonic clock's reading then (``_clock``)
+        self._tick_start = (anchor, monotonic())
 
     def write_scenarios(self, rel_now: float) -> None:
         """Rewrite each node's scenario if its pods changed."""
@@ -384,6 +391,7 @@ class Driver:
         """Advance the simulation to now + lookahead, update files, fire due events."""
         with self.lock:
             now = time.time() if now is None else now
+            self._tick_start = (now, self._monotonic())
             rel = now - self.anchor
             self._due.extend(self.sim.advance(rel + self.lookahead_seconds))
             self.write_scenarios(rel)
@@ -411,6 +419,15 @@ class Driver:
                     waiting[pod] = self._retry[-1][2]
             self.sim.forget_before(rel - 120)
 
+    def _clock(self) -> float:
+        """The time now, on the running tick's clock: its ``now`` plus how long the tick
+        has run. Why not the tick's ``now``: on a loaded machine writing the scenarios
+        and POSTing the reports before this one take seconds (4.1 s seen: seed 22's
+        stack beside two others and 5 busy processes on 2 cores), and a pod judged
+        alive at the tick's start may have ended by the time its report goes out."""
+        now, started = self._tick_start
+        return now + (self._monotonic() - started)
+
     def _count(self, event: Event) -> None:
         """Count ``event`` in the stats, once, when it comes due."""
         pod = event.pod
@@ -435,31 +452,56 @@ class Driver:
             self.logs.write(pod, lines, self.anchor + event.t)
             self.stats.log_lines += len(lines)
             return
-        if not pod.alive_at(now - self.anchor):
-            # a real pod reports while it runs, and the exporter refuses a report from a
-            # pod that is gone: none is sent once the pod has ended
-            if refused:
-                self._failed(
-                    event, f"refused (HTTP {refused}) while the pod ran, and the pod is gone"
-                )
-            else:  # nothing reached the exporter in time (demo start, a stalled driver)
-                self.stats.reports_skipped += 1
-                log.info(
-                    "%s not sent: the pod ended %.1fs before the driver could send it",
-                    _described(event),
-                    now - self.anchor - (pod.end or 0.0),
-                )
+        self._post(event, first_try, now, refused)
+
+    def _post(self, event: Event, first_try: float, now: float, refused: int) -> None:
+        """POST ``event``'s report, or retry it, fail it, or skip it.
+
+        A real pod sends its report while it runs, when it is due; the exporter refuses
+        one from a pod that is gone when it looks. So the pod is judged alive when the
+        report goes out and when its answer comes (``_clock``), not at the tick's
+        ``now``: a report the driver comes to after the pod ended is not sent, and one
+        refused with the answer after the pod ended may have been refused because it
+        had (the exporter looks somewhere between): both are the driver's lateness
+        (``reports_skipped``). A refusal answered while the pod still ran is the
+        exporter refusing a live pod: retried, and a failure if it lasts.
+        """
+        pod = event.pod
+        sent_at = self._clock()
+        if not pod.alive_at(sent_at - self.anchor):
+            ended = sent_at - self.anchor - (pod.end or 0.0)
+            self._gone(event, refused, f"not sent: the pod ended {ended:.1f}s before")
             return
         status = self.sender.post(pod, report_body(pod, event, self.anchor))
         # a 429 or 503 says when to try again: not before (nor, past the retries, at all)
         wait = (self.sender.retry_after or 0.0) if status in (429, 503) else 0.0
         if status == 200 or status == 202 or status == 204:
             self.stats.reports_sent += 1
-        elif status in (0, 403, 429, 503) and now + wait - first_try < RETRY_SECONDS:
+        elif status not in (0, 403, 429, 503):
+            self._failed(event, f"refused: HTTP {status}")
+        elif not pod.alive_at(self._clock() - self.anchor):
+            late = sent_at - self.anchor - event.t
+            self._gone(
+                event,
+                refused,
+                f"sent {late:.1f}s after it was due, answered (HTTP {status}) once the pod ended",
+            )
+        elif now + wait - first_try < RETRY_SECONDS:
             # the exporter has not seen the pod yet (or is not listening yet): retry
             self._retry.append((first_try, event, status or refused, now + wait))
         else:
             self._failed(event, f"refused: HTTP {status}")
+
+    def _gone(self, event: Event, refused: int, what: str) -> None:
+        """Account for a report whose pod ended before the driver got it to the
+        exporter (``what`` says how far it got): a failure when an earlier try was
+        refused while the pod ran (``refused``), else skipped: the driver fell behind
+        (the demo's first seconds, before its exporters listen; a loaded machine)."""
+        if refused:
+            self._failed(event, f"refused (HTTP {refused}) while the pod ran, and the pod is gone")
+            return
+        self.stats.reports_skipped += 1
+        log.info("%s %s: the driver fell behind", _described(event), what)
 
     def _failed(self, event: Event, why: str) -> None:
         """Count and name a report the exporter would not take."""

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,12 +169,14 @@ def test_sender_posts_from_the_pods_own_address() -> None:
         assert sender.counts == {"200": 1, "0": 1}
 
 
-def _driver_on(port: int, tmp_path: Path) -> tuple[ClusterSim, Driver]:
-    """A one-node simulation and its driver, posting to ``port``."""
+def _driver_on(port: int, tmp_path: Path, **kwargs: Any) -> tuple[ClusterSim, Driver]:
+    """A one-node simulation and its driver (``Driver`` options ``kwargs``), posting to
+    ``port``."""
     config = ClusterConfig(seed=0, nodes=1, log_share=0.0, notebooks_at_start=0)
     sim = ClusterSim(config)
     paths = {0: tmp_path / "node.yaml"}
-    return sim, Driver(sim, ANCHOR, paths, ProgressSender({0: port}), LogWriter(tmp_path / "logs"))
+    sender = ProgressSender({0: port})
+    return sim, Driver(sim, ANCHOR, paths, sender, LogWriter(tmp_path / "logs"), **kwargs)
 
 
 def test_driver_retries_a_report_the_exporter_refused_until_it_knows_the_pod(
@@ -311,3 +314,64 @@ def test_a_report_refused_while_the_pod_lived_fails_once_the_pod_is_gone(
         assert driver.stats.reports_sent == 0
         assert driver.stats.reports_skipped == 0
         assert "refused (HTTP 403) while the pod ran, and the pod is gone" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("last_tick", "what"),
+    [(130.2, "answered after its pod ended"), (130.0, "sent after its pod ended")],
+)
+def test_a_report_the_driver_comes_to_too_late_for_its_pod_is_skipped_not_failed(
+    tmp_path: Path, last_tick: float, what: str
+) -> None:
+    """A loaded machine (CI's, 5 test workers on 2 cores): the driver stalls, then its
+    tick's POSTs take seconds each, so a report due while its pod lived is sent, or
+    answered, only after the pod ended. The exporter rightly refuses a pod that is gone
+    when it looks; a real pod sends its report while it runs (here 5 s before it ends),
+    so that is the driver's lateness (skipped), not a live pod refused (failed).
+
+    Time is a number the test moves (the driver's ``monotonic`` too). Seed 0's
+    bert-finetune-ll8sd reports its last epoch at 130.36 s and ends at 135.36 s. The
+    driver ticks each second to ``last_tick``, stalls to 134.5 s, and in that tick
+    each POST takes 1.5 s, the stand-in exporter deciding at its end. After a tick at
+    130.2 s the pod's report is the stalled tick's first (sent at 134.5 s, answered at
+    136.0 s); after one at 130.0 s unet-seg-dzmpw's (due at 130.12 s) goes first, and
+    the pod's would go out at 136.0 s."""
+    wall = [ANCHOR]
+    latency = [0.0]
+    posts: list[tuple[str, float, float]] = []  # (address, sent, answered)
+
+    def alive(ip: str, t: float) -> bool:
+        return any(p.ip == ip and p.alive_at(t - ANCHOR) for p in sim.pods)
+
+    def respond(client_ip: str, body: bytes) -> int:
+        sent = wall[0]
+        wall[0] += latency[0]
+        posts.append((client_ip, sent, wall[0]))
+        return 200 if alive(client_ip, wall[0]) else 403
+
+    def tick(t: float) -> None:
+        wall[0] = max(wall[0], ANCHOR + t)
+        driver.tick(wall[0])
+
+    with _progress_endpoint(respond) as port:
+        sim, driver = _driver_on(port, tmp_path, monotonic=lambda: wall[0])
+        for t in [*range(1, 131), last_tick]:
+            tick(t)
+        (pod,) = [p for p in sim.pods if p.name == "bert-finetune-ll8sd"]
+        assert pod.end is not None and last_tick < pod.epoch_ends[-1] < pod.end - 1 < 134.5
+        latency[0] = 1.5
+        tick(134.5)
+        latency[0] = 0.0
+        for t in range(135, 160):
+            tick(t)
+    late = [
+        (sent, answered) for ip, sent, answered in posts if ip == pod.ip and sent > ANCHOR + 134
+    ]
+    if what == "answered after its pod ended":
+        assert late == [(ANCHOR + 134.5, ANCHOR + 136.0)]
+    else:  # never sent: the pod had ended when the driver came to it
+        assert late == []
+        (first,) = [ip for ip, sent, _a in posts if sent == ANCHOR + 134.5]
+        assert first != pod.ip  # another pod's report went first, and took 1.5 s
+    assert driver.stats.reports_failed == 0
+    assert driver.stats.reports_skipped == 1
