@@ -39,7 +39,7 @@ from typing import NamedTuple, TypeVar
 import numpy as np
 
 from gpu_eta.forecaster.estimators.base import Z90, safe_exp
-from gpu_eta.forecaster.median import NUMPY_FROM, median
+from gpu_eta.forecaster.median import median
 
 POINTS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 """The progress points at which a past run is replayed (and ``evaluate`` scores it): at
@@ -261,14 +261,8 @@ def bias_shift(errors: Sequence[float] | np.ndarray, shift_prior: float = 20.0) 
     n = len(errors)
     if n == 0:
         return 0.0
-    if n >= NUMPY_FROM:  # one array pass; a short bin stays in Python floats (``median``)
-        e = np.asarray(errors, dtype=float)
-        centre = median(e)
-        spread = 1.4826 * median(np.abs(e - centre))
-    else:
-        e = errors.tolist() if isinstance(errors, np.ndarray) else [float(x) for x in errors]
-        centre = median(e)
-        spread = 1.4826 * median([abs(x - centre) for x in e])
+    centre = median(errors)
+    spread = 1.4826 * median(errors, about=centre)
     return centre * n / (n + shift_prior) if abs(centre) > spread else 0.0
 
 

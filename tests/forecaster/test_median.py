@@ -35,6 +35,37 @@ def test_equals_np_median_either_side_of_the_numpy_switch(n: int) -> None:
         assert median(values.tolist()) == float(np.median(values))
 
 
+def _distances_median(values: np.ndarray, about: float) -> float:
+    """The reference: numpy's median of the distances from ``about``."""
+    with np.errstate(invalid="ignore"):
+        return float(np.median(np.abs(values - about)))
+
+
+@pytest.mark.parametrize("n", [*range(1, 41), NUMPY_FROM - 1, NUMPY_FROM, 700])
+def test_about_gives_np_medians_distances_on_either_side_of_the_switch(n: int) -> None:
+    """``bias_shift``'s spread: the distances' median, about their own median or not."""
+    rng = np.random.default_rng(n)
+    for draw in range(8):
+        values = rng.standard_cauchy(n) if draw % 2 else rng.normal(0.3, 0.2, n)
+        if draw % 4 == 2:  # ties, and distances that tie
+            values = np.round(values, 1)
+        for about in (float(np.median(values)), 0.0, -0.0, float(rng.normal())):
+            want = _distances_median(values, about)
+            for given in (values, values.tolist(), list(values)):
+                got = median(given, about=about)
+                assert _same(got, want) and math.copysign(1.0, got) == 1.0, (n, about)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, NUMPY_FROM + 1])
+def test_about_with_nan_or_infinities_as_numpy_gives(n: int) -> None:
+    values = np.linspace(-1.0, 1.0, n)
+    for special, about in (([math.nan], 0.0), ([], math.nan), ([math.inf], 0.5), ([], math.inf)):
+        given = np.concatenate([values, special])
+        want = _distances_median(given, about)
+        assert _same(median(given, about=about), want), (n, special, about)
+        assert _same(median(given.tolist()[::-1], about=about), want), (n, special, about)
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8, NUMPY_FROM + 1])
 def test_nan_and_infinities_as_np_median_treats_them(n: int) -> None:
     values = np.linspace(-1.0, 1.0, n)
