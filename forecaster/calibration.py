@@ -430,8 +430,10 @@ def fit_columns(
     if shift is None:
         shift = bias_shift(columns.errors, shift_prior)
     z = sorted(
-        (e - (shift if cap is None else applied_shift(shift, cap))) / unit
-        for e, unit, cap in zip(columns.errors, columns.units, columns.caps, strict=True)
+        [  # a list: sorted() makes one anyway, and a comprehension's loop is the cheaper
+            (e - applied_shift(shift, cap)) / unit
+            for e, unit, cap in zip(columns.errors, columns.units, columns.caps, strict=True)
+        ]
     )
     z_lo, _z_mid, z_hi = conformal_z(z, coverage)
     return shift, min(z_lo, 0.0), max(z_hi, 0.0)
