@@ -555,11 +555,11 @@ def measure_tails(
     out: dict[float, tuple[float, float, float, float]] = {}
     for items in by_point.values():
         items.sort(key=lambda r: r.timestamp)
-    late = by_point[POINTS[-1]]  # whose shift the last interval's P50 takes
-    late_times = [r.timestamp for r in late]
-    late_errors = [r.actual - r.center for r in late]
+    columns = {p: BinColumns.of(items, power) for p, items in by_point.items()}
+    # the 95 % bin, whose shift the last interval's P50 takes
+    late_times = [r.timestamp for r in by_point[POINTS[-1]]]
+    late_errors = columns[POINTS[-1]].errors
     for p, items in by_point.items():
-        columns = BinColumns.of(items, power)
         errors: list[float] = []
         below: list[bool] = []
         above: list[bool] = []
@@ -570,7 +570,7 @@ def measure_tails(
                 given = None  # the last interval: the 95 % bin's shift, as fitted then
                 if p == END:
                     given = _shift_before(late_errors, late_times, items[i].timestamp, shift_prior)
-                shift, z_lo, z_hi = fit_columns(columns.head(i), level, shift_prior, given)
+                shift, z_lo, z_hi = fit_columns(columns[p].head(i), level, shift_prior, given)
             r = items[i]
             mid = r.center + applied_shift(shift, r.shift_cap)
             z = (r.actual - mid) / scale(r.sigma, power)
