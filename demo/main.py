@@ -25,6 +25,7 @@ from gpu_eta.demo import workdirs
 from gpu_eta.demo.stack import Stack, StackConfig, StackError
 from gpu_eta.launch.prometheus import PrometheusNotInstalled, ui_url
 from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig, ClusterConfigError
+from gpu_eta.simulation.driver import DriverStats
 from gpu_eta.top.live import LiveTop, Signals, Terminated, gone_quietly
 
 if TYPE_CHECKING:  # imported where used: rich is the top extra
@@ -359,6 +360,22 @@ def _top(url: str, plain: bool) -> None:
     top_main.main(argv)
 
 
+def driver_summary(d: DriverStats) -> str:
+    """The demo's closing line on what the driver did.
+
+    ``reports_skipped`` counts reports the driver got to, or got an answer for, only
+    after their pod ended (some were POSTed): its label says they were late, not that
+    none went out.
+    """
+    posts = f"progress POSTs accepted: {d.reports_sent}, failed: {d.reports_failed}"
+    if d.reports_skipped:
+        posts += f", late for their pod (pod ended first): {d.reports_skipped}"
+    return (
+        f"gpu-eta demo: epochs completed: {d.epochs}, jobs finished: {d.finished}, "
+        f"cancelled: {d.cancelled}; {posts}; log lines written: {d.log_lines}"
+    )
+
+
 def cluster_config(args: argparse.Namespace) -> ClusterConfig:
     """The simulated cluster the flags ask for, with the causes the demo plants so its
     alerts fire (``ALERT_CAUSES``): one place, so docs/demo.md's numbers are checked
@@ -535,16 +552,8 @@ def _run(args: argparse.Namespace, config: StackConfig, signals: Signals) -> int
             # top --once ends on a signal as on Ctrl-C (exit 0); the demo's handler
             # remembered it, and the demo stops as on Ctrl-C too
             signals.check()
-            d = stack.driver.stats if stack.driver else None
-            if d is not None:
-                posts = f"progress POSTs accepted: {d.reports_sent}, failed: {d.reports_failed}"
-                if d.reports_skipped:
-                    posts += f", not sent (pod ended first): {d.reports_skipped}"
-                print(
-                    f"gpu-eta demo: epochs completed: {d.epochs}, jobs finished: {d.finished}, "
-                    f"cancelled: {d.cancelled}; {posts}; log lines written: {d.log_lines}",
-                    file=sys.stderr,
-                )
+            if stack.driver is not None:
+                print(driver_summary(stack.driver.stats), file=sys.stderr)
         return ExitCode.OK
     except (KeyboardInterrupt, Terminated):
         with gone_quietly(signals):  # the terminal closed (SIGHUP): nowhere to say it

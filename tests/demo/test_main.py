@@ -18,6 +18,7 @@ import pytest
 from gpu_eta.demo import main as cli
 from gpu_eta.demo import stack as demo_stack
 from gpu_eta.demo import workdirs
+from gpu_eta.simulation.driver import DriverStats
 from gpu_eta.top.live import Signals
 from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
 
@@ -749,3 +750,18 @@ def test_ctrl_c_while_the_demo_imports_exits_0_without_a_traceback(
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_summary_says_reports_were_late_for_their_pod_not_unsent() -> None:
+    """``reports_skipped`` also counts reports POSTed and answered once their pod ended
+    (tests/simulation/test_driver.py), so the closing line must not say "not sent"."""
+    stats = DriverStats(reports_sent=5, reports_failed=1, reports_skipped=2, epochs=7)
+    line = cli.driver_summary(stats)
+    assert "late for their pod (pod ended first): 2" in line
+    assert "not sent" not in line
+    assert "progress POSTs accepted: 5, failed: 1" in line
+
+
+def test_the_summary_leaves_out_late_reports_when_there_are_none() -> None:
+    """A run with no late reports says nothing about them."""
+    assert "late" not in cli.driver_summary(DriverStats(reports_sent=3))
