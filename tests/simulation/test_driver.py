@@ -19,7 +19,7 @@ from gpu_eta.exporter.logformats import last_segment, parse_line
 from gpu_eta.exporter.progress import parse_report
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.launch.prometheus import free_port
-from gpu_eta.simulation import scenarios
+from gpu_eta.simulation import driver as driver_module
 from gpu_eta.simulation.cluster import ClusterConfig, ClusterSim, Event
 from gpu_eta.simulation.driver import (
     Driver,
@@ -389,13 +389,15 @@ def test_a_tick_renders_only_the_scenarios_that_changed(
     renders and writes only those that changed, each file holding its node's scenario
     of the moment as before."""
     rendered: list[str] = []
-    real_dump = scenarios.yaml.safe_dump
+    real_write = driver_module.write_scenario
 
-    def counting_dump(data: Any, *args: Any, **kwargs: Any) -> str:
-        rendered.append(data["node"])
-        return real_dump(data, *args, **kwargs)
+    def counting_write(path: Path, scenario: dict[str, Any]) -> bool:
+        """The driver's only way to a scenario file, which renders it each call."""
+        rendered.append(scenario["node"])
+        return real_write(path, scenario)
 
-    monkeypatch.setattr(scenarios.yaml, "safe_dump", counting_dump)
+    # the driver's own name for it: nothing else in the process renders through it
+    monkeypatch.setattr(driver_module, "write_scenario", counting_write)
     config = ClusterConfig(seed=22, notebooks_at_start=0)
     sim = ClusterSim(config)
     paths = {n.index: tmp_path / f"{n.name}.yaml" for n in sim.nodes}
