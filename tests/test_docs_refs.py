@@ -15,10 +15,13 @@ sentence would. The checks, over every tracked ``*.md`` file (``git ls-files``):
    ``python -m gpu_eta.forecaster SUB``, ``gpu-eta-top``, ``./demo.sh`` ...) names a
    program that exists and only flags its argparse parser takes.
 
-Reading and matching are pure functions of text, each shown failing on small broken
-documents below; only the parsers come from the code: its ``build_parser()`` where it
-has one, else the parser its ``main``/``parse_args`` builds, captured at its first parse
-so nothing after that runs (no ``--help`` subprocesses). CPU, on this 2-core machine:
+It runs in a git checkout and reads the files git tracks: ``git add`` a new doc (or a
+file a doc names) before running it, or the doc goes unchecked (or the file counts as
+missing). Reading and matching are pure functions of text, each shown failing on small
+broken documents below; only the parsers come from the code: its ``build_parser()``
+where it has one, else the parser its ``main``/``parse_args`` builds, captured at its
+first parse so nothing after that runs (no ``--help`` subprocesses; a script is handed
+``--check``, so were the capture to miss, it would only check, not write). CPU, on this 2-core machine:
 ~1.3 s for the text checks, ~2 s more for the parsers (mostly the benches' imports).
 """
 
@@ -209,11 +212,34 @@ NAMED_THERE = re.compile(
 SECTION_HERE = re.compile(
     r"\bsection\s+(?P<number>\d+[a-z]?)\b(?:'s)?(?:,\s+\"(?P<sub>[^\"]{2,80})\")?"
 )
-# ``see "Partial answers"``, ``"Range queries" below``: a section of the same file.
+# ``see "Partial answers"``, ``("Range queries" below)``: a section of the same file.
+# A name ``below``/``above`` counts after ``see`` or a clause break (``(`` ``:`` ``,``
+# ``;``), as the docs point with it; after any other word it is the word's object
+# (``set the option to "All" below the panel``).
 NAMED_HERE = re.compile(
     r"(?:\bsee|\bsection)\s+\"(?P<see>[^\"]{2,80})\""
-    r"|\"(?P<near>[^\"]{2,80})\"(?:\s+section)?\s+(?:below|above)\b"
+    r"|(?:\bsee\s+|[(:,;]\s*)\"(?P<near>[^\"]{2,80})\"(?:\s+section)?\s+(?:below|above)\b"
 )
+# What ends just before a ``section 15`` that is not this file's: an RFC's number
+# (``RFC 9110, section 15.6.4``) or an external link (``[docs](https://..), section 3``)
+# whose target ``_blank_external_targets`` dropped (``[docs]()``).
+SOMEONE_ELSES = re.compile(r"(?:\bRFC\s+\d+|\]\(\s*\))\s*,?\s*$")
+
+
+def _blank_external_targets(plain: str) -> str:
+    """``plain`` with the target of each link to another site (a scheme: ``https:``)
+    dropped to ``[text]()`` (its line breaks kept, so lines keep their numbers): a file
+    name inside a URL (``https://prometheus.io/docs/x.md``) is not one of this
+    repository's."""
+
+    def blanked(m: re.Match[str]) -> str:
+        if not SCHEME.match(m.group(1)):
+            return m.group(0)
+        whole = m.group(0)
+        start = whole.rfind("](", 0, m.start(1) - m.start()) + 2  # before a ``<``
+        return whole[:start] + re.sub(r"[^\n]", "", whole[start:-1]) + ")"
+
+    return LINK.sub(blanked, plain)
 
 
 def _words(text: str) -> str:
@@ -263,7 +289,7 @@ def section_problems(repo: Repo, doc: str) -> Iterator[str]:
     has no heading, bold lead-in or paragraph for; a bare ``section 5`` is the doc's
     own, so a doc without numbered sections cannot use one."""
     prose, _ = split_fences(repo.texts[doc])
-    plain = _blank_code(prose)
+    plain = _blank_external_targets(_blank_code(prose))
     line_at = _line_finder(plain)
     there = list(NAMED_THERE.finditer(plain))
     for m in there:
@@ -277,6 +303,8 @@ def section_problems(repo: Repo, doc: str) -> Iterator[str]:
     taken = [range(m.start(), m.end()) for m in there]
     for m in SECTION_HERE.finditer(plain):
         if any(m.start() in span for span in taken):
+            continue
+        if SOMEONE_ELSES.search(plain, max(0, m.start() - 40), m.start()):
             continue
         if problem := _place_problem(repo.texts[doc], m["number"], m["sub"]):
             yield f"{doc}:{line_at(m.start())}: {problem} here"
@@ -446,16 +474,20 @@ class _Built(BaseException):
         self.parser = parser
 
 
-def built_parser(entry: Callable[[list[str]], object]) -> argparse.ArgumentParser:
+def built_parser(
+    entry: Callable[[list[str]], object], argv: Sequence[str] = ()
+) -> argparse.ArgumentParser:
     """The parser ``entry`` (a ``main(argv)``/``parse_args(argv)``) builds, taken when it
-    first parses: the program stops there, before doing anything with the arguments."""
+    first parses: the program stops there, before doing anything with the arguments.
+    ``argv``: what it is called with, should the capture miss (``--check`` for a script
+    that would otherwise write files)."""
 
     def stop(self: argparse.ArgumentParser, *_: object, **__: object) -> NoReturn:
         raise _Built(self)
 
     with mock.patch.object(argparse.ArgumentParser, "parse_known_args", stop):
         try:
-            entry([])
+            entry(list(argv))
         except _Built as built:
             return built.parser
     raise AssertionError(f"{entry.__module__}.{entry.__name__} parsed no arguments")
@@ -472,7 +504,7 @@ def _script_parser(path: str) -> argparse.ArgumentParser:
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return built_parser(module.main)
+    return built_parser(module.main, ["--check"])
 
 
 def module_parser(name: str) -> argparse.ArgumentParser:
@@ -683,11 +715,32 @@ def test_a_broken_link_or_anchor_is_reported(text: str, want: list[str]) -> None
         ('d.md, "Top"', ["docs/a.md:1: d.md: no tracked file of that name"]),
         ('\nan event: section 5, "Priority"', ["docs/a.md:2: no section 5 here"]),
         ('# Top\n\nsee "Bottom"', ['docs/a.md:3: no section "Bottom" here']),
-        ('"Bottom" below', ['docs/a.md:1: no section "Bottom" here']),
+        ('("Bottom" below)', ['docs/a.md:1: no section "Bottom" here']),
+        ('see "Bottom" above', ['docs/a.md:1: no section "Bottom" here']),
+        ("an RFC 9110 rule, section 7", ["docs/a.md:1: no section 7 here"]),
+        ('[b](b.md), "Bottom"', ['docs/a.md:1: b.md: no section "Bottom"']),
     ],
 )
 def test_a_section_named_in_words_that_is_not_there_is_reported(text: str, want: list[str]) -> None:
     assert list(section_problems(_toy(text), "docs/a.md")) == want
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a 503 (RFC 9110, section 15.6.4) says when",
+        'the [Kubernetes docs](https://kubernetes.io/docs/), section 3, "Taints"',
+        'Set the option to "All" below the panel',
+        '[prom](https://prometheus.io/docs/x.md), "Recording rules"',
+        '[prom](<https://prometheus.io/docs/x.md> "Prometheus"), section 2',
+    ],
+)
+def test_prose_that_names_no_section_of_the_repository_passes(text: str) -> None:
+    """Another standard's section, another site's page, a quoted word placed ``below``
+    something: none is a section of these docs."""
+    toy = _toy(text)
+    assert list(section_problems(toy, "docs/a.md")) == []
+    assert list(path_problems(toy, "docs/a.md")) == []
 
 
 @pytest.mark.parametrize(
@@ -813,3 +866,19 @@ def test_a_built_parser_is_taken_before_the_program_runs() -> None:
 
     assert accepted_flags(built_parser(main)) == {"-h", "--help", "--only"}
     assert not ran
+
+
+@pytest.mark.parametrize("path", ["rules/render.py", "grafana/build.py"])
+def test_a_scripts_parser_is_taken_with_check(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script that writes files is called with ``--check``: were the capture to miss,
+    the program would only check."""
+    called: list[list[str]] = []
+    real = built_parser
+
+    def recording(entry: Callable[[list[str]], object], argv: Sequence[str] = ()) -> object:
+        called.append(list(argv))
+        return real(entry, argv)
+
+    monkeypatch.setattr(f"{__name__}.built_parser", recording)
+    assert "--check" in accepted_flags(_script_parser(path))
+    assert called == [["--check"]]
