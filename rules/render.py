@@ -107,7 +107,11 @@ def _closing(line: str, start: int) -> int:
 
 def targeted_records(text: str, name: str = "<text>") -> frozenset[str]:
     """The records ``text`` marks ``TARGET_MARK`` (those bridged() takes). Read from the
-    lines, not the parsed YAML, which drops comments; a comment line may name the mark."""
+    lines, not the parsed YAML, which drops comments; a comment line may name the mark.
+    Elsewhere, a ``#`` then the word ``TARGETED`` (any spacing) must be exactly
+    ``TARGET_MARK`` ending a record's line, else it is refused, naming that spelling: a
+    misspelt mark would otherwise leave its record unmarked unnoticed. ``# targeted``
+    and ``# TARGETED_X`` are other words, ignored."""
     found = set()
     for number, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("#") or not _MARKED.search(line):
@@ -115,8 +119,9 @@ def targeted_records(text: str, name: str = "<text>") -> frozenset[str]:
         marked = _MARKED_RECORD.fullmatch(line)
         if not marked:
             raise RenderError(
-                f"{name}:{number}: {TARGET_MARK} marks a record: it ends a"
-                " `- record: <name>` line, nothing else"
+                f"{name}:{number}: {TARGET_MARK} marks a record: write `{TARGET_MARK}`"
+                " (one space after the #) at the end of a `- record: <name>` line (the name"
+                " unquoted), and nowhere else outside a comment line"
             )
         found.add(marked.group(1))
     return frozenset(found)

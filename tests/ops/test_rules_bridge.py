@@ -168,6 +168,38 @@ def test_a_bad_marker_is_one_line_naming_its_line(source: str, says: str) -> Non
     assert message.startswith("src.yaml:2: ") and says in message and "\n" not in message
 
 
+@pytest.mark.parametrize(
+    "line",
+    ["  - record: a:b  #TARGETED", "  - record: a:b  #  TARGETED", "  - record: a:b  # TARGETED x"],
+)
+def test_a_misspelt_mark_is_told_the_one_spelling(line: str) -> None:
+    """A record's line with the mark not spelt ``# TARGETED`` at its end is told the
+    spelling and the place, not only that the mark belongs to a record."""
+    with pytest.raises(render.RenderError) as err:
+        render.expand("groups:\n" + line + "\n", "src.yaml")
+    message = str(err.value)
+    assert "`# TARGETED` (one space after the #)" in message
+    assert "at the end of a `- record: <name>` line" in message
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "  # TARGETED records: see docs/alerts.md",
+        "  - record: a:b  # targeted",
+        "  - record: a:b  # TARGETED_X",
+        "  - record: a:b  # TARGETEDX",
+    ],
+)
+def test_what_is_not_the_mark_is_left_alone(line: str) -> None:
+    """A comment line may name the mark, and a word that is not ``TARGETED`` in capitals
+    on its own is no mark: the render neither stops nor takes the record as marked
+    (docs/alerts.md, "A failed scrape", says the same)."""
+    source = "groups:\n" + line + "\n"
+    assert render.targeted_records(source) == frozenset()
+    assert render.expand(source) == source
+
+
 def marked_in(source: str) -> set[str]:
     """The records whose ``record:`` line in ``source`` ends in ``# TARGETED``, read
     as a person reads the file (not through render.py)."""
