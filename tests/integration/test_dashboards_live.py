@@ -43,7 +43,7 @@ from gpu_eta.exporter.config import COLLECTORS
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import PrometheusServer, start_prometheus
-from tests.support.grafana_variables import grafana_options
+from tests.support.grafana_variables import grafana_options, interpolated
 from tests.support.records import inlined
 
 pytestmark = pytest.mark.integration
@@ -53,6 +53,7 @@ FILES = sorted((ROOT / "grafana").glob("*.json"))
 STEP = 30  # seconds between backfilled samples
 DEMO_WARMUP_SECONDS = 180.0  # how long the demo may take until every panel has data
 HOURS = 2
+VIEW_SECONDS = 3600  # the dashboards' time range in these tests: the hour up to the data's end
 
 # The DCGM targets, by (dashboard, panel title, refId): exempt only against a stack
 # without NVIDIA's DCGM exporter. Each sits beside a gpu-eta target in its panel.
@@ -122,13 +123,6 @@ def test_kube_watch_exemptions_match_the_dashboards() -> None:
     assert _targets_querying("gpu_eta_exporter_kube_") == KUBE_WATCH_TARGETS
 
 
-def interpolate(expr: str, values: dict[str, str]) -> str:
-    """Grafana's interpolation for the variables and built-ins our dashboards use."""
-    expr = expr.replace("$__rate_interval", "2m").replace("$__interval", "1m")
-    expr = expr.replace("$__range", "1h")
-    return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: values.get(m.group(1), m.group(0)), expr)
-
-
 @dataclass(frozen=True)
 class PromAt:
     """A Prometheus queried at one evaluation time (the end of its data), through the
@@ -146,16 +140,9 @@ class PromAt:
         series = self.client.range(expr, self.at - 3600, self.at, 60)
         return any(math.isfinite(v) for s in series for _, v in s.points)
 
-    def label_values(self, selector: str, label: str) -> list[str]:
-        """Values over the last hour, those seen in the last 5 minutes (running pods) first
-        (Grafana's ``label_values``, as a query: series with a sample in the window)."""
-
-        def values(seconds: int) -> list[str]:
-            found = self.instant(f"group by ({label}) (last_over_time({selector}[{seconds}s]))")
-            return sorted({s.labels.get(label, "") for s in found} - {""})
-
-        recent = values(300)
-        return recent + [value for value in values(3600) if value not in recent]
+    def offered(self, variable: dict, chosen: dict[str, str]) -> list[str]:
+        """What Grafana offers for ``variable`` over the hour up to ``at``."""
+        return grafana_options(variable, self.client.url, int(self.at), VIEW_SECONDS, chosen)
 
 
 def client(url: str) -> PromClient:
@@ -198,10 +185,7 @@ def _variable_choices(board: dict, stack: PromAt) -> Iterator[dict[str, str]]:
             yield dict(chosen)
             return
         var = singles[index]
-        match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["query"]["query"])
-        assert match, var["query"]["query"]
-        selector = interpolate(match.group(1), chosen)
-        for value in stack.label_values(selector, match.group(2)):
+        for value in stack.offered(var, chosen):
             yield from expand(index + 1, {**chosen, var["name"]: value})
 
     yield from itertools.islice(expand(0, fixed), 200)
@@ -212,7 +196,7 @@ def _missing(board: dict, name: str, stack: PromAt, values: dict, exempt: set) -
     for panel, target in _targets(board):
         if (name, panel["title"], target["refId"]) in exempt:
             continue
-        expr = interpolate(target["expr"], values)
+        expr = interpolated(target["expr"], values, VIEW_SECONDS)
         if not stack.has_data(expr, bool(target.get("instant"))):
             missing.append(f"{panel['title']} [{target['refId']}]: {expr}")
     return missing
@@ -744,7 +728,9 @@ def test_holders_unknown_panels_on_a_failing_node(tmp_path: Path) -> None:
         counts = {}
         for panel in _panels(board):
             if panel["type"] == "stat" and panel["gridPos"]["y"] == 0:  # the counts row
-                found = stack.instant(interpolate(panel["targets"][0]["expr"], {"node": ".*"}))
+                found = stack.instant(
+                    interpolated(panel["targets"][0]["expr"], {"node": ".*"}, VIEW_SECONDS)
+                )
                 # count() of nothing is no data, which the stat shows as its noValue, 0
                 counts[panel["title"]] = found[0].value if found else 0
         assert counts == {
@@ -756,7 +742,9 @@ def test_holders_unknown_panels_on_a_failing_node(tmp_path: Path) -> None:
         }
         (states,) = [p for p in _panels(board) if p["title"] == "GPU states over time"]
         unknown = next(t for t in states["targets"] if t["legendFormat"] == "holders unknown")
-        assert stack.has_data(interpolate(unknown["expr"], {"node": ".*"}), instant=False)
+        assert stack.has_data(
+            interpolated(unknown["expr"], {"node": ".*"}, VIEW_SECONDS), instant=False
+        )
         free = {
             s.labels["node"]: s.value
             for s in stack.instant(_alert_exprs()["node:gpu_eta_gpus_free:count"])
@@ -772,7 +760,7 @@ def test_free_at_lists_each_mig_instance_at_its_holders_end(contract_prometheus:
     board = json.loads((ROOT / "grafana" / "cluster-overview.json").read_text())
     (table,) = [p for p in _panels(board) if p["title"] == "GPU free at (P10 / P50 / P90)"]
     (p50,) = [t for t in table["targets"] if t["refId"] == "B"]
-    rows = contract_prometheus.instant(interpolate(p50["expr"], {"node": ".*"}))
+    rows = contract_prometheus.instant(interpolated(p50["expr"], {"node": ".*"}, VIEW_SECONDS))
     listed = {(s.labels["node"], s.labels["device"]): s.value / 1000 for s in rows}
     start = contract_prometheus.at - HOURS * 3600
     assert listed == {
@@ -794,7 +782,7 @@ def test_series_per_node_and_metric_counts_the_exporters_series_only(
     board = json.loads((ROOT / "grafana" / "exporter-health.json").read_text())
     (panel,) = (p for p in _panels(board) if p["title"] == "Series per node and metric (top 20)")
     (target,) = panel["targets"]
-    expr = interpolate(target["expr"], {"node": ".*"})
+    expr = interpolated(target["expr"], {"node": ".*"}, VIEW_SECONDS)
     assert expr.startswith("topk(20, ") and expr.endswith(")"), expr
     found = {
         (s.labels.get("node", ""), s.labels["__name__"]): s.value
@@ -855,9 +843,11 @@ def test_dcgm_join_needs_no_pod_labels_of_dcgm(
     dcgm = [t for _, t in _targets(board) if "DCGM_" in t["expr"]]
     assert len(dcgm) == 2
     for target in dcgm:
-        assert contract_prometheus.has_data(interpolate(target["expr"], values), instant=False)
+        assert contract_prometheus.has_data(
+            interpolated(target["expr"], values, VIEW_SECONDS), instant=False
+        )
     # and the join really filters: the idle notebook's devices are not train-a's
-    other = interpolate(dcgm[0]["expr"], {"namespace": "ml", "pod": "no-such-pod"})
+    other = interpolated(dcgm[0]["expr"], {"namespace": "ml", "pod": "no-such-pod"}, VIEW_SECONDS)
     assert not contract_prometheus.has_data(other, instant=False)
 
 
@@ -983,7 +973,7 @@ def test_running_jobs_table_lists_only_runs_in_progress(tmp_path) -> None:
     with backfilled(tmp_path, lines) as prom:
         at = PromAt(prom, float(end))
         found = {
-            ref: at.instant(interpolate(expr, {"namespace": ".*", "node": ".*"}))
+            ref: at.instant(interpolated(expr, {"namespace": ".*", "node": ".*"}, VIEW_SECONDS))
             for ref, expr in exprs.items()
         }
     assert {s.labels["run_id"]: s.value for s in found["A"]} == {"live": 0.3, "steps": 0.4}
@@ -1027,7 +1017,9 @@ def test_running_jobs_table_honours_the_node_variable(tmp_path) -> None:
         for node in ("n1", "n2", ".*", "(n1|n2)"):
             for ref, expr in exprs.items():
                 values = {"namespace": ".*", "node": node}
-                found[node, ref] = {s.labels["pod"] for s in at.instant(interpolate(expr, values))}
+                found[node, ref] = {
+                    s.labels["pod"] for s in at.instant(interpolated(expr, values, VIEW_SECONDS))
+                }
     for ref in "BCDE":  # the ETA columns; progress (A) is the exporter's series only
         assert found["n1", ref] == {"on-n1", "gap-n1"}, ref
         assert found["n2", ref] == {"on-n2"}, ref
@@ -1053,7 +1045,7 @@ def drawn_lines(
         (panel,) = (p for p in _panels(board) if p["title"] == title)
         names = []
         for target in panel["targets"]:
-            for s in stack.instant(interpolate(target["expr"], values)):
+            for s in stack.instant(interpolated(target["expr"], values, VIEW_SECONDS)):
                 names.append(render_legend(target["legendFormat"], s.labels))
                 drawn.setdefault(title, {})[names[-1]] = s.value
         assert sorted(names) == sorted(set(names)), f"{title}: one name, several lines: {names}"
@@ -1138,7 +1130,8 @@ def test_time_until_free_panels_never_count_below_zero(tmp_path: Path) -> None:
             (panel,) = (p for p in _panels(board) if p["title"] == title)
             (target,) = panel["targets"]
             shown[title] = [
-                s.value for s in stack.instant(interpolate(target["expr"], {"node": ".*"}))
+                s.value
+                for s in stack.instant(interpolated(target["expr"], {"node": ".*"}, VIEW_SECONDS))
             ]
     assert shown == {title: [0.0] for title in titles}
 
@@ -1221,7 +1214,9 @@ def legends_naming_missing_labels(stack: PromAt) -> list[str]:
         values = next(_variable_choices(board, stack))
         for panel, target in _targets(board):
             named = re.findall(r"\{\{\s*(.+?)\s*\}\}", target.get("legendFormat", ""))
-            for s in stack.instant(interpolate(target["expr"], values)) if named else ():
+            for s in (
+                stack.instant(interpolated(target["expr"], values, VIEW_SECONDS)) if named else ()
+            ):
                 if not all(s.labels.get(label) for label in named):
                     legend = render_legend(target["legendFormat"], s.labels)
                     wrong.append(f"{path.name} {panel['title']} [{target['refId']}]: {legend}")
@@ -1272,7 +1267,7 @@ def test_no_line_is_drawn_twice_when_exporters_are_scraped_twice(tmp_path: Path)
                 for panel, target in _targets(board):
                     if not target.get("legendFormat"):
                         continue
-                    found = stack.instant(interpolate(target["expr"], values))
+                    found = stack.instant(interpolated(target["expr"], values, VIEW_SECONDS))
                     names = [render_legend(target["legendFormat"], s.labels) for s in found]
                     if len(names) != len(set(names)):
                         twice.append(f"{path.name} {panel['title']} [{target['refId']}] {values}")
@@ -1297,7 +1292,7 @@ def test_progress_stat_shows_the_latest_run_alone(tmp_path: Path) -> None:
     (panel,) = (p for p in _panels(board) if p["title"] == "Progress")
     (target,) = panel["targets"]
     assert not target.get("instant")  # a range: the stat shows each series' last value
-    expr = interpolate(target["expr"], {"namespace": "ml", "pod": "nb"})
+    expr = interpolated(target["expr"], {"namespace": "ml", "pod": "nb"}, VIEW_SECONDS)
     with backfilled(tmp_path, lines) as prom:
         shown = [s.points[-1][1] for s in prom.range(expr, end - 3600, end, 60)]
     assert shown == [0.25]
@@ -1408,7 +1403,7 @@ def forecast_panels_shown(stack: PromAt) -> dict[tuple[str, str, str], list]:
             if not any(needle in target["expr"] for needle in FORECAST_ESTIMATES):
                 continue
             assert path.name in values, f"{path.name} {panel['title']} reads a forecast"
-            expr = interpolate(target["expr"], values[path.name])
+            expr = interpolated(target["expr"], values[path.name], VIEW_SECONDS)
             now = sorted((sorted(s.labels.items()), s.value) for s in stack.instant(expr))
             over = sorted(
                 (sorted(s.labels.items()), s.points)

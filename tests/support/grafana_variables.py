@@ -49,11 +49,20 @@ def js_regex(text: str) -> re.Pattern[str]:
     return re.compile(match.group(1), flags | (re.M if "m" in match.group(2) else 0))
 
 
-def interpolated(query: str, values: dict[str, str], range_seconds: int) -> str:
-    """``query`` with ``$__range`` (Grafana's ``<seconds>s``) and each ``$name`` of
-    ``values`` written in; any other ``$name`` is left, for Prometheus to refuse."""
-    query = query.replace("$__range", f"{range_seconds}s")
-    return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: values.get(m.group(1), m.group(0)), query)
+def interpolated(
+    query: str,
+    values: dict[str, str],
+    range_seconds: int,
+    interval: str = "1m",
+    rate_interval: str = "2m",
+) -> str:
+    """``query`` with ``$__range`` (Grafana's ``<seconds>s``), ``$__interval`` and
+    ``$__rate_interval`` (Grafana derives them from a panel's width and the scrape
+    interval; a test gives them) and each ``$name`` of ``values`` written in; any other
+    ``$name`` is left, for Prometheus to refuse."""
+    builtins = {"__range": f"{range_seconds}s", "__interval": interval}
+    written = {**builtins, "__rate_interval": rate_interval, **values}
+    return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: written.get(m.group(1), m.group(0)), query)
 
 
 def grafana_options(
