@@ -108,9 +108,9 @@ class Family:
 # trains until its validation Dice score reaches a target, so it reports no planned
 # total (one family of five: the demo still shows mostly model forecasts). Why this
 # one: with seed 0 (the demo) some running U-Net run has a completed past run of its
-# configuration that lasted longer at every moment of the first 14 minutes (seed 22,
-# tests/integration/test_demo.py's stack: of its first 10), so `durations` forecasts
-# are on show throughout.
+# configuration that lasted longer at every moment of the first 14 minutes (with seed
+# 22, tests/integration/test_demo.py's stack, at every moment of its first 10 minutes),
+# so `durations` forecasts are on show throughout.
 FAMILIES: tuple[Family, ...] = (
     Family("mnist-mlp", 120.0, (10, 20, 30), (64, 128, 256), 0, 0.45, 1_200_000_000),
     Family("cifar10-cnn", 180.0, (10, 15, 20), (32, 64, 128), 5, 0.80, 3_500_000_000),
