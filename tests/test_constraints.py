@@ -3,7 +3,6 @@ as pip does (markers, extras, names compared canonically)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -11,13 +10,10 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from tests.support.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-    "freeze_constraints", ROOT / "scripts" / "freeze_constraints.py"
-)
-assert _spec is not None and _spec.loader is not None
-freeze = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(freeze)
+freeze = load_script("scripts/freeze_constraints.py", "freeze_constraints")
 
 
 def pins() -> dict[str, str]:

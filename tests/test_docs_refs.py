@@ -31,7 +31,6 @@ import argparse
 import bisect
 import fnmatch
 import importlib
-import importlib.util
 import posixpath
 import re
 import subprocess
@@ -44,6 +43,8 @@ from unittest import mock
 from urllib.parse import unquote
 
 import pytest
+
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -500,10 +501,7 @@ def _bench_parser(name: str) -> argparse.ArgumentParser:
 
 
 def _script_parser(path: str) -> argparse.ArgumentParser:
-    spec = importlib.util.spec_from_file_location(path.replace("/", "_")[:-3], ROOT / path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(path, path.replace("/", "_")[:-3])
     return built_parser(module.main, ["--check"])
 
 

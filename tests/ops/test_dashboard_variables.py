@@ -17,6 +17,7 @@ import pytest
 
 from gpu_eta.launch.prometheus import PrometheusServer, start_prometheus
 from tests.support.grafana_variables import grafana_options, interpolated, js_regex, prom_get
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 BOARD = ROOT / "grafana" / "forecaster-quality.json"
@@ -177,12 +178,7 @@ def test_js_regex_reads_grafanas_slashes() -> None:
 def test_a_query_result_variable_without_its_regex_is_refused() -> None:
     """grafana/build.py: a query_result() variable offers whole series texts without a
     regex, and Grafana's query_result() stops at a line break: both refused."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("grafana_build", ROOT / "grafana" / "build.py")
-    assert spec is not None and spec.loader is not None
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    build = load_script("grafana/build.py", "grafana_build")
     with pytest.raises(ValueError, match="needs a regex"):
         build.query_variable("namespace", "query_result(count by (namespace) (x))")
     with pytest.raises(ValueError, match="on one line"):

@@ -11,7 +11,6 @@ promtool, and for a pushed series on a real Pushgateway scraped by a real Promet
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -21,12 +20,10 @@ import yaml
 
 from gpu_eta.launch.processes import start_http, stop_process
 from gpu_eta.launch.prometheus import ScrapeJob, find_binary, free_port, promtool
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("rules_render", ROOT / "rules" / "render.py")
-assert _spec is not None and _spec.loader is not None
-render = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(render)
+render = load_script("rules/render.py", "rules_render")
 
 # last_over_time reads that are no bridge, each with why: GpuEtaGpuAllocatedIdle's
 # coverage guard asks for a sample about the hour's start (offset 55m), not for the
