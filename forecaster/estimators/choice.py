@@ -262,8 +262,7 @@ def with_option(
         sigma = analog.spread
     else:
         sigma = share * analog.spread + (1 - share) * r.sigma
-    # built directly, not dataclasses.replace (the same value, a fraction of its cost)
-    return Residual(r.point, c, sigma, r.actual, r.timestamp, r.shift_cap)
+    return r.moved(c, sigma, r.shift_cap)
 
 
 def configuration(run: Run) -> str:

@@ -296,7 +296,7 @@ class EtaModel:
                 r = residuals[i]
                 option = self.choice_[name][r.point]
                 r = with_option(r, option, cands[i], ordered_samples[i].analog)
-                moved[name].append(Residual(r.point, r.center, r.sigma, r.actual, r.timestamp, cap))
+                moved[name].append(r.moved(r.center, r.sigma, cap))
         self.job_scales_, moved = job_scales(
             moved,
             jobs,

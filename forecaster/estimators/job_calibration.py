@@ -133,14 +133,7 @@ def job_scales(
             for job, f in by_job.items():
                 factors[(name, job, point)] = f ** (1.0 / power)
             for i, f in zip(idx, left_out, strict=True):
-                r = scaled[i]  # built directly, not dataclasses.replace: the same value
-                scaled[i] = Residual(
-                    r.point,
-                    r.center,
-                    r.sigma * f ** (1.0 / power),
-                    r.actual,
-                    r.timestamp,
-                    r.shift_cap,
-                )
+                r = scaled[i]
+                scaled[i] = r.moved(r.center, r.sigma * f ** (1.0 / power), r.shift_cap)
         out[name] = scaled
     return factors, out

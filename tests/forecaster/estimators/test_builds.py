@@ -1,5 +1,5 @@
 """The refit's direct builds (``runs.running_prefix``, ``tuning.with_floors``,
-``replay.with_parts`` and the ``Residual``s built in place) are ``dataclasses.replace``'s
+``replay.with_parts`` and ``Residual.moved``) are ``dataclasses.replace``'s
 values: every field is carried, and a field added later fails here until they carry it."""
 
 from __future__ import annotations
@@ -98,3 +98,8 @@ def test_an_option_keeps_every_other_field_of_the_residual() -> None:
     r = Residual(0.5, 1.0, 0.2, 1.3, 110.0, 0.05)
     moved = with_option(r, (("keras", 1.0),), {"blend": 1.0, "keras": 1.2}, None)
     assert moved == dataclasses.replace(r, center=1.2)
+
+
+def test_a_moved_residual_is_replaces_value() -> None:
+    r = Residual(0.5, 1.0, 0.2, 1.3, 110.0, 0.05)
+    assert r.moved(1.1, 0.3, None) == dataclasses.replace(r, center=1.1, sigma=0.3, shift_cap=None)
