@@ -185,8 +185,11 @@ class PrometheusServer(OwnedServer):
         """Re-read the config file (POST /-/reload; enabled at start)."""
         requests.post(f"{self.url}/-/reload", timeout=5).raise_for_status()
 
-    def query(self, expr: str, timeout: float = 5.0) -> list[dict]:
-        """Instant query; returns the ``result`` list (vector) or raises."""
+    def query(self, expr: str, timeout: float = 30.0) -> list[dict]:
+        """Instant query; returns the ``result`` list (vector) or raises.
+
+        ``timeout`` is generous: a Prometheus on a loaded machine answered 5 s late
+        more than once, and a late answer is still right; a hung one still ends."""
         resp = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=timeout)
         resp.raise_for_status()
         body = resp.json()
@@ -195,11 +198,19 @@ class PrometheusServer(OwnedServer):
         return list(body["data"]["result"])
 
     def wait_for(self, expr: str, timeout: float = 30.0, min_results: int = 1) -> list[dict]:
-        """Poll an instant query until it returns ``min_results`` series or time runs out."""
+        """Poll an instant query until it returns ``min_results`` series or time runs out.
+
+        Each query may take what is left of ``timeout``: a loaded Prometheus (the
+        demo's backfill, compaction, a busy CI machine) can answer one query many
+        seconds late, and that late answer is still the answer; a read cut at a fixed
+        few seconds ended whole waits early."""
         deadline = time.monotonic() + timeout
         result: list[dict] = []
-        while time.monotonic() < deadline:
-            result = self.query(expr)
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                result = self.query(expr, timeout=left)
+            except requests.Timeout:
+                break
             if len(result) >= min_results:
                 return result
             time.sleep(0.25)

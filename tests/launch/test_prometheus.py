@@ -3,8 +3,10 @@ clear error that leaves nothing behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -82,6 +84,50 @@ def test_ui_urls_of_prometheus_3_answer_without_a_redirect(prometheus3_ui: str) 
 
 def test_ui_url_of_a_server_that_does_not_answer_is_the_first_path() -> None:
     assert ui_url("http://127.0.0.1:9", "alerts") == "http://127.0.0.1:9/alerts"
+
+
+def slow_proxy(target: str, first_delay: float) -> ThreadingHTTPServer:
+    """A proxy to ``target`` whose first answer comes ``first_delay`` seconds late, as
+    a loaded Prometheus's may (one did so past the 5 s a query waited, in a CI run
+    whose demo test then failed at its first wait)."""
+    delays = [first_delay]
+
+    class Proxy(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if delays:
+                time.sleep(delays.pop())
+            upstream = requests.get(target + self.path, timeout=30)
+            self.send_response(upstream.status_code)
+            self.send_header("Content-Type", upstream.headers["Content-Type"])
+            self.send_header("Content-Length", str(len(upstream.content)))
+            self.end_headers()
+            self.wfile.write(upstream.content)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_wait_for_outlasts_one_slow_answer(tmp_path: Path) -> None:
+    """``wait_for`` waits its whole ``timeout`` for the answer, not a query's 5 s: a
+    query answered 7 s late is the answer, not the end of a 30 s wait."""
+    server = start_prometheus([ScrapeJob("x", ["127.0.0.1:9"])], data_dir=tmp_path / "p")
+    proxy = slow_proxy(server.url, first_delay=7.0)
+    try:
+        slow = dataclasses.replace(server, url=f"http://127.0.0.1:{proxy.server_address[1]}")
+        started = time.monotonic()
+        assert slow.wait_for("vector(1)", timeout=30)[0]["value"][1] == "1"
+        assert time.monotonic() - started >= 7.0  # the slow answer was the one waited for
+        with pytest.raises(TimeoutError, match="after 1"):  # and a wait still ends
+            slow.wait_for("absent_metric_name", timeout=1)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+        server.stop()
 
 
 @pytest.fixture
