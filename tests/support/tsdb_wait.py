@@ -24,7 +24,7 @@ POLL_SECONDS = 0.25
 def flush_index(server: PrometheusServer) -> None:
     """Make a VictoriaMetrics' index answer what it holds now; nothing for Prometheus."""
     if isinstance(server, VictoriaServer):
-        requests.get(f"{server.url}/internal/force_flush", timeout=5).raise_for_status()
+        requests.get(f"{server.url}/internal/force_flush", timeout=30).raise_for_status()
 
 
 def wait_for(
