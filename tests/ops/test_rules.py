@@ -7,6 +7,7 @@ file asks about: an alert nobody tests would pass silently.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from pathlib import Path
@@ -181,14 +182,19 @@ def test_inlined_writes_out_instant_reads_only() -> None:
         inlined(groups)
 
 
-def _expectations() -> dict[str, set[bool]]:
-    """alert name -> {True if some test expects it firing, False if some expects silence}."""
+@functools.cache
+def _expectations() -> dict[str, frozenset[bool]]:
+    """alert name -> {True if some test expects it firing, False if some expects silence}.
+
+    Read once per process: it is the same for every alert's test, and parsing the
+    test files (3,500 lines) took 0.6 s of CPU a time, 15 s for the 25 alerts. The
+    sets are frozen so that no test can change what the next one reads."""
     seen: dict[str, set[bool]] = {}
     for path in RULE_TESTS:
         for test in yaml.safe_load(path.read_text())["tests"]:
             for case in test.get("alert_rule_test", []):
                 seen.setdefault(case["alertname"], set()).add(bool(case.get("exp_alerts")))
-    return seen
+    return {alert: frozenset(expected) for alert, expected in seen.items()}
 
 
 @pytest.mark.parametrize("alert", [a["alert"] for a in _alerts()])
