@@ -26,6 +26,7 @@ from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import HISTORY_POINTS, Run, counts_steps
 from gpu_eta.forecaster.runs_csv import format_runs, read_runs
 from tests.forecaster.estimators.runs_factory import job_history, make_run
+from tests.support.replay_memo import ReplayMemo
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 RATE_BASELINES = ("tqdm_ema", "keras_mean", "cumulative_mean", "predict_linear")
@@ -35,6 +36,19 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = main(list(argv), stdout=out, stderr=err)
     return code, out.getvalue(), err.getvalue()
+
+
+REPLAYS = ReplayMemo()
+"""This module's command replays, one per distinct input (``shared_replays``)."""
+
+
+@pytest.fixture
+def shared_replays(monkeypatch: pytest.MonkeyPatch) -> ReplayMemo:
+    """The command's replays shared with the module's other tests that ask the same
+    input: the tests of the table, the JSON, the plot and a damaged copy of
+    ``synthetic_csv`` check what the command does around one replay of its forty runs
+    (a replay of them is ~3 s of CPU), so it is run once, not five times."""
+    return REPLAYS.install(monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +67,9 @@ def small_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_table_json_and_predictions(synthetic_csv: Path, tmp_path: Path) -> None:
+def test_table_json_and_predictions(
+    synthetic_csv: Path, tmp_path: Path, shared_replays: ReplayMemo
+) -> None:
     code, out, err = run_cli("--runs", str(synthetic_csv))
     assert code == 0 and err == ""
     for label in (
@@ -175,7 +191,7 @@ def test_progress_is_shown_on_a_terminal_only(small_csv: Path) -> None:
     assert pipe.getvalue() == ""
 
 
-def test_plot_writes_a_png(synthetic_csv: Path, tmp_path: Path) -> None:
+def test_plot_writes_a_png(synthetic_csv: Path, tmp_path: Path, shared_replays: ReplayMemo) -> None:
     pytest.importorskip("matplotlib")  # an optional extra: 'gpu-eta[plot]'
     png = tmp_path / "scores.png"
     code, out, err = run_cli("--runs", str(synthetic_csv), "--plot", str(png))
@@ -301,6 +317,15 @@ def concurrent_history(n: int, seed: int, every_seconds: float) -> list[Run]:
     return out
 
 
+@functools.cache
+def concurrent_scored() -> tuple[list[Run], Backtest]:
+    """The concurrent runs and their replay with every point scored: the reference both
+    cases of the test below compare with (computed once, with the real
+    ``replay_moments``: it is asked before either case patches it)."""
+    runs = concurrent_history(40, seed=22, every_seconds=40)
+    return runs, backtest(runs, refit_fraction=0.2)
+
+
 @pytest.mark.parametrize("dropped", [(0.9,), (0.9, 0.95)])
 def test_a_moments_forecast_does_not_depend_on_which_other_points_are_scored(
     monkeypatch: pytest.MonkeyPatch, dropped: tuple[float, ...]
@@ -309,8 +334,7 @@ def test_a_moments_forecast_does_not_depend_on_which_other_points_are_scored(
     forecast bit for bit as it was: the replay refits where the history grows, as the
     service refits on a clock, not at the moments it happens to be asked. (Refitted
     at the scored moments, leaving out 90 % moved the refits and 123 forecasts here.)"""
-    runs = concurrent_history(40, seed=22, every_seconds=40)
-    every_point = backtest(runs, refit_fraction=0.2)
+    runs, every_point = concurrent_scored()
     real = evaluate.replay_moments
 
     def fewer_points(run: Run):
@@ -665,10 +689,12 @@ def test_help_names_the_flags_as_docs_evaluate_md_does() -> None:
 
 
 def test_a_plan_under_one_is_one_warning_line_its_run_skipped(
-    synthetic_csv: Path, tmp_path: Path
+    synthetic_csv: Path, tmp_path: Path, shared_replays: ReplayMemo
 ) -> None:
     """A run planned 0.5 epochs (no live run can have it: ``progress_bound.plausible_plan``)
-    is skipped and named in the one warning line; the other runs score as without it."""
+    is skipped and named in the one warning line; the other runs score as without it
+    (the replays are shared: a run left in, or anything of it, is another input, replayed
+    anew)."""
     text = synthetic_csv.read_text()
     pad = "," * (len(next(csv.reader([text.splitlines()[0]]))) - 4)
     damaged = tmp_path / "half.csv"
@@ -702,19 +728,29 @@ def test_runs_resumed_from_a_checkpoint_are_scored_on_the_epochs_they_did() -> N
     assert epochs and all(40.0 <= e < 50.0 for e in epochs)  # the file's epochs, as read
 
 
+RAMP_EARLIER_RUNS = 10
+"""Runs before the ramped one: five fast and five slow give the pooled regression both
+batch sizes and both utilisations to read. Why not more: the replay fits the model at
+each run's end (thirty runs cost ~5 s of CPU, ten ~0.7 s), and a forecast read from
+the whole run's features, or from a replay given no feature timelines, moves the last
+run's forecasts with ten earlier runs as with thirty."""
+
+
 def _ramp_file(path: Path, last_run_changes: bool) -> Path:
-    """30 runs of 10 epochs, fast (10 s, batch 64, GPU 90 % busy) or slow (30 s, batch
-    256, 30 % busy), then one more run ending last: fast throughout, or fast up to
-    epoch 5 and then slow (``last_run_changes``: a batch-size ramp, its GPU idling)."""
+    """``RAMP_EARLIER_RUNS`` runs of 10 epochs, fast (10 s, batch 64, GPU 90 % busy) or
+    slow (30 s, batch 256, 30 % busy), then one more run ending last: fast throughout, or
+    fast up to epoch 5 and then slow (``last_run_changes``: a batch-size ramp, its GPU
+    idling)."""
     lines = [
         "run_id,epoch,epochs_planned,timestamp_seconds,job_name,batch_size,gpu_utilization_ratio"
     ]
     t = 1_700_000_000.0
-    for i in range(31):
-        slow_run = i % 2 == 1 and i < 30
+    last = RAMP_EARLIER_RUNS
+    for i in range(last + 1):
+        slow_run = i % 2 == 1 and i < last
         ts = t
         for e in range(11):
-            slow = slow_run or (i == 30 and last_run_changes and e > 5)
+            slow = slow_run or (i == last and last_run_changes and e > 5)
             batch, util = (256, 0.3) if slow else (64, 0.9)
             lines.append(f"r{i},{e},10,{ts:.3f},train,{batch},{util}")
             ts += 30.0 if slow else 10.0 + (i % 3)
@@ -741,7 +777,7 @@ def test_a_run_is_forecast_from_its_rows_up_to_the_moment_not_its_whole_run(
             got[changes] = {
                 float(r["epoch"]): (r["p10"], r["p50"], r["p90"])
                 for r in csv.DictReader(fh)
-                if r["run_id"] == "r30" and float(r["epoch"]) <= 5
+                if r["run_id"] == f"r{RAMP_EARLIER_RUNS}" and float(r["epoch"]) <= 5
             }
     assert set(got[True]) == {0.0, 1.0, 2.0, 5.0}  # start, 10, 25 and 50 %
     assert got[True] == got[False]
@@ -772,11 +808,14 @@ def test_predictions_of_runs_resumed_at_a_fraction_join_the_runs_file(tmp_path: 
     assert ("r0", 0.7) in written  # the start: the progress it resumed with
 
 
-def test_the_table_says_where_the_history_match_answered_fewer_moments() -> None:
+def test_the_table_says_where_the_history_match_answered_fewer_moments(
+    shared_replays: ReplayMemo,
+) -> None:
     """At 10-95 % gpu-eta and the rate baselines are scored on every moment, the history
     match on those it could answer (a run of the file must have ended before): the file's
     first run's moments are not among them. One ``n`` per point read as the history
-    match's too; the line under the table gives its own where it is fewer."""
+    match's too; the line under the table gives its own where it is fewer. The table and
+    the JSON are two renderings of one replay (shared)."""
     code, out, err = run_cli("--runs", str(FIXTURES / "shared_tune.csv"))
     assert code == 0, err
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:8]}
