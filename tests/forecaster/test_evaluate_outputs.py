@@ -22,8 +22,21 @@ from gpu_eta.forecaster.evaluate import Prediction, main, write_predictions
 from gpu_eta.forecaster.runs_csv import format_runs
 from tests.forecaster.estimators.runs_factory import job_history
 from tests.forecaster.test_evaluate import HEADER, FakeTty, run_cli
+from tests.support.replay_memo import ReplayMemo
 
 RUNS_TEXT = format_runs(job_history(8, seed=21, noise=0.1))
+
+
+REPLAYS = ReplayMemo()
+"""This module's command replays, one per distinct input (``shared_replays``)."""
+
+
+@pytest.fixture
+def shared_replays(monkeypatch: pytest.MonkeyPatch) -> ReplayMemo:
+    """The one replay of ``RUNS_TEXT``'s runs (a damaged copy's too: its damaged run
+    skipped, the same runs), shared by the tests of what the command writes after it;
+    the Ctrl-C test replays its own (it is interrupted by the progress a replay shows)."""
+    return REPLAYS.install(monkeypatch)
 
 
 @pytest.fixture
@@ -67,7 +80,9 @@ def test_predictions_and_plot_on_one_file_is_a_usage_error(
     assert "--predictions and --plot name the same file" in one_line(err)
 
 
-def test_a_file_name_with_dollars_is_plotted_as_text(tmp_path: Path) -> None:
+def test_a_file_name_with_dollars_is_plotted_as_text(
+    tmp_path: Path, shared_replays: ReplayMemo
+) -> None:
     """The file name is the plot's title: two '$' made it mathtext, a
     ParseSyntaxException traceback after the whole backtest."""
     pytest.importorskip("matplotlib")
@@ -80,7 +95,7 @@ def test_a_file_name_with_dollars_is_plotted_as_text(tmp_path: Path) -> None:
 
 
 def test_a_broken_matplotlib_is_one_line_and_the_other_outputs_are_written(
-    runs_csv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    runs_csv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_replays: ReplayMemo
 ) -> None:
     """matplotlib found (``require_matplotlib`` passes) but failing inside the plot."""
     pytest.importorskip("matplotlib")
@@ -111,7 +126,7 @@ def _failing_write(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_failed_write_names_the_target_not_its_tmp(
-    runs_csv: Path, monkeypatch: pytest.MonkeyPatch
+    runs_csv: Path, monkeypatch: pytest.MonkeyPatch, shared_replays: ReplayMemo
 ) -> None:
     target = runs_csv.parent / "x.csv"
     _failing_write(monkeypatch)
@@ -124,7 +139,9 @@ def test_a_failed_write_names_the_target_not_its_tmp(
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs RLIMIT_FSIZE")
-def test_a_full_disk_loses_nothing_stored_and_leaves_no_tmp(runs_csv: Path, tmp_path: Path) -> None:
+def test_a_full_disk_loses_nothing_stored_and_leaves_no_tmp(
+    runs_csv: Path, tmp_path: Path, shared_replays: ReplayMemo
+) -> None:
     """A file size limit (EFBIG once a file passes 2 kB), as a full disk: both outputs
     fail once their ``.tmp`` is part-written; each is one line naming its target, the
     table is still printed, the old predictions file is kept and no ``.tmp`` is left."""
@@ -283,7 +300,7 @@ def test_ctrl_c_is_one_line_and_keeps_the_old_outputs(runs_csv: Path, tmp_path: 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_stdout_on_a_full_device_is_one_line_and_the_files_are_written(
-    runs_csv: Path, tmp_path: Path
+    runs_csv: Path, tmp_path: Path, shared_replays: ReplayMemo
 ) -> None:
     preds = tmp_path / "p.csv"
     err = io.StringIO()
@@ -334,7 +351,7 @@ def test_a_target_that_is_no_regular_file_is_refused(
 
 
 def test_outputs_are_written_through_a_link_and_never_over_a_users_tmp(
-    runs_csv: Path, tmp_path: Path
+    runs_csv: Path, tmp_path: Path, shared_replays: ReplayMemo
 ) -> None:
     """A symlinked output is written to its file (the link stays); a file named
     ``OUT.tmp`` of the user's is left alone; the result has the umask's mode."""
@@ -381,7 +398,7 @@ def test_a_symlink_loop_as_output_is_not_a_traceback(
     [("s.pdf", b"%PDF"), ("s.svg", b"<?xml"), ("s.PNG", b"\x89PNG"), ("s", b"\x89PNG")],
 )
 def test_the_plot_is_drawn_in_the_format_its_name_says(
-    runs_csv: Path, tmp_path: Path, name: str, magic: bytes
+    runs_csv: Path, tmp_path: Path, name: str, magic: bytes, shared_replays: ReplayMemo
 ) -> None:
     """``--plot report.pdf`` wrote PNG data under a .pdf name."""
     pytest.importorskip("matplotlib")
@@ -464,7 +481,7 @@ class FullStream(io.StringIO):
     ],
 )
 def test_each_line_stderr_cannot_take_keeps_the_exit_code(
-    tmp_path: Path, argv: list[str], code: int
+    tmp_path: Path, argv: list[str], code: int, shared_replays: ReplayMemo
 ) -> None:
     """Every line to stderr goes through one guard: a usage error on a full stderr was
     an OSError traceback (lost on the full stream) and exit 1, not 2."""
@@ -495,7 +512,7 @@ def test_a_link_into_a_missing_directory_is_a_usage_error_before_any_work(
 
 
 def test_a_dangling_link_into_an_existing_directory_is_written_through(
-    runs_csv: Path, tmp_path: Path
+    runs_csv: Path, tmp_path: Path, shared_replays: ReplayMemo
 ) -> None:
     """The link stays and its target is made, as ``open(link, "w")`` would."""
     link = tmp_path / "d.csv"
