@@ -42,12 +42,16 @@ def rows(store: HistoryStore) -> int:
 
 
 def test_a_step_only_runs_stored_points_stay_bounded_across_cycles(store: HistoryStore) -> None:
+    """30 cycles, one new step each, within the first two cells of the plan: each
+    cycle thins only its own points, so without the store's thinning across cycles the
+    file would hold 30 points where two are allowed (any number of cycles above a
+    handful tells the two apart)."""
     t = [NOW]
     client = CannedClient(answers(1, NOW))
     cycle = make_cycle(client, store, clock=lambda: t[0])
-    for i in range(1, 301):  # 3,000 of 1,000,000 steps: the first two cells
+    for i in range(1, 31):  # 3,000 of 1,000,000 steps: the first two cells
         t[0] = NOW + 60 * i
-        client.answers = answers(10 * i, t[0])
+        client.answers = answers(100 * i, t[0])
         cycle.run()
     assert rows(store) <= 2
     (run,) = [r.run for r in store.running()]
@@ -56,22 +60,26 @@ def test_a_step_only_runs_stored_points_stay_bounded_across_cycles(store: Histor
 
 
 def test_at_most_one_point_per_cell_of_the_plan(store: HistoryStore) -> None:
+    """800 updates of a fractional step over a plan of 1,000 steps: two in every cell
+    (2.5 steps), so unthinned the file would hold twice the bound."""
     key = {"namespace": "ml", "pod": "p", "container": "c"}
     features = {"progress_unit": STEPS_UNIT}
-    for i in range(1, 2001):  # 2,000 updates over a plan of 1,000 steps: every cell
-        end = ((i / 2, NOW + i),)
+    for i in range(1, 801):  # 800 updates over a plan of 1,000 steps: every cell
+        end = ((1.25 * i, NOW + i),)
         up = RunUpdate("r", 1000, NOW, end, **key, features=features, seen_timestamp=NOW + i)
         store.record([up])
     assert rows(store) <= STEP_CELLS + 1
     (run,) = store.running()
-    assert run.run.epoch_times[-1] == (1000.0, NOW + 2000)
+    assert run.run.epoch_times[-1] == (1000.0, NOW + 800)
 
 
 def test_an_epoch_run_keeps_every_epoch(store: HistoryStore) -> None:
+    """100 whole epochs of a plan of 1,000: 2.5 epochs a cell, so thinned by cell as a
+    step-counting run is, fewer than half of them would stay."""
     key = {"namespace": "ml", "pod": "p", "container": "c"}
-    for i in range(1, 901):
+    for i in range(1, 101):
         store.record([RunUpdate("r", 1000, NOW, ((i, NOW + i),), **key, seen_timestamp=NOW + i)])
-    assert rows(store) == 900
+    assert rows(store) == 100
 
 
 def test_a_run_reporting_fractional_epochs_keeps_at_most_one_point_per_cell(
@@ -79,21 +87,21 @@ def test_a_run_reporting_fractional_epochs_keeps_at_most_one_point_per_cell(
 ) -> None:
     """Hugging Face's ``state.epoch`` (0.49, 0.98, ...) short of its plan, one report a
     cycle: at most one stored point per cell, in the file and in memory, as a run
-    counted in steps beside it. It stored every report (20,160 after 14 days at one
-    cycle a minute), and ``running`` read them all into memory every cycle."""
+    counted in steps beside it: 500 reports reach 99 cells, about five in each, so
+    unthinned either run holds five times the bound."""
     key = {"namespace": "ml", "container": "c"}
     store.running()  # as a cycle does: the ends are held from the first record on
-    for c in range(1, 1001):
+    for c in range(1, 501):
         t = NOW + 60 * c
         epoch = 0.49 * c
         frac = RunUpdate("frac", 1000, NOW, ((epoch, t - 1),), **key, pod="nb", seen_timestamp=t)
         steps = step_update("steps", [1000 * epoch], t - 1, planned=1e6)
         store.record([frac, steps])
-    reached = int(490 * STEP_CELLS / 1000) + 1  # cells of the plan reached: 197 of 400
+    reached = int(245 * STEP_CELLS / 1000) + 1  # cells of the plan reached: 99 of 400
     held = {r.run.run_id: r.run.epoch_times for r in store.running()}
     # at most the start, one point per cell reached and the latest
     assert len(held["frac"]) <= reached + 2 and len(held["steps"]) <= reached + 2
-    assert held["frac"][-1] == (490.0, NOW + 60 * 1000 - 1)  # the newest is kept
+    assert held["frac"][-1] == (245.0, NOW + 60 * 500 - 1)  # the newest is kept
     assert rows(store) <= 2 * (reached + 1)
     assert running_of(store.path) == store.running()
 
@@ -131,14 +139,16 @@ def step_update(
 
 def test_a_held_step_only_run_is_thinned_without_reading_its_points(store: HistoryStore) -> None:
     """A run whose ends are held in memory (read by ``running``, as a cycle does) is
-    thinned from them: ``record`` reads none of its stored points from the file."""
+    thinned from them: ``record`` reads none of its stored points from the file. Forty
+    records (28 steps of a plan of 1,000: three or four points a cell) thin in most of them, as
+    many chances for a read as any number more."""
     ids = [f"r{i}" for i in range(5)]
     store.record([step_update(r, [1.0], NOW) for r in ids])
     store.running()  # the cycle's read: the ends are held from now on
     statements: list[str] = []
     store._conn.set_trace_callback(statements.append)
     try:
-        for i in range(2, 400):
+        for i in range(2, 41):
             store.record([step_update(r, [i * 0.7], NOW + i) for r in ids])
             assert len(store.running()) == len(ids)
     finally:
