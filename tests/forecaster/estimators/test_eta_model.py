@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 
@@ -203,6 +205,13 @@ def departures_history(n: int, seed: int, transient: bool, fades_after: int = 6)
     return runs
 
 
+@functools.cache
+def fitted_on_transient_departures() -> EtaModel:
+    """A model fitted on ``departures_history(120, 3, transient=True)``: read by the
+    measured-mix test and copied as the first fit of the refit test, fitted once."""
+    return EtaModel(random_state=0).fit(departures_history(120, 3, transient=True))
+
+
 def test_measured_mix_follows_how_long_departures_last() -> None:
     """The job prior's weight is how much of a run's departure from its job's speed
     fades before the end, measured on past runs: none where departures last (the rate
@@ -216,7 +225,7 @@ def test_measured_mix_follows_how_long_departures_last() -> None:
     assert len({lasting.mix_[p] for p in (0.1, 0.25, 0.5)}) == 3
     assert all(w < 0.1 for w in lasting.mix_.values())
     history = departures_history(120, 3, transient=True)
-    mixed = EtaModel(random_state=0).fit(history)
+    mixed = fitted_on_transient_departures()
     plain = EtaModel(random_state=0, measured_mix=False).fit(history)
     assert plain.mix_ == {}
     assert 0.4 <= mixed.mix_[0.1] <= 0.9 and 0.4 <= mixed.mix_[0.25] <= 0.9
@@ -258,10 +267,11 @@ def test_a_job_prior_has_no_weight_late_in_a_run() -> None:
 
 def test_a_refit_is_the_same_as_a_fresh_fit() -> None:
     """A model refitted on a history learns exactly what a fresh one does: nothing of
-    the previous fit (here its measured prior weights) leaks into the new one."""
-    shared = departures_history(120, 3, transient=True)
+    the previous fit (here its measured prior weights) leaks into the new one. The
+    first fit is a copy of the shared fit on transient departures (what a fit there
+    leaves in a model, without fitting it again)."""
     steady = departures_history(120, 5, transient=False)
-    refit = EtaModel(random_state=0).fit(shared)
+    refit = copy.deepcopy(fitted_on_transient_departures())
     assert refit.mix_  # the first fit measured prior weights
     refit.fit(steady)
     fresh = EtaModel(random_state=0).fit(steady)
@@ -307,18 +317,28 @@ def test_runs_that_arrive_by_update_reach_analogs_and_job_prior() -> None:
     assert got.p50 == pytest.approx(5 * 8.0, rel=0.1)  # the analogs' shape and the job's speed
 
 
+@functools.cache
+def fitted_on_job_history() -> tuple[list[Run], EtaModel]:
+    """``job_history(60, seed=8)`` and a model fitted on it, fitted once for the tests
+    that swap one situation's calibration in (each through ``monkeypatch``, so the
+    model is as fitted again when the test ends)."""
+    history = job_history(60, seed=8)
+    return history, EtaModel(random_state=0).fit(history)
+
+
 WIDE_AT_TEN = [
     Residual(0.1, 0.0, 0.04, float(a), float(i)) for i, a in enumerate(np.linspace(-1, 1, 20))
 ]
 """A situation's residuals at 10 % only, far wider than ``job_history``'s forecasts miss."""
 
 
-def test_a_situation_with_too_few_residuals_at_a_point_gets_the_bounds_of_both() -> None:
+def test_a_situation_with_too_few_residuals_at_a_point_gets_the_bounds_of_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Where a situation has too few replayed residuals at a point (a job's first runs
     are rare on a cluster that repeats its jobs), the interval is the envelope of its
     own calibration at other points and everyone's here; the P50 stays everyone's."""
-    history = job_history(60, seed=8)
-    model = EtaModel(random_state=0).fit(history)
+    history, model = fitted_on_job_history()
     run = truncate(
         make_run(
             "n",
@@ -331,21 +351,22 @@ def test_a_situation_with_too_few_residuals_at_a_point_gets_the_bounds_of_both()
     )
     assert model.analog_.estimate(run) is None
     assert model.blend_.components(run).prior_level == NEW_JOB_LEVEL  # situation "new"
-    model.calibrators_.pop("new", None)
+    monkeypatch.delitem(model.calibrators_, "new", raising=False)
     everyone = model.predict(run, run.last_timestamp)
-    model.calibrators_["new"] = Calibrator().fit(WIDE_AT_TEN)  # residuals at 10 % only
+    monkeypatch.setitem(model.calibrators_, "new", Calibrator().fit(WIDE_AT_TEN))  # 10 % only
     assert model.calibrators_["new"].n_[0.5] == 0
     both = model.predict(run, run.last_timestamp)
     assert both.p50 == pytest.approx(everyone.p50)
     assert both.p10 < everyone.p10 and both.p90 > everyone.p90
 
 
-def test_runs_with_analogs_short_of_residuals_at_a_point_get_everyones_bounds_alone() -> None:
+def test_runs_with_analogs_short_of_residuals_at_a_point_get_everyones_bounds_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Runs with analogs are the most accurate forecasts; where their situation is
     short at a point, everyone's calibration is already wide enough for them, and the
     envelope with their own (other points) would only widen it."""
-    history = job_history(60, seed=8)
-    model = EtaModel(random_state=0).fit(history)
+    history, model = fitted_on_job_history()
     run = truncate(
         make_run(
             "n", [7.0] * 10, start=history[-1].last_timestamp + 100.0, job_name="a", batch_size=64
@@ -353,14 +374,16 @@ def test_runs_with_analogs_short_of_residuals_at_a_point_get_everyones_bounds_al
         0.5,
     )
     assert model.analog_.estimate(run) is not None  # situation "analog"
-    model.calibrators_.pop("analog", None)
+    monkeypatch.delitem(model.calibrators_, "analog", raising=False)
     everyone = model.predict(run, run.last_timestamp)
-    model.calibrators_["analog"] = Calibrator().fit(WIDE_AT_TEN)  # residuals at 10 % only
+    monkeypatch.setitem(model.calibrators_, "analog", Calibrator().fit(WIDE_AT_TEN))  # 10 % only
     assert model.calibrators_["analog"].n_[0.5] == 0
     got = model.predict(run, run.last_timestamp)
     assert (got.p10, got.p50, got.p90) == pytest.approx((everyone.p10, everyone.p50, everyone.p90))
-    model.calibrators_["analog"] = Calibrator().fit(
-        [dataclasses.replace(r, point=0.5) for r in WIDE_AT_TEN]
+    monkeypatch.setitem(
+        model.calibrators_,
+        "analog",
+        Calibrator().fit([dataclasses.replace(r, point=0.5) for r in WIDE_AT_TEN]),
     )
     assert model.predict(run, run.last_timestamp).p90 > everyone.p90  # its own where it has them
 
@@ -383,15 +406,24 @@ def shaped_history(n: int, seed: int, tag: str, start: float = 1.7e9) -> list:
     return runs
 
 
+@functools.cache
+def shaped_fits() -> tuple[list[Run], EtaModel, EtaModel]:
+    """``shaped_history(160, seed=2)`` and two models fitted on it, with the job shift
+    and without (``job_shift_prior`` infinite): the tests of the job shift read both,
+    so each is fitted once."""
+    history = shaped_history(160, seed=2, tag="old")
+    shifted = EtaModel(random_state=0).fit(history)
+    plain = EtaModel(random_state=0, job_shift_prior=math.inf).fit(history)
+    return history, shifted, plain
+
+
 def test_a_job_whose_own_rates_share_a_bias_gets_its_own_shift() -> None:
     """Without analogs the centre is read off the run itself; the shape it misses (a
     slow end) is the job's on any hardware, so the job's replayed forecasts move its
     centre, and only its own. Without the job shift (``job_shift_prior`` infinite) the
     same model misses the slow end."""
-    history = shaped_history(160, seed=2, tag="old")
+    history, shifted, plain = shaped_fits()
     fresh = shaped_history(40, seed=3, tag="new", start=history[-1].last_timestamp + 100)
-    shifted = EtaModel(random_state=0).fit(history)
-    plain = EtaModel(random_state=0, job_shift_prior=math.inf).fit(history)
     assert plain.job_shifts_ == {}
     assert {job for _name, job, _p in shifted.job_shifts_} == {"job_name=slow-end"}
 
@@ -414,11 +446,9 @@ def test_a_new_job_reading_its_first_intervals_takes_no_job_shift() -> None:
     whose bias is the system's start-up, not the job's shape: the slow-end job's shift
     is neither learned nor applied there (at 10 %: two of twenty epochs), and still is
     at half-way."""
-    history = shaped_history(160, seed=2, tag="old")
+    history, shifted, plain = shaped_fits()
     fresh = shaped_history(2, seed=3, tag="new", start=history[-1].last_timestamp + 100)[0]
     assert fresh.features["job_name"] == "slow-end"
-    shifted = EtaModel(random_state=0).fit(history)
-    plain = EtaModel(random_state=0, job_shift_prior=math.inf).fit(history)
     assert not any(p == 0.1 for _name, _job, p in shifted.job_shifts_)
     early, half = truncate(fresh, 0.1), truncate(fresh, 0.5)
     assert len(early.epoch_times) - 1 == 2
