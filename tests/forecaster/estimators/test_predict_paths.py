@@ -13,6 +13,7 @@ every fast part swapped for its reference: P10/P50/P90 equal to 1e-9 relative.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
 from pathlib import Path
@@ -47,6 +48,13 @@ from gpu_eta.forecaster.runs_csv import read_runs
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "mlperf_v2_sample.csv.gz"
 REL = 1e-9
+
+
+@functools.cache
+def fixture_runs() -> tuple[Run, ...]:
+    """The MLPerf fixture's runs, read once: four tests read the same file (runs are
+    frozen, and a tuple cannot be changed by one test for the next)."""
+    return tuple(read_runs(FIXTURE))
 
 
 def close(a: float, b: float) -> bool:
@@ -225,7 +233,7 @@ def linear_answers(est: PredictLinear, runs: list[Run]) -> list[tuple[float, int
 
 @pytest.mark.parametrize("window", [{}, {"window_ratio": 0.2}, {"window_seconds": 600.0}])
 def test_predict_linear_small_path_equals_numpy_path(monkeypatch, window):
-    runs = [*RUNS, *(cut(r, k, "c") for r in read_runs(FIXTURE)[:60] for k in (2, 5, 12))]
+    runs = [*RUNS, *(cut(r, k, "c") for r in fixture_runs()[:60] for k in (2, 5, 12))]
     est = PredictLinear(**window).fit([])
     fast = linear_answers(est, runs)
     monkeypatch.setattr(baselines_mod, "SMALL_SAMPLES", 0)
@@ -239,7 +247,7 @@ def test_predict_linear_small_path_equals_numpy_path(monkeypatch, window):
 
 
 def test_design_row_is_the_design_matrix_row():
-    runs = read_runs(FIXTURE)
+    runs = list(fixture_runs())
     prior = PriorEstimator(random_state=0).fit(runs[:100])
     regression = prior.regression_
     assert regression.numeric_ and regression.levels_  # a regression with both kinds of column
@@ -402,7 +410,7 @@ def cut(run: Run, keep: int, suffix: str) -> Run:
 def fitted() -> tuple[EtaModel, list[Run]]:
     """A model fitted on the older half of the MLPerf fixture, and running jobs cut from
     all its runs at every few points (analogs, job priors and new jobs all occur)."""
-    runs = sorted(read_runs(FIXTURE), key=lambda r: r.last_timestamp)
+    runs = sorted(fixture_runs(), key=lambda r: r.last_timestamp)
     model = EtaModel(random_state=0).fit(runs[: len(runs) // 2])
     jobs = [cut(run, keep, str(keep)) for run in runs for keep in range(1, len(run.epoch_times), 4)]
     return model, jobs
