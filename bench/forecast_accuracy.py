@@ -98,6 +98,7 @@ from gpu_eta.forecaster.estimators.prior import job_key
 from gpu_eta.forecaster.evaluate import (
     GPU_ETA,
     IDENTITY_COLUMNS,
+    Prediction,
     Replay,
     Scored,
     TerminalProgress,
@@ -527,6 +528,8 @@ class CorpusResult:
     refits: int
     kinds: list[str] = field(default_factory=list)  # per scored moment, its file's kind
     jobs: list[str] = field(default_factory=list)  # per scored moment, its run's job
+    # per scored moment, gpu-eta's forecast there (its interval, the moment's time)
+    forecasts: list[Prediction] = field(default_factory=list)
 
     def rows(
         self,
@@ -579,6 +582,7 @@ def run_corpus(
     scored: list[Scored] = []
     kinds: list[str] = []
     jobs: list[str] = []
+    forecasts: list[Prediction] = []
     refits = 0
     for i, part in enumerate(corpus.parts):
         if not part:
@@ -598,10 +602,13 @@ def run_corpus(
         labels = run_labels(part)  # how each scored moment names its run
         job = {labels[run_key(run)]: job_of(run) for run in part}
         jobs.extend(job[s.run_id] for s in result.scored)
+        made = {(p.run_id, p.point): p for p in result.predictions}
+        forecasts.extend(made[(s.run_id, s.point)] for s in result.scored)
         refits += result.n_refits
     if progress is not None:
         progress.close()
-    return CorpusResult(corpus, scored, time.perf_counter() - began, refits, kinds, jobs)
+    seconds = time.perf_counter() - began
+    return CorpusResult(corpus, scored, seconds, refits, kinds, jobs, forecasts)
 
 
 # -- output --------------------------------------------------------------------------

@@ -21,6 +21,8 @@ from tests.bench.bench_module import load_bench
         ("top_render", ["--size", "0x40"], "--size"),
         ("start_lengths", ["--mlperf", "{tmp}/absent.csv.gz"], "--mlperf"),
         ("cross_release", ["--mlperf", "{tmp}/absent.csv.gz"], "--mlperf"),
+        ("cold_start", ["--mlperf", "{tmp}/absent.csv.gz"], "--mlperf"),
+        ("cold_start", ["--round", "v9.9"], "--round"),
         ("fault_campaign", ["--gap", "-1"], "--gap"),
         ("fault_campaign", ["--gap", "0"], "--gap"),
         ("fault_campaign", ["--gap", "nan"], "--gap"),
