@@ -31,7 +31,8 @@ import io
 import re
 import statistics
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import timezone
 from typing import Any
 
@@ -81,15 +82,42 @@ def cluster_view(nodes: int = 500, gpus: int = 4, jobs: int = 200, pending: int 
 class DrawnFitView(render._RichView):
     """The refreshing view fitted as before: each height found by drawing with rich
     (the header lines, each table's frame, the whole view per try), then drawn again
-    by the caller. Kept as the peer of the bench and the reference of the tests."""
+    by the caller. Kept as the peer of the bench and the reference of the tests.
+
+    ``heights``: where the lines each table took are kept, by width and rows shown, for
+    views of the same ``View`` at other heights of the terminal; each try is then the
+    sum of its tables' lines (rich draws a view's parts one after the other, each
+    ending its last line). ``None``, the bench's: every refresh draws all of them, the
+    whole view per try. Why: a test fitting one view to a grid of sizes drew the same
+    tables at each height of a width; what rich draws at a width does not depend on
+    the terminal's height (tables and text read ``max_width``, never ``max_height``),
+    so the fit and its output are the same."""
+
+    heights: dict[tuple[Any, ...], int] | None = field(default=None, compare=False)
 
     def _fitted(self, console: Any, options: Any) -> list[Any]:
         from rich.console import Group
 
         width = options.max_width
 
-        def height(parts: list[Any]) -> int:
-            return len(console.render_lines(Group(*parts), options, pad=False))
+        def height(parts: Callable[[], list[Any]], *drawn: Any) -> int:
+            # ``drawn``: what ``parts()`` makes, the key of ``heights``; made only when
+            # drawn (the tables take time to make too)
+            if self.heights is None:
+                return len(console.render_lines(Group(*parts()), options, pad=False))
+            key = (width, *drawn)
+            if key not in self.heights:
+                self.heights[key] = len(console.render_lines(Group(*parts()), options, pad=False))
+            return self.heights[key]
+
+        def tables_height(shown: list[int | None]) -> int:
+            if self.heights is None:  # the whole view drawn per try
+                return height(lambda: tables(shown))
+            # kept by table: drawn one after the other, each part's lines end in a new
+            # line, so the view takes the sum of its tables' lines
+            return sum(
+                height(lambda i=i, n=n: table(i, n), "table", i, n) for i, n in enumerate(shown)
+            )
 
         titles = [title for title, _, _ in self.tables]
         rows = [len(r) for _, _, r in self.tables]
@@ -99,40 +127,31 @@ class DrawnFitView(render._RichView):
             more = render._more_line(title, n)
             return len(console.render_lines(more, options, pad=False)) if n else 0
 
+        def table(i: int, n: int | None) -> list[Any]:
+            title, headers, r = self.tables[i]
+            if n is None:
+                return [render._one_line(title, len(r), self.empty[title])]
+            return render._rich_table(title, headers, r, width, shown=n)
+
+        def tables(shown: list[int | None]) -> list[Any]:
+            return [part for i, n in enumerate(shown) for part in table(i, n)]
+
         more = [more_lines(t, len(r)) for t, _, r in self.tables]
-        frames = [
-            height(render._rich_table(t, h, r, width, shown=0)) - m
-            for (t, h, r), m in zip(self.tables, more, strict=True)
-        ]
-        room = options.max_height - height(list(self.lines))
+        frames = [height(lambda i=i: table(i, 0), "table", i, 0) - m for i, m in enumerate(more)]
+        room = options.max_height - height(lambda: list(self.lines), "lines")
         order = [titles.index(t) for t in render.CUT_ORDER if t in titles]
         budget = room
         for _ in range(5):
             shown = render.fitting_rows(rows, frames, budget, order, more=more)
-            parts = [
-                part
-                for (title, headers, r), n in zip(self.tables, shown, strict=True)
-                for part in (
-                    [render._one_line(title, len(r), self.empty[title])]
-                    if n is None
-                    else render._rich_table(title, headers, r, width, shown=n)
-                )
-            ]
-            excess = height(parts) - room
+            excess = tables_height(shown) - room
             if excess <= 0:
                 break
             budget -= excess
         if excess <= 0:  # the lines left unused, to the tables that can take rows
-
-            def table(i: int, n: int | None) -> list[Any]:
-                title, headers, r = self.tables[i]
-                if n is None:
-                    return [render._one_line(title, len(r), self.empty[title])]
-                return render._rich_table(title, headers, r, width, shown=n)
-
-            shown = render.given_back(shown, rows, room, order, lambda i, n: height(table(i, n)))
-            parts = [part for i, n in enumerate(shown) for part in table(i, n)]
-        return [*self.lines, *parts]
+            shown = render.given_back(
+                shown, rows, room, order, lambda i, n: height(lambda: table(i, n), "table", i, n)
+            )
+        return [*self.lines, *tables(shown)]
 
 
 @dataclass(frozen=True)
@@ -154,10 +173,11 @@ def laid_out(view: View) -> LaidOutView:
     return LaidOutView(shown.lines, shown.tables, shown.empty)
 
 
-def drawn_fit(view: View) -> DrawnFitView:
-    """``view``'s refreshing rich view, fitted by drawing (``DrawnFitView``)."""
+def drawn_fit(view: View, heights: dict[tuple[Any, ...], int] | None = None) -> DrawnFitView:
+    """``view``'s refreshing rich view, fitted by drawing (``DrawnFitView``); ``heights``
+    kept for other sizes of the same ``view`` (``DrawnFitView.heights``)."""
     shown = today(view)
-    return DrawnFitView(shown.lines, shown.tables, shown.empty, shown.fit_height)
+    return DrawnFitView(shown.lines, shown.tables, shown.empty, shown.fit_height, heights)
 
 
 @dataclass(frozen=True)
