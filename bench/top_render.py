@@ -88,7 +88,7 @@ class DrawnFitView(render._RichView):
     views of the same ``View`` at other heights of the terminal; each try is then the
     sum of its tables' lines (rich draws a view's parts one after the other, each
     ending its last line). ``None``, the bench's: every refresh draws all of them, the
-    whole view per try. Why: a test fitting one view to a grid of sizes drew the same
+    whole view per try. Why: a test fitting one view to a grid of sizes draws the same
     tables at each height of a width; what rich draws at a width does not depend on
     the terminal's height (tables and text read ``max_width``, never ``max_height``),
     so the fit and its output are the same."""

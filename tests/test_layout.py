@@ -341,7 +341,7 @@ def _statements(tree: ast.AST) -> Iterator[ast.AST]:
     """Every node of ``tree`` but expressions and what is inside them: an import is a
     statement, and no expression holds a statement (a lambda's body is an expression),
     so every import is among these. Why not ``ast.walk``: expressions are most of a
-    file's nodes, and walking them cost as much as parsing the tests."""
+    file's nodes, and walking them costs as much as parsing the tests."""
     stack = [tree]
     while stack:
         node = stack.pop()

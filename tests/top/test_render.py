@@ -114,8 +114,7 @@ def _console(width: int, height: int) -> Any:
 def frame(name: str, width: int, height: int) -> Frame:
     """``views()[name]`` refreshed on a ``width``×``height`` terminal, drawn once for the
     three tests of a grid of sizes (which the counted fit draws, whether each frame
-    fits, whether the fit says it shows every row): their sizes are mostly the same,
-    and each drew its own."""
+    fits, whether the fit says it shows every row), whose sizes are mostly the same."""
     shown = _fitted(name)
     view = _Told(shown.lines, shown.tables, shown.empty, shown.fit_height)
     console = _console(width, height)
