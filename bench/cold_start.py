@@ -63,7 +63,12 @@ def bucket(earlier: int) -> str:
 
 class Logged(Counting):
     """``Counting`` that keeps the situation and calibration path of every forecast,
-    by run id and moment, in a log shared by every refit of a replay."""
+    by run id and moment, in a log shared by every refit of a replay.
+
+    Keyed by the bare run id, which ``cells`` looks up under the scored moment's run
+    label: the two agree where run ids are unique in the file, as in the MLPerf runs
+    this bench reads (8,265 ids, no repeat); a file repeating ids would need the run's
+    key mapped through ``run_labels``."""
 
     def __init__(self, log: dict[tuple[str, float], Path_], **kwargs: object) -> None:
         super().__init__(**kwargs)

@@ -130,6 +130,23 @@ def test_wait_for_outlasts_one_slow_answer(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_wait_for_ends_at_its_timeout_while_a_query_hangs(tmp_path: Path) -> None:
+    """A query is cut at what is left of the wait: an answer 5 s late does not hold a
+    2 s wait for the query's own 30 s, and the wait ends as waits do (TimeoutError)."""
+    server = start_prometheus([ScrapeJob("x", ["127.0.0.1:9"])], data_dir=tmp_path / "p")
+    proxy = slow_proxy(server.url, first_delay=5.0)
+    try:
+        slow = dataclasses.replace(server, url=f"http://127.0.0.1:{proxy.server_address[1]}")
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="after 2"):
+            slow.wait_for("vector(1)", timeout=2)
+        assert time.monotonic() - started < 4.5  # not the 5 s the answer took
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+        server.stop()
+
+
 @pytest.fixture
 def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private temp root (other test runs share /tmp), to see what is left in it."""

@@ -11,6 +11,7 @@ Every test polling a server that may be VictoriaMetrics calls ``wait_for`` here.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import requests
@@ -21,10 +22,10 @@ from gpu_eta.launch.victoria import VictoriaServer
 POLL_SECONDS = 0.25
 
 
-def flush_index(server: PrometheusServer) -> None:
+def flush_index(server: PrometheusServer, timeout: float = 30.0) -> None:
     """Make a VictoriaMetrics' index answer what it holds now; nothing for Prometheus."""
     if isinstance(server, VictoriaServer):
-        requests.get(f"{server.url}/internal/force_flush", timeout=30).raise_for_status()
+        requests.get(f"{server.url}/internal/force_flush", timeout=timeout).raise_for_status()
 
 
 def wait_for(
@@ -35,11 +36,18 @@ def wait_for(
     if not isinstance(server, VictoriaServer):
         return server.wait_for(expr, timeout, min_results)
     deadline = time.monotonic() + timeout
-    while len(result := server.query(expr)) < min_results:
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"{expr!r}: {len(result)} series after {timeout}s (wanted {min_results})"
-            )
-        flush_index(server)
-        time.sleep(POLL_SECONDS)
-    return result
+    result: list[dict] = []
+    # each request cut at what is left of the wait, as server.wait_for's are
+    with contextlib.suppress(requests.Timeout):
+        while len(result := server.query(expr, timeout=_left(deadline))) < min_results:
+            if time.monotonic() > deadline:
+                break
+            flush_index(server, timeout=_left(deadline))
+            time.sleep(POLL_SECONDS)
+        if len(result) >= min_results:
+            return result
+    raise TimeoutError(f"{expr!r}: {len(result)} series after {timeout}s (wanted {min_results})")
+
+
+def _left(deadline: float) -> float:
+    return max(0.1, deadline - time.monotonic())
