@@ -664,9 +664,11 @@ def given_back(
     takes with ``n`` rows, ``None`` its one line, as drawn) with the lines it leaves
     unused in ``room`` given to the tables that can take rows: up to ``keep`` rows
     each, then the rest, the most important table first (``cut_order`` reversed); a
-    table that cannot take one more row is passed over. Each table's rows are found by
-    halving, so a table of hundreds costs a few counts. Nothing is counted when no line
-    is left. Pure but for ``table_lines``.
+    table that cannot take one more row is passed over, unless it fits whole: its
+    ``… N more`` line, on two or three lines when narrow, takes as many as the rows it
+    hides. Each table's rows are found by
+    halving, so a table of hundreds costs a few counts. When no line is left only the
+    tables that could be shown whole are counted. Pure but for ``table_lines``.
 
     Why: ``fitting_rows`` counts a row as one line, and the fit lowers its budget by
     what wrapped rows take beyond that, for every table: one run folding onto 35 lines
@@ -677,9 +679,14 @@ def given_back(
     for ceiling in (keep, max(rows, default=0)):
         for i in reversed(cut_order):
             have, target = out[i] or 0, min(rows[i], ceiling)
-            if have >= target or used >= room:
+            whole = target == rows[i]
+            if have >= target or (used >= room and not whole):
                 continue
             others = used - table_lines(i, out[i])
+            if whole and others + table_lines(i, target) <= room:
+                out[i] = target  # whole: its "… N more" line, maybe several, is gone too
+                used = others + table_lines(i, target)
+                continue
             if others + table_lines(i, have + 1) > room:
                 continue  # not one more row: the next table may take one
             low, high = have + 1, target  # low fits; the most rows that fit

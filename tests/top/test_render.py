@@ -409,3 +409,15 @@ def test_the_servers_now_is_the_latest_stamp_of_the_refresh() -> None:
     }
     assert evaluation_time(answers) == 1_700_000_003.0
     assert evaluation_time({"epoch": [], "gpu_info": []}) is None
+
+
+def test_a_table_whose_more_line_wraps_is_shown_whole_when_its_rows_fit_there() -> None:
+    """At 27 columns ``… 2 more pods (--once or a taller terminal shows them)`` folds
+    onto two lines: the two pods it hides take no more. Guards the give-back (rows are
+    added one at a time, and one more row of a cut table is a line taller, so the
+    table was passed over): at 45 lines the pending table showed one pod and that
+    note, where all three fit in the same lines."""
+    lines = frame("tall", 27, 45).text.splitlines()
+    assert len(lines) <= 45
+    assert sum(line.startswith("│ ml/wait-") for line in lines) == 3, "\n".join(lines)
+    assert not any(line.startswith("… 2 more pods") for line in lines), "\n".join(lines)
