@@ -652,6 +652,11 @@ def fitting_rows(
     return shown
 
 
+# The most lines a "… N more" line takes: 61 characters at most (N of five digits)
+# folded at MIN_WIDTH (20) columns
+_MORE_LINES = 4
+
+
 def given_back(
     shown: Sequence[int | None],
     rows: Sequence[int],
@@ -679,15 +684,17 @@ def given_back(
     for ceiling in (keep, max(rows, default=0)):
         for i in reversed(cut_order):
             have, target = out[i] or 0, min(rows[i], ceiling)
+            # with no line left, only a table its "… N more" line's lines can show whole
             whole = target == rows[i]
-            if have >= target or (used >= room and not whole):
+            if have >= target or (used >= room and not (whole and target - have <= _MORE_LINES)):
                 continue
             others = used - table_lines(i, out[i])
-            if whole and others + table_lines(i, target) <= room:
+            # whole is at least a line a row: a table of hundreds is not counted
+            if whole and target <= room - others and others + table_lines(i, target) <= room:
                 out[i] = target  # whole: its "… N more" line, maybe several, is gone too
                 used = others + table_lines(i, target)
                 continue
-            if others + table_lines(i, have + 1) > room:
+            if used >= room or others + table_lines(i, have + 1) > room:
                 continue  # not one more row: the next table may take one
             low, high = have + 1, target  # low fits; the most rows that fit
             while low < high:
