@@ -506,7 +506,7 @@ def _kube_watch_text() -> str:
         if sched is not None:
             sched.stop()
         src.stop(timeout_seconds=60)
-        api.stop()
+        api.close()
 
 
 def _forecaster_text() -> str:

@@ -41,8 +41,12 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
 A connection stays open for the next request after an answer, a watch's clean end
 included (Go's HTTP server keeps it alive, so a client re-watches on it at once).
 ``stop()`` kills the server abruptly (open watches and idle connections see their
-connection drop, as when an API server dies); ``start()`` brings it back on the same
-port with the same store, as a restarted API server backed by the same etcd.
+connection drop, as when an API server dies) and holds its port, bound and not
+listening (connections are refused, as by a dead server, and no other test's server
+is given the port meanwhile: with five test workers binding ports, one once answered
+the stopped API's clients 404); ``start()`` brings it back on the same port with the
+same store, as a restarted API server backed by the same etcd; ``close()`` stops it
+and gives the port up.
 """
 
 from __future__ import annotations
@@ -225,6 +229,7 @@ class FakeKubeAPI:
         self._ends = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._held: socket.socket | None = None  # the port while stopped (``stop``)
         self._conns: set[socket.socket] = set()  # open watches
         self._sockets: set[socket.socket] = set()  # every open connection, idle ones too
 
@@ -313,6 +318,7 @@ class FakeKubeAPI:
         class Handler(_Handler):
             api = fake
 
+        self._release_port()
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -348,6 +354,32 @@ class FakeKubeAPI:
         server.server_close()
         if self._thread is not None:
             self._thread.join(10)
+        self._hold_port()
+
+    def close(self) -> None:
+        """Stop for good: the port is given up."""
+        self.stop()
+        self._release_port()
+
+    def _hold_port(self) -> None:
+        """Keep the port bound, not listening, until ``start`` or ``close``.
+
+        SO_REUSEADDR: the dropped connections' TIME_WAIT would refuse the bind
+        otherwise; a port picked by ``bind(port 0)`` elsewhere is still never this one
+        (Linux avoids a port any socket is bound to while free ones remain)."""
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            held.bind(("127.0.0.1", self.port))
+        except OSError:  # taken already: nothing to hold
+            held.close()
+            return
+        self._held = held
+
+    def _release_port(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
 
     def __enter__(self) -> FakeKubeAPI:
         return self.start()

@@ -88,6 +88,6 @@ def real_node_sources(
             pods_source.stop()
         if allocation_source is not None:
             allocation_source.close()
-        api.stop()
+        api.close()
         kubelet.stop()
         shutil.rmtree(sock_dir, ignore_errors=True)

@@ -7,6 +7,7 @@ import http.client
 import json
 import logging
 import math
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -71,7 +72,7 @@ def api() -> Iterator[FakeKubeAPI]:
     try:
         yield fake
     finally:
-        fake.stop()
+        fake.close()
 
 
 @pytest.fixture
@@ -319,6 +320,20 @@ def test_a_reused_ip_is_the_pod_not_being_deleted_then_the_latest_started(
     api.delete_pod("team-d", "e")
     wait_for(lambda: src.by_ip("10.0.0.12") is not None)
     assert src.by_ip("10.0.0.12").uid == uid(6) and src.by_ip("10.0.0.10").uid == uid(2)
+
+
+def test_a_stopped_api_server_refuses_and_keeps_its_port(api: FakeKubeAPI) -> None:
+    """The fake's outage is a dead server's: connections refused, and its port not
+    handed to another test's server meanwhile (with five workers binding ports, one
+    once answered a stopped API's clients 404, so the outage tests saw a stranger)."""
+    api.stop()
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", api.port)) != 0  # refused
+    with socket.socket() as other, pytest.raises(OSError):
+        other.bind(("127.0.0.1", api.port))  # as a server picking this port would
+    api.start()
+    with socket.create_connection(("127.0.0.1", api.port), timeout=10):
+        pass
 
 
 def test_cache_survives_the_api_server_going_away_and_resumes(
