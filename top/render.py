@@ -652,9 +652,12 @@ def fitting_rows(
     return shown
 
 
-# The most lines a "… N more" line takes: 61 characters at most (N of five digits)
-# folded at MIN_WIDTH (20) columns
-_MORE_LINES = 4
+def _most_more_lines() -> int:
+    """The most lines a ``… N more`` line may take: its longest text (N of five digits,
+    the longest noun) over ``MIN_WIDTH`` columns, rounded up (61 characters: 4 lines;
+    rich folds it onto 3)."""
+    longest = max(len(f"… {_count(99_999, title, 'more ')} ({_TALLER})") for title in _ROW_NOUNS)
+    return math.ceil(longest / MIN_WIDTH)
 
 
 def given_back(
@@ -681,12 +684,13 @@ def given_back(
     drawn."""
     out = list(shown)
     used = sum(table_lines(i, n) for i, n in enumerate(out))
+    most_more = _most_more_lines()
     for ceiling in (keep, max(rows, default=0)):
         for i in reversed(cut_order):
             have, target = out[i] or 0, min(rows[i], ceiling)
             # with no line left, only a table its "… N more" line's lines can show whole
             whole = target == rows[i]
-            if have >= target or (used >= room and not (whole and target - have <= _MORE_LINES)):
+            if have >= target or (used >= room and not (whole and target - have <= most_more)):
                 continue
             others = used - table_lines(i, out[i])
             # whole is at least a line a row: a table of hundreds is not counted
