@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 
+from tests.support.serial_ast import serialise_ast_parse
+
+serialise_ast_parse()
 settings.register_profile("gpu-eta", deadline=None)
 settings.load_profile("gpu-eta")
 

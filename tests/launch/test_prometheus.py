@@ -3,6 +3,7 @@ clear error that leaves nothing behind."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 import threading
@@ -86,17 +87,29 @@ def test_ui_url_of_a_server_that_does_not_answer_is_the_first_path() -> None:
     assert ui_url("http://127.0.0.1:9", "alerts") == "http://127.0.0.1:9/alerts"
 
 
-def slow_proxy(target: str, first_delay: float) -> ThreadingHTTPServer:
-    """A proxy to ``target`` whose first answer comes ``first_delay`` seconds late, as
-    a loaded Prometheus's may (one did so past the 5 s a query waited, in a CI run
-    whose demo test then failed at its first wait)."""
+@contextlib.contextmanager
+def slow_proxy(target: str, first_delay: float) -> Iterator[str]:
+    """The URL of a proxy to ``target`` whose first answer comes ``first_delay`` seconds
+    late, as a loaded Prometheus's may (one did so past the 5 s a query waited, in a CI
+    run whose demo test then failed at its first wait).
+
+    Closed, it cuts a delay short and waits for its handlers: one left sleeping past its
+    test once woke to a stopped Prometheus and printed a traceback while the next test
+    in its worker ran (tests/support/serial_ast.py says what that broke)."""
     delays = [first_delay]
+    closing = threading.Event()
 
     class Proxy(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if delays:
-                time.sleep(delays.pop())
-            upstream = requests.get(target + self.path, timeout=30)
+                closing.wait(delays.pop())
+            try:
+                if closing.is_set():
+                    raise requests.ConnectionError("the proxy is closing")
+                upstream = requests.get(target + self.path, timeout=30)
+            except requests.RequestException:
+                self.send_error(502)
+                return
             self.send_response(upstream.status_code)
             self.send_header("Content-Type", upstream.headers["Content-Type"])
             self.send_header("Content-Length", str(len(upstream.content)))
@@ -107,26 +120,47 @@ def slow_proxy(target: str, first_delay: float) -> ThreadingHTTPServer:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    server.daemon_threads = False  # server_close() joins the handlers
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        closing.set()
+        server.shutdown()
+        server.server_close()
+        serving.join()
+
+
+def test_a_closed_slow_proxy_leaves_no_handler_running(tmp_path: Path) -> None:
+    """A request still in its delay when the proxy closes is answered 502 and its
+    thread is gone when the ``with`` ends (daemon handlers: still sleeping then)."""
+    before = set(threading.enumerate())
+    answers: list[int] = []
+    with slow_proxy("http://127.0.0.1:9", first_delay=30.0) as url:
+        client = threading.Thread(
+            target=lambda: answers.append(requests.get(url + "/x", timeout=60).status_code)
+        )
+        client.start()
+        time.sleep(0.3)  # the request is in its delay
+    client.join(10)
+    assert answers == [502]
+    assert set(threading.enumerate()) <= before
 
 
 def test_wait_for_outlasts_one_slow_answer(tmp_path: Path) -> None:
     """``wait_for`` waits its whole ``timeout`` for the answer, not a query's 5 s: a
     query answered 7 s late is the answer, not the end of a 30 s wait."""
     server = start_prometheus([ScrapeJob("x", ["127.0.0.1:9"])], data_dir=tmp_path / "p")
-    proxy = slow_proxy(server.url, first_delay=7.0)
     try:
-        slow = dataclasses.replace(server, url=f"http://127.0.0.1:{proxy.server_address[1]}")
-        started = time.monotonic()
-        assert slow.wait_for("vector(1)", timeout=30)[0]["value"][1] == "1"
-        assert time.monotonic() - started >= 7.0  # the slow answer was the one waited for
-        with pytest.raises(TimeoutError, match="after 1"):  # and a wait still ends
-            slow.wait_for("absent_metric_name", timeout=1)
+        with slow_proxy(server.url, first_delay=7.0) as url:
+            slow = dataclasses.replace(server, url=url)
+            started = time.monotonic()
+            assert slow.wait_for("vector(1)", timeout=30)[0]["value"][1] == "1"
+            assert time.monotonic() - started >= 7.0  # the slow answer was the one waited for
+            with pytest.raises(TimeoutError, match="after 1"):  # and a wait still ends
+                slow.wait_for("absent_metric_name", timeout=1)
     finally:
-        proxy.shutdown()
-        proxy.server_close()
         server.stop()
 
 
@@ -134,16 +168,14 @@ def test_wait_for_ends_at_its_timeout_while_a_query_hangs(tmp_path: Path) -> Non
     """A query is cut at what is left of the wait: an answer 5 s late does not hold a
     2 s wait for the query's own 30 s, and the wait ends as waits do (TimeoutError)."""
     server = start_prometheus([ScrapeJob("x", ["127.0.0.1:9"])], data_dir=tmp_path / "p")
-    proxy = slow_proxy(server.url, first_delay=5.0)
     try:
-        slow = dataclasses.replace(server, url=f"http://127.0.0.1:{proxy.server_address[1]}")
-        started = time.monotonic()
-        with pytest.raises(TimeoutError, match="after 2"):
-            slow.wait_for("vector(1)", timeout=2)
-        assert time.monotonic() - started < 4.5  # not the 5 s the answer took
+        with slow_proxy(server.url, first_delay=5.0) as url:
+            slow = dataclasses.replace(server, url=url)
+            started = time.monotonic()
+            with pytest.raises(TimeoutError, match="after 2"):
+                slow.wait_for("vector(1)", timeout=2)
+            assert time.monotonic() - started < 4.5  # not the 5 s the answer took
     finally:
-        proxy.shutdown()
-        proxy.server_close()
         server.stop()
 
 
