@@ -197,22 +197,32 @@ class PrometheusServer(OwnedServer):
             raise RuntimeError(f"query failed: {body}")
         return list(body["data"]["result"])
 
-    def wait_for(self, expr: str, timeout: float = 30.0, min_results: int = 1) -> list[dict]:
+    def wait_for(
+        self,
+        expr: str,
+        timeout: float = 30.0,
+        min_results: int = 1,
+        between_polls: Callable[[float], None] | None = None,
+    ) -> list[dict]:
         """Poll an instant query until it returns ``min_results`` series or time runs out.
 
         Each query may take what is left of ``timeout``: a loaded Prometheus (the
         demo's backfill, compaction, a busy CI machine) can answer one query many
         seconds late, and that late answer is still the answer; a read cut at a fixed
-        few seconds ended whole waits early."""
+        few seconds ended whole waits early. ``between_polls(seconds_left)`` runs after
+        each short answer (a VictoriaMetrics index flush, tests/support/tsdb_wait.py),
+        its requests cut at the same time left."""
         deadline = time.monotonic() + timeout
         result: list[dict] = []
         while (left := deadline - time.monotonic()) > 0:
             try:
                 result = self.query(expr, timeout=left)
+                if len(result) >= min_results:
+                    return result
+                if between_polls is not None:
+                    between_polls(max(0.1, deadline - time.monotonic()))
             except requests.Timeout:
                 break
-            if len(result) >= min_results:
-                return result
             time.sleep(0.25)
         raise TimeoutError(
             f"{expr!r}: {len(result)} series after {timeout}s (wanted {min_results})"

@@ -179,6 +179,23 @@ def test_wait_for_ends_at_its_timeout_while_a_query_hangs(tmp_path: Path) -> Non
         server.stop()
 
 
+def test_wait_for_runs_between_polls_after_each_short_answer(tmp_path: Path) -> None:
+    """``between_polls`` (a VictoriaMetrics flush, tests/support/tsdb_wait.py) runs after
+    a short answer with the seconds left, never after the answer waited for."""
+    server = start_prometheus([ScrapeJob("x", ["127.0.0.1:9"])], data_dir=tmp_path / "p")
+    try:
+        left: list[float] = []
+        with pytest.raises(TimeoutError, match="after 1"):
+            server.wait_for("absent_metric_name", timeout=1, between_polls=left.append)
+        assert len(left) >= 2 and all(0 < s <= 1 for s in left)
+        assert left == sorted(left, reverse=True)  # what is left shrinks
+        answered: list[float] = []
+        server.wait_for("vector(1)", timeout=10, between_polls=answered.append)
+        assert answered == []
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private temp root (other test runs share /tmp), to see what is left in it."""

@@ -11,15 +11,10 @@ Every test polling a server that may be VictoriaMetrics calls ``wait_for`` here.
 
 from __future__ import annotations
 
-import contextlib
-import time
-
 import requests
 
 from gpu_eta.launch.prometheus import PrometheusServer
 from gpu_eta.launch.victoria import VictoriaServer
-
-POLL_SECONDS = 0.25
 
 
 def flush_index(server: PrometheusServer, timeout: float = 30.0) -> None:
@@ -35,19 +30,6 @@ def wait_for(
     flushing a VictoriaMetrics' index between polls; ``TimeoutError`` after ``timeout``."""
     if not isinstance(server, VictoriaServer):
         return server.wait_for(expr, timeout, min_results)
-    deadline = time.monotonic() + timeout
-    result: list[dict] = []
-    # each request cut at what is left of the wait, as server.wait_for's are
-    with contextlib.suppress(requests.Timeout):
-        while len(result := server.query(expr, timeout=_left(deadline))) < min_results:
-            if time.monotonic() > deadline:
-                break
-            flush_index(server, timeout=_left(deadline))
-            time.sleep(POLL_SECONDS)
-        if len(result) >= min_results:
-            return result
-    raise TimeoutError(f"{expr!r}: {len(result)} series after {timeout}s (wanted {min_results})")
-
-
-def _left(deadline: float) -> float:
-    return max(0.1, deadline - time.monotonic())
+    return server.wait_for(
+        expr, timeout, min_results, between_polls=lambda left: flush_index(server, left)
+    )
