@@ -616,7 +616,9 @@ def fitting_rows(
     frame first, then each its last rows down to ``keep``, then, in the same order, each
     down to 1 row, then each down to its one line; the lines the last cut freed go back
     to the tables that can take a row (a table too tall for one is passed over), up to
-    ``keep`` rows each first, the most important table first. What still does not fit
+    ``keep`` rows each first, the most important table first; a table one more row of
+    which does not fit is shown whole where that fits (a ``… N more`` on several lines
+    takes as many as the rows it hides). What still does not fit
     (a terminal shorter than the one-line tables) is cut by the terminal. Pure."""
     shown: list[int | None] = list(rows)
     more_lines = [1] * len(rows) if more is None else more
@@ -640,14 +642,17 @@ def fitting_rows(
     # lines the last cut freed go back: up to ``keep`` rows each, then the rest, each
     # time to the most important table first; a table one line (None) takes its frame
     # and a row, and one that cannot take a row is passed over, not the end of it (one
-    # run folding onto more lines than there are left every table one line)
+    # run folding onto more lines than there are left every table one line); a table
+    # one more row of which does not fit may still fit whole, its "… N more" gone
     for ceiling in (keep, max(rows, default=0)):
         for i in reversed(cut_order):
-            while rows[i] and (n := shown[i] or 0) < min(rows[i], ceiling):
+            while rows[i] and (n := shown[i] or 0) < (target := min(rows[i], ceiling)):
                 held = shown[i]
                 shown[i] = n + 1
                 if lines() > height:
-                    shown[i] = held
+                    shown[i] = rows[i] if target == rows[i] else held
+                    if lines() > height:
+                        shown[i] = held
                     break
     return shown
 

@@ -1959,6 +1959,17 @@ def test_fitting_rows_counts_a_more_line_that_wraps() -> None:
     assert fit(rows, frames, whole - 1, order) == [40, 18]  # on one line
 
 
+def test_fitting_rows_shows_whole_a_table_whose_more_line_takes_its_hidden_rows() -> None:
+    """Three runs under a frame of 3 lines, whose ``… 2 more`` folds onto 2 lines, and
+    a GPU table one line: cut to one run (3 + 1 + 2 lines) the table is as tall as whole
+    (3 + 3), so it is shown whole. Before, the give-back stopped at the second run,
+    which did not fit: one run and "… 2 more" where all three did."""
+    rows, frames, order, more = [3, 1], [3, 3], [1, 0], [2, 1]
+    fit = top_render.fitting_rows
+    assert fit(rows, frames, 7, order, more=more) == [3, None]
+    assert fit(rows, frames, 6, order, more=more) == [None, 1]  # not even one run: the GPU
+
+
 @pytest.mark.parametrize(("width", "height"), [(100, 30), (80, 24), (120, 50), (60, 30)])
 def test_a_refreshing_rich_view_fits_the_terminal_and_says_what_it_left_out(
     width: int, height: int
