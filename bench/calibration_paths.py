@@ -6,7 +6,8 @@
 
 Why: P10–P90 coverage is published per corpus and point (bench/forecast_accuracy.py),
 but a miss there comes from one of several calibrations: the situation's own (new
-job, job prior, analogs: docs/forecasting-model.md, "Calibration and quality"), everyone's
+job, job prior, analogs; analogs of one run, ``analog:one``: docs/forecasting-model.md,
+"Calibration and quality"), everyone's
 where the situation has too few residuals at the point, or the envelope of both. This
 replays the same corpora the same way (``forecaster.evaluate.Replay``, every forecast
 made as of the moment, the model knowing only runs that ended before) and prints,
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from forecast_accuracy import add_corpus_arguments, first_runs, selected_corpora
 
 from gpu_eta.forecaster.calibration import POINTS, Calibrator, point_label, progress_point
-from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.estimators.eta_model import ONE_ANALOG, EtaModel
 from gpu_eta.forecaster.evaluate import Replay, replay_events
 from gpu_eta.forecaster.runs import Run
 
@@ -52,9 +53,13 @@ class Counting(EtaModel):
 
     last: tuple[str, str, int] | None = None
 
-    def _calibration(self, name: str, point: float) -> tuple[Calibrator, Calibrator | None]:
-        calibrator, own = super()._calibration(name, point)
+    def _calibration(
+        self, name: str, point: float, analogs: int | None = None
+    ) -> tuple[Calibrator, Calibrator | None]:
+        calibrator, own = super()._calibration(name, point, analogs)
         path = OWN if calibrator is own else EVERYONE if own is None else ENVELOPE
+        if calibrator is self.calibrators_.get(ONE_ANALOG):  # analogs of one run: own kind
+            name = ONE_ANALOG
         # the situation's own residuals at the point, whether or not ``predict`` uses
         # its calibration (runs with analogs short of them take everyone's alone)
         situation = self.calibrators_.get(name)

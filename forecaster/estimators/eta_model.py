@@ -17,9 +17,10 @@ should not know there is a prior, a rate and a calibrator inside.
    publish (``choice.py``);
 4. scales each job's unit by how wide its replayed forecasts miss against the
    others' (``job_calibration.job_scales``), fits split-conformal z quantiles per
-   bin, for all situations together and for each with enough residuals
-   (``calibration.calibrate``: a bin whose measured coverage falls short has each
-   tail's level moved by that tail's excess misses, once), measures leave-later-out
+   bin (``calibration.calibrate``: a bin whose measured coverage falls short has
+   each tail's level moved by that tail's excess misses, once) for all situations
+   together, for each with enough residuals and for the forecasts resting on one
+   earlier run (``ONE_ANALOG``), measures leave-later-out
    quality, ``quality_`` (and ``tails_``, the shares below P10 and above P90), and,
    without analogs, gives a job whose replayed forecasts share a bias beyond that
    calibration's shift a shift of its own (``job_calibration.job_shifts``).
@@ -107,6 +108,18 @@ from gpu_eta.forecaster.estimators.tuning import (
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run, own_work
 
+ONE_ANALOG = "analog:one"
+"""The key in ``calibrators_`` of the forecasts with analogs that rest on one earlier
+run of their configuration (``AnalogEstimate.n`` 1): calibrated on their own kind where
+they have ``min_samples`` residuals at the point (``EtaModel._calibration``).
+
+Why: one earlier run says nothing of how its configuration's runs differ, and its
+forecasts miss as those of many do not, while the situation's calibration is mostly
+forecasts of five or more. MLPerf v0.5–v1.1 replayed round by round
+(bench/cold_start.py): P10–P90 held 69 / 60 / 68 % of these outcomes at the start / 10
+/ 25 % (two earlier runs: 82 / 82 / 80 %), 75 / 77 / 83 % calibrated on their own, the
+median error the same; v2.0–v2.1 (docs/forecasting-evidence.md, "Calibration and
+quality")."""
 MEMO_MAX = 50_000
 """Runs whose costly parts ``EtaModel._known`` keeps (one entry per running job; runs
 that ended linger until the next fit). About 2.5 KB each on MLPerf-sized runs (1.5 KB
@@ -262,6 +275,8 @@ class EtaModel:
             situation(smp.analog is not None, smp.parts[0].prior_level) for smp in ordered_samples
         ]
         moved: dict[str, list[Residual]] = {name: [] for name in SITUATIONS}
+        # which of the analog residuals (in ``moved["analog"]``'s order) rest on one run
+        one_run = [ordered_samples[i].analog.n == 1 for i, w in enumerate(where) if w == "analog"]
         jobs: dict[str, list[str]] = {}  # the job of each of ``moved``'s residuals
         shiftable: dict[str, list[bool]] = {}  # whether each takes its job's shift
         for name in SITUATIONS:
@@ -319,6 +334,9 @@ class EtaModel:
             n = sum(1 for r in moved[name] if r.point not in (FIRST, END))
             if self.min_samples <= n < n_all:
                 self.calibrators_[name] = self._calibrate(moved[name], POWERS.get(name))[0]
+        few = [r for r, one in zip(moved["analog"], one_run, strict=True) if one]
+        if sum(1 for r in few if r.point not in (FIRST, END)) >= self.min_samples:
+            self.calibrators_[ONE_ANALOG] = self._calibrate(few, POWERS["analog"])[0]
         self.job_shifts_ = job_shifts(
             moved,
             jobs,
@@ -350,12 +368,15 @@ class EtaModel:
             tail_levels=self.tail_levels,
         )
 
-    def _calibration(self, name: str, point: float) -> tuple[Calibrator, Calibrator | None]:
-        """The calibration ``predict`` applies in situation ``name`` at ``point``, and
-        the situation's own (None without one).
+    def _calibration(
+        self, name: str, point: float, analogs: int | None = None
+    ) -> tuple[Calibrator, Calibrator | None]:
+        """The calibration ``predict`` applies in situation ``name`` at ``point`` to a
+        forecast of ``analogs`` earlier runs, and the situation's own (None without one).
 
-        The situation's own where it has ``min_samples`` residuals at ``point``
-        (returned twice); else everyone's, and ``predict`` widens its bounds to the
+        A forecast resting on one earlier run takes that of its kind (``ONE_ANALOG``)
+        where it has ``min_samples`` residuals at ``point``; the situation's own where it
+        has them (returned twice); else everyone's, and ``predict`` widens its bounds to the
         envelope with the situation's own (pooled over the other points) where that
         exists, but for runs with analogs. A method so that a bench can count which
         one each forecast took (``bench/calibration_paths.py``).
@@ -368,6 +389,10 @@ class EtaModel:
         envelope then held 94–97 % of their outcomes on the CPU recordings at 10 / 25 %
         (docs/forecasting-evidence.md, "Calibration and quality").
         """
+        if name == "analog" and analogs == 1:
+            one = self.calibrators_.get(ONE_ANALOG)
+            if one is not None and one.n_.get(point, 0) >= self.min_samples:
+                return one, one
         own = self.calibrators_.get(name)
         if own is None or own.n_.get(point, 0) < self.min_samples:
             # too few of this situation here: all of them
@@ -434,7 +459,7 @@ class EtaModel:
             point = run_bin(run, found is not None)
             name = situation(found is not None, parts.prior_level)
             option = self.choice_[name].get(point, DEFAULTS[name])
-            calibrator, own = self._calibration(name, point)
+            calibrator, own = self._calibration(name, point, None if found is None else found.n)
             job = job_key(run)
             job_scale = self.job_scales_.get((name, job, point), 1.0)
 

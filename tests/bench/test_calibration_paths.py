@@ -22,7 +22,7 @@ def test_every_forecast_is_tallied_under_the_calibration_it_took() -> None:
     result = backtest(runs, model_factory=lambda: EtaModel(random_state=0))
     assert sum(t.n for t in tallies.values()) == len(result.predictions)
     assert {path for _p, _s, path in tallies} <= {cp.OWN, cp.EVERYONE, cp.ENVELOPE}
-    assert {s for _p, s, _path in tallies} <= set(SITUATIONS)
+    assert {s for _p, s, _path in tallies} <= {*SITUATIONS, cp.ONE_ANALOG}
     # the same forecasts: the tallied hits are backtest's coverage hits
     hits = sum(p.p10 <= p.actual <= p.p90 for p in result.predictions)
     assert sum(t.hits for t in tallies.values()) == hits
