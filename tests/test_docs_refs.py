@@ -10,7 +10,8 @@ sentence would. The checks, over every tracked ``*.md`` file (``git ls-files``):
    ``see "Partial answers"``) a heading, bold lead-in or paragraph of its file;
 2. each backticked token that starts with a top-level folder of the repository and has a
    ``/`` names a tracked file or folder (a glob or a ``<placeholder>`` must match one),
-   and so does a file name written in plain text (``(docs/scenario.md)``);
+   and so does a file name written in plain text (``(docs/scenario.md)``) or in a
+   fenced block (``kubectl apply -f manifests/x.yaml``);
 3. each quoted command line of a program of this repository (``python bench/X.py``,
    ``python -m gpu_eta.forecaster SUB``, ``gpu-eta-top``, ``./demo.sh`` ...) names a
    program that exists and only flags its argparse parser takes.
@@ -334,6 +335,9 @@ def path_tokens(span: str, top_folders: frozenset[str]) -> list[str]:
     return found
 
 
+FILE_EXTENSION = re.compile(r"\.[A-Za-z]\w*$")
+
+
 def prose_paths(prose: str, top_folders: frozenset[str]) -> list[Located]:
     """The repository file names written in plain text, outside code and link targets
     (``(docs/scenario.md)``): a path token ending in a file extension, so that words
@@ -344,7 +348,7 @@ def prose_paths(prose: str, top_folders: frozenset[str]) -> list[Located]:
         Located(line_at(m.start()), token)
         for m in re.finditer(r"[^\s/]*/\S*", plain)
         for token in path_tokens(m.group(0), top_folders)
-        if re.search(r"\.[A-Za-z]\w*$", token)
+        if FILE_EXTENSION.search(token)
     ]
 
 
@@ -372,8 +376,11 @@ def path_exists(repo: Repo, path: str) -> bool:
 
 
 def path_problems(repo: Repo, doc: str) -> Iterator[str]:
-    """Each backticked repository path of ``doc`` that names nothing tracked."""
-    prose, _ = split_fences(repo.texts[doc])
+    """Each backticked repository path of ``doc`` that names nothing tracked, and each
+    file of the repository a fenced block names (``kubectl apply -f manifests/x.yaml``):
+    there only a path token ending in a file extension, as in plain text, since a fence
+    also shows program output whose ``namespace/pod`` names are not paths."""
+    prose, fenced = split_fences(repo.texts[doc])
     for span in code_spans(prose):
         for path in path_tokens(span.text, repo.top_folders):
             if not path_exists(repo, path):
@@ -381,6 +388,10 @@ def path_problems(repo: Repo, doc: str) -> Iterator[str]:
     for path in prose_paths(prose, repo.top_folders):
         if not path_exists(repo, path.text):
             yield f"{doc}:{path.line}: {path.text}: no such tracked file or folder"
+    for line in fenced:
+        for path in path_tokens(line.text, repo.top_folders):
+            if FILE_EXTENSION.search(path) and not path_exists(repo, path):
+                yield f"{doc}:{line.line}: {path}: no such tracked file or folder"
 
 
 # --- check 3: command lines and their flags ---------------------------------------------
@@ -763,7 +774,7 @@ def test_slugs_follow_githubs_rules(heading: str, want: str) -> None:
         ("`tests/fixtures/runs/` `tests/fixtures/runs/periodic_*` `bench/<name>.py`", []),
         ("`bench/{quiet_past,quiet_past}.py` `docs/a.md#x` `bench/quiet_past.py:12`", []),
         ("`/var/log/pods/x` `gpu_eta/top` `unknown/x.py`", []),
-        ("```\nbench/nowhere.py\n```", []),
+        ("```\nbench/nowhere\n```", []),  # in a fence, a file has an extension
         (
             "`bench/loud_past.py`",
             ["docs/a.md:1: `bench/loud_past.py`: no such tracked file or folder"],
@@ -778,6 +789,11 @@ def test_slugs_follow_githubs_rules(heading: str, want: str) -> None:
             "`bench/{quiet,loud}_past.py`",
             ["docs/a.md:1: `bench/{quiet,loud}_past.py`: no such tracked file or folder"],
         ),
+        (  # a fenced block: files only, not the namespace/pod names of output
+            "```sh\nkubectl apply -f bench/nothing.yaml\nbench/alice  gpu-node-0/0\n```",
+            ["docs/a.md:2: bench/nothing.yaml: no such tracked file or folder"],
+        ),
+        ("```\npython bench/quiet_past.py > bench/x\n```", []),
     ],
 )
 def test_a_backticked_path_to_nothing_is_reported(text: str, want: list[str]) -> None:
