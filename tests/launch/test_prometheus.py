@@ -66,16 +66,31 @@ class Prometheus3Ui(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def prometheus3_ui() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Prometheus3Ui)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+@contextlib.contextmanager
+def served(
+    handler: type[BaseHTTPRequestHandler], closing: threading.Event | None = None
+) -> Iterator[str]:
+    """The URL of ``handler`` served from a thread; at the end ``closing`` is set (a
+    handler waiting on it stops waiting), the server stopped and its handlers joined,
+    so that none outlives its test."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = False  # server_close() joins the handlers
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        if closing is not None:
+            closing.set()
         server.shutdown()
         server.server_close()
+        serving.join()
+
+
+@pytest.fixture
+def prometheus3_ui() -> Iterator[str]:
+    with served(Prometheus3Ui) as url:
+        yield url
 
 
 def test_ui_urls_of_prometheus_3_answer_without_a_redirect(prometheus3_ui: str) -> None:
@@ -119,17 +134,8 @@ def slow_proxy(target: str, first_delay: float) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    server.daemon_threads = False  # server_close() joins the handlers
-    serving = threading.Thread(target=server.serve_forever, daemon=True)
-    serving.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        closing.set()
-        server.shutdown()
-        server.server_close()
-        serving.join()
+    with served(Proxy, closing) as url:
+        yield url
 
 
 def test_a_closed_slow_proxy_leaves_no_handler_running(tmp_path: Path) -> None:
