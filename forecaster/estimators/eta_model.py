@@ -118,8 +118,8 @@ forecasts miss as those of many do not, while the situation's calibration is mos
 forecasts of five or more. MLPerf v0.5–v1.1 replayed round by round
 (bench/cold_start.py): P10–P90 held 69 / 60 / 68 % of these outcomes at the start / 10
 / 25 % (two earlier runs: 82 / 82 / 80 %), 75 / 77 / 83 % calibrated on their own, the
-median error the same; v2.0–v2.1 (docs/forecasting-evidence.md, "Calibration and
-quality")."""
+median error the same; confirmed on v2.0–v2.1, 76 / 71 / 69 → 83 / 86 / 81 %
+(docs/forecasting-evidence.md, "Each MLPerf round alone")."""
 MEMO_MAX = 50_000
 """Runs whose costly parts ``EtaModel._known`` keeps (one entry per running job; runs
 that ended linger until the next fit). About 2.5 KB each on MLPerf-sized runs (1.5 KB
