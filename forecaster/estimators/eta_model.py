@@ -114,8 +114,8 @@ run of their configuration (``AnalogEstimate.n`` 1): calibrated on their own kin
 they have ``min_samples`` residuals at the point (``EtaModel._calibration``).
 
 Why: one earlier run says nothing of how its configuration's runs differ, and its
-forecasts miss as those of many do not, while the situation's calibration is mostly
-forecasts of five or more. MLPerf v0.5–v1.1 replayed round by round
+forecasts miss as those of many do not, while the situation's calibration pools every
+count (on MLPerf about half of it five runs or more). MLPerf v0.5–v1.1 replayed round by round
 (bench/cold_start.py): P10–P90 held 69 / 60 / 68 % of these outcomes at the start / 10
 / 25 % (two earlier runs: 82 / 82 / 80 %), 75 / 77 / 83 % calibrated on their own, the
 median error the same; confirmed on v2.0–v2.1, 76 / 71 / 69 → 83 / 86 / 81 %

@@ -11,7 +11,7 @@ from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.replay import truncate
 from gpu_eta.forecaster.evaluate import backtest
 from tests.bench.bench_module import load_bench
-from tests.forecaster.estimators.runs_factory import job_history
+from tests.forecaster.estimators.runs_factory import job_history, make_run, pairs_history
 
 cp = load_bench("calibration_paths")
 
@@ -79,3 +79,18 @@ def test_refit_fraction_is_refused_or_taken_as_the_replay_refuses_or_takes_it(
     )
     for taken in ("0", "2"):
         assert "error: unknown or absent corpus absent; have " in errors[taken], errors[taken]
+
+
+def test_a_forecast_resting_on_one_earlier_run_is_tallied_under_its_own_kind() -> None:
+    """A run whose configuration ran once before takes the calibration of such forecasts
+    (``ONE_ANALOG``), and the tally says so, with that calibration's residuals."""
+    runs = pairs_history(seed=4)
+    model = cp.Counting(random_state=0).fit(runs)
+    end = runs[-1].last_timestamp
+    model.update([make_run("once", [6.0] * 10, start=end + 10, job_name="solo", batch_size=64)])
+    run = truncate(
+        make_run("again", [6.0] * 10, start=end + 200, job_name="solo", batch_size=64), 0.5
+    )
+    model.predict(run, run.last_timestamp)
+    one = model.calibrators_[cp.ONE_ANALOG]
+    assert model.last == (cp.ONE_ANALOG, cp.OWN, one.n_[0.5])

@@ -103,21 +103,27 @@ def test_ui_url_of_a_server_that_does_not_answer_is_the_first_path() -> None:
 
 
 @contextlib.contextmanager
-def slow_proxy(target: str, first_delay: float) -> Iterator[str]:
+def slow_proxy(
+    target: str, first_delay: float, delaying: threading.Event | None = None
+) -> Iterator[str]:
     """The URL of a proxy to ``target`` whose first answer comes ``first_delay`` seconds
     late, as a loaded Prometheus's may (one did so past the 5 s a query waited, in a CI
     run whose demo test then failed at its first wait).
 
     Closed, it cuts a delay short and waits for its handlers: one left sleeping past its
     test once woke to a stopped Prometheus and printed a traceback while the next test
-    in its worker ran (tests/support/serial_ast.py says what that broke)."""
+    in its worker ran (tests/support/serial_ast.py says what that broke). ``delaying``
+    is set when the delayed request starts its wait."""
     delays = [first_delay]
     closing = threading.Event()
 
     class Proxy(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if delays:
-                closing.wait(delays.pop())
+                delay = delays.pop()
+                if delaying is not None:
+                    delaying.set()
+                closing.wait(delay)
             try:
                 if closing.is_set():
                     raise requests.ConnectionError("the proxy is closing")
@@ -139,16 +145,20 @@ def slow_proxy(target: str, first_delay: float) -> Iterator[str]:
 
 
 def test_a_closed_slow_proxy_leaves_no_handler_running(tmp_path: Path) -> None:
-    """A request still in its delay when the proxy closes is answered 502 and its
-    thread is gone when the ``with`` ends (daemon handlers: still sleeping then)."""
+    """A request still in its delay when the proxy closes is answered 502 at once, not
+    after its 30 s, and its thread is gone when the ``with`` ends (daemon handlers:
+    still sleeping then)."""
     before = set(threading.enumerate())
     answers: list[int] = []
-    with slow_proxy("http://127.0.0.1:9", first_delay=30.0) as url:
+    delaying = threading.Event()
+    with slow_proxy("http://127.0.0.1:9", first_delay=30.0, delaying=delaying) as url:
         client = threading.Thread(
             target=lambda: answers.append(requests.get(url + "/x", timeout=60).status_code)
         )
         client.start()
-        time.sleep(0.3)  # the request is in its delay
+        assert delaying.wait(10)  # the request is in its delay
+        closed = time.monotonic()
+    assert time.monotonic() - closed < 10  # the delay was cut short
     client.join(10)
     assert answers == [502]
     assert set(threading.enumerate()) <= before
@@ -195,6 +205,7 @@ def test_wait_for_runs_between_polls_after_each_short_answer(tmp_path: Path) -> 
             server.wait_for("absent_metric_name", timeout=1, between_polls=left.append)
         assert len(left) >= 2 and all(0 < s <= 1 for s in left)
         assert left == sorted(left, reverse=True)  # what is left shrinks
+        assert left[-1] < left[0] < 1  # the time left, not the whole timeout
         answered: list[float] = []
         server.wait_for("vector(1)", timeout=10, between_polls=answered.append)
         assert answered == []

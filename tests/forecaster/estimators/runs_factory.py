@@ -79,3 +79,25 @@ def job_history(
         runs.append(make_run(f"r{i}", durations, start=t, job_name=job, batch_size=batch))
         t += sum(durations) + 10
     return runs
+
+
+def pairs_history(seed: int) -> list[Run]:
+    """Configurations run twice, the second 0.5-2x the first (one run says little of
+    the next), among a job repeated closely: the forecasts of one earlier run miss
+    far more than those of many."""
+    rng = np.random.default_rng(seed)
+    runs, t = [], 1.7e9
+    for i in range(40):
+        first = 6.0 * float(np.exp(rng.normal(0, 0.3)))
+        for k, per_epoch in enumerate((first, first * float(np.exp(rng.normal(0, 0.35))))):
+            runs.append(
+                make_run(f"p{i}-{k}", [per_epoch] * 10, start=t, job_name=f"pair{i}", batch_size=64)
+            )
+            t += 10 * per_epoch + 10
+        for k in range(2):
+            per_epoch = 5.0 * float(np.exp(rng.normal(0, 0.02)))
+            runs.append(
+                make_run(f"a{i}-{k}", [per_epoch] * 10, start=t, job_name="a", batch_size=64)
+            )
+            t += 10 * per_epoch + 10
+    return runs

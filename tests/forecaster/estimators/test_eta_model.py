@@ -26,7 +26,7 @@ from gpu_eta.forecaster.estimators.eta_model import ONE_ANALOG, EtaModel, within
 from gpu_eta.forecaster.estimators.prior import NEW_JOB_LEVEL
 from gpu_eta.forecaster.estimators.replay import replay_moments, truncate
 from gpu_eta.forecaster.runs import Run
-from tests.forecaster.estimators.runs_factory import job_history, make_run
+from tests.forecaster.estimators.runs_factory import job_history, make_run, pairs_history
 
 
 def check(f) -> None:
@@ -414,28 +414,6 @@ def test_a_forecast_resting_on_one_earlier_run_takes_the_calibration_of_its_kind
     monkeypatch.setitem(model.calibrators_, ONE_ANALOG, Calibrator().fit(WIDE_AT_TEN))
     short = model.predict(one, one.last_timestamp)  # none of its kind at 50 %: the analogs'
     assert (short.p10, short.p50, short.p90) == (before[0].p10, before[0].p50, before[0].p90)
-
-
-def pairs_history(seed: int) -> list[Run]:
-    """Configurations run twice, the second 0.5-2x the first (one run says little of
-    the next), among a job repeated closely: the forecasts of one earlier run miss
-    far more than those of many."""
-    rng = np.random.default_rng(seed)
-    runs, t = [], 1.7e9
-    for i in range(40):
-        first = 6.0 * float(np.exp(rng.normal(0, 0.3)))
-        for k, per_epoch in enumerate((first, first * float(np.exp(rng.normal(0, 0.35))))):
-            runs.append(
-                make_run(f"p{i}-{k}", [per_epoch] * 10, start=t, job_name=f"pair{i}", batch_size=64)
-            )
-            t += 10 * per_epoch + 10
-        for k in range(2):
-            per_epoch = 5.0 * float(np.exp(rng.normal(0, 0.02)))
-            runs.append(
-                make_run(f"a{i}-{k}", [per_epoch] * 10, start=t, job_name="a", batch_size=64)
-            )
-            t += 10 * per_epoch + 10
-    return runs
 
 
 def test_forecasts_resting_on_one_earlier_run_get_intervals_as_wide_as_their_misses() -> None:
