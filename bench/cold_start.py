@@ -3,6 +3,7 @@ of the same identity had ended before the moment.
 
     python bench/cold_start.py --mlperf /work/shared/data/mlperf-dev/runs.csv.gz
     python bench/cold_start.py --split mlperf-choose --round v0.5   # one round, quickly
+    python bench/cold_start.py --round v1.1 --by-situation   # its first runs, by kind
 
 Why: each MLPerf round replayed alone (``forecast_accuracy.py --by-round``, how a
 newer round's file is judged by ``evaluate --runs``) starts with an empty history, so
@@ -137,6 +138,40 @@ def cells(
     return out
 
 
+def first_run_cells(
+    res: CorpusResult, log: dict[tuple[str, float], Path_], jobs: dict[str, str]
+) -> dict[tuple[str, float, str], Cell]:
+    """The moments of configurations with no earlier ended run (bucket 0) at
+    ``POINTS_SHOWN``, by (round, point, label): each situation and calibration path
+    (``"transfer, own"``), and each situation and job (``"transfer · unet3d"``; ``jobs``:
+    run id → job name). Why: a round's under-covered first runs are not one kind;
+    which situation (``choice.situation``) and job miss is where a fix has to look."""
+    out: dict[tuple[str, float, str], Cell] = {}
+    for s, kind, f in zip(res.scored, res.kinds, res.forecasts, strict=True):
+        if s.point not in POINTS_SHOWN or s.earlier_same_identity:
+            continue
+        path = log.get((s.run_id, f.timestamp_seconds))
+        if path is None:
+            continue
+        for label in (f"{path[0]}, {path[1]}", f"{path[0]} · {jobs.get(s.run_id) or '–'}"):
+            out.setdefault((kind, s.point, label), Cell()).add(s, f, path)
+    return out
+
+
+def situation_table(name: str, by: dict[tuple[str, float, str], Cell]) -> str:
+    """One Markdown table of ``first_run_cells``, each round's and point's largest first."""
+    head = (
+        "| round · point · situation, path or job | moments | coverage | below P10 "
+        "| above P90 | median error | P90 ÷ P10 | most forecasts (situation, calibration) "
+        "| own residuals |"
+    )
+    lines = [f"**{name}**, configurations never run before", "", head, "|" + " --- |" * 9]
+    order = sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1], -len(kv[1].covered)))
+    for (kind, point, label), cell in order:
+        lines.append(cell.line(f"{kind} · {point_label(point)} · {label}"))
+    return "\n".join(lines) + "\n"
+
+
 def table(name: str, rounds: Sequence[str], by: dict[tuple[str, float, str], Cell]) -> str:
     """One Markdown table per split: round, point, bucket."""
     head = (
@@ -161,6 +196,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--split", action="append", choices=MLPERF_SPLITS, help="only this split (repeatable)"
     )
     parser.add_argument("--round", action="append", help="only this round, e.g. v0.5 (repeatable)")
+    parser.add_argument(
+        "--by-situation",
+        action="store_true",
+        help="also the configurations never run before, by situation, path and job",
+    )
     args = parser.parse_args(argv)
     known = [label for label, _first, _last in ROUNDS]
     if args.round and (unknown := sorted(set(args.round) - set(known))):
@@ -182,6 +222,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         log: dict[tuple[str, float], Path_] = {}
         res = run_corpus(corpus, 0.05, model_factory=functools.partial(Logged, log, random_state=0))
         print(table(corpus.name, corpus.kinds, cells(res, log)), flush=True)
+        if args.by_situation:
+            jobs = {
+                r.run_id: str(r.features.get("job_name") or "") for p in corpus.parts for r in p
+            }
+            print(situation_table(corpus.name, first_run_cells(res, log, jobs)), flush=True)
     return 0
 
 

@@ -44,3 +44,30 @@ def test_every_moment_is_in_its_cell_with_the_forecast_scored_there() -> None:
     text = cs.table("jobs", ("r1", "r2"), cells)
     assert "| r1 · start · 0 |" in text and "| all · 25% · any |" in text
     assert len(backtest(runs[:15]).scored) == sum(k == "r1" for k in res.kinds)
+
+
+def test_first_runs_are_split_by_situation_path_and_job() -> None:
+    """Each moment of a configuration never run before lands once under its situation
+    and path and once under its situation and job: both splits add up to bucket 0."""
+    runs = job_history(30, seed=5)
+    corpus = fa.Corpus("jobs", "three jobs", [runs[:15], runs[15:]], kinds=("r1", "r2"))
+    log: dict = {}
+    res = fa.run_corpus(corpus, 0.05, model_factory=lambda: cs.Logged(log, random_state=0))
+    jobs = {r.run_id: str(r.features["job_name"]) for r in runs}
+    split = cs.first_run_cells(res, log, jobs)
+    whole = cs.cells(res, log)
+    seen = 0
+    for kind in ("r1", "r2"):
+        for point in cs.POINTS_SHOWN:
+            first = whole.get((kind, point, "0"))
+            mine = {label: c for (k, p, label), c in split.items() if (k, p) == (kind, point)}
+            by_path = [c for label, c in mine.items() if "," in label]
+            by_job = [c for label, c in mine.items() if " · " in label]
+            n = 0 if first is None else len(first.covered)
+            assert sum(len(c.covered) for c in by_path) == n
+            assert sum(len(c.covered) for c in by_job) == n
+            assert {label.split(" · ")[1] for label in mine if " · " in label} <= {"a", "b", "c"}
+            seen += n
+    assert seen > 0
+    text = cs.situation_table("jobs", split)
+    assert "| r1 · start · " in text and "never run before" in text
