@@ -4,19 +4,34 @@ gc callback in the same one), and a forked child can parse."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import gc
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.support import serial_ast
 
 SOURCE = "x = [" + ",".join(f"f({i}, (a, b))" for i in range(300)) + "]\n"
+
+
+@contextlib.contextmanager
+def collections_calling(callback: Callable[[str, dict[str, int]], None]) -> Iterator[None]:
+    """``callback`` run at each collection, collections every 50 allocations, both
+    undone at the end."""
+    threshold = gc.get_threshold()
+    gc.set_threshold(50)
+    gc.callbacks.append(callback)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(callback)
+        gc.set_threshold(*threshold)
 
 
 @pytest.fixture
@@ -44,14 +59,10 @@ def gc_hands_over_to_a_parsing_thread() -> Iterator[threading.Event]:
 
     thread = threading.Thread(target=other, daemon=True)
     thread.start()
-    threshold = gc.get_threshold()
-    gc.set_threshold(50)
-    gc.callbacks.append(callback)
     try:
-        yield stop
+        with collections_calling(callback):
+            yield stop
     finally:
-        gc.callbacks.remove(callback)
-        gc.set_threshold(*threshold)
         stop.set()
         thread.join(5)
     assert not errors
@@ -99,14 +110,8 @@ def gc_parses_in_the_parsing_thread() -> Iterator[list[int]]:
             ast.parse("y = g(1)")
             parsed[0] += 1
 
-    threshold = gc.get_threshold()
-    gc.set_threshold(50)
-    gc.callbacks.append(callback)
-    try:
+    with collections_calling(callback):
         yield parsed
-    finally:
-        gc.callbacks.remove(callback)
-        gc.set_threshold(*threshold)
 
 
 def test_a_parse_nested_by_the_collector_does_not_break_the_one_under_way(
