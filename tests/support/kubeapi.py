@@ -45,7 +45,8 @@ connection drop, as when an API server dies) and holds its port, bound and not
 listening (connections are refused, as by a dead server, and no other test's server
 is given the port meanwhile: with five test workers binding ports, one once answered
 the stopped API's clients 404); ``start()`` brings it back on the same port with the
-same store, as a restarted API server backed by the same etcd; ``close()`` stops it
+same store, as a restarted API server backed by the same etcd; ``close()`` (and leaving
+a ``with``) stops it
 and gives the port up.
 """
 
@@ -385,7 +386,7 @@ class FakeKubeAPI:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.close()
 
 
 class _Handler(BaseHTTPRequestHandler):

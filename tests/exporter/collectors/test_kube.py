@@ -322,6 +322,15 @@ def test_a_reused_ip_is_the_pod_not_being_deleted_then_the_latest_started(
     assert src.by_ip("10.0.0.12").uid == uid(6) and src.by_ip("10.0.0.10").uid == uid(2)
 
 
+def test_a_fake_left_by_its_with_gives_its_port_up() -> None:
+    """Leaving ``with FakeKubeAPI()`` is ``close()``: the port held while stopped is
+    given up, not left bound until the fake is collected."""
+    with FakeKubeAPI() as fake:
+        port = fake.port
+    with socket.socket() as other:  # nothing connected: no TIME_WAIT to refuse it
+        other.bind(("127.0.0.1", port))
+
+
 def test_a_stopped_api_server_refuses_and_keeps_its_port(api: FakeKubeAPI) -> None:
     """The fake's outage is a dead server's: connections refused, and its port not
     handed to another test's server meanwhile (with five workers binding ports, one
