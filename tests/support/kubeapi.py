@@ -46,8 +46,7 @@ listening (connections are refused, as by a dead server, and no other test's ser
 is given the port meanwhile: with five test workers binding ports, one once answered
 the stopped API's clients 404); ``start()`` brings it back on the same port with the
 same store, as a restarted API server backed by the same etcd; ``close()`` (and leaving
-a ``with``) stops it
-and gives the port up.
+a ``with``) stops it and gives the port up.
 """
 
 from __future__ import annotations
