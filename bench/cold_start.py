@@ -139,21 +139,22 @@ def cells(
 
 
 def first_run_cells(
-    res: CorpusResult, log: dict[tuple[str, float], Path_], jobs: dict[str, str]
+    res: CorpusResult, log: dict[tuple[str, float], Path_]
 ) -> dict[tuple[str, float, str], Cell]:
     """The moments of configurations with no earlier ended run (bucket 0) at
     ``POINTS_SHOWN``, by (round, point, label): each situation and calibration path
-    (``"transfer, own"``), and each situation and job (``"transfer · unet3d"``; ``jobs``:
-    run id → job name). Why: a round's under-covered first runs are not one kind;
-    which situation (``choice.situation``) and job miss is where a fix has to look."""
+    (``"transfer, own"``), and each situation and job (``"transfer · unet3d"``, the job
+    as ``forecast_accuracy.job_of`` names it, ``CorpusResult.jobs``). Why: a round's
+    under-covered first runs are not one kind; which situation (``choice.situation``)
+    and job miss is where a fix has to look."""
     out: dict[tuple[str, float, str], Cell] = {}
-    for s, kind, f in zip(res.scored, res.kinds, res.forecasts, strict=True):
+    for s, kind, f, job in zip(res.scored, res.kinds, res.forecasts, res.jobs, strict=True):
         if s.point not in POINTS_SHOWN or s.earlier_same_identity:
             continue
         path = log.get((s.run_id, f.timestamp_seconds))
         if path is None:
             continue
-        for label in (f"{path[0]}, {path[1]}", f"{path[0]} · {jobs.get(s.run_id) or '–'}"):
+        for label in (f"{path[0]}, {path[1]}", f"{path[0]} · {job or '–'}"):
             out.setdefault((kind, s.point, label), Cell()).add(s, f, path)
     return out
 
@@ -223,10 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         res = run_corpus(corpus, 0.05, model_factory=functools.partial(Logged, log, random_state=0))
         print(table(corpus.name, corpus.kinds, cells(res, log)), flush=True)
         if args.by_situation:
-            jobs = {
-                r.run_id: str(r.features.get("job_name") or "") for p in corpus.parts for r in p
-            }
-            print(situation_table(corpus.name, first_run_cells(res, log, jobs)), flush=True)
+            print(situation_table(corpus.name, first_run_cells(res, log)), flush=True)
     return 0
 
 

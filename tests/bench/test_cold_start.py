@@ -53,8 +53,7 @@ def test_first_runs_are_split_by_situation_path_and_job() -> None:
     corpus = fa.Corpus("jobs", "three jobs", [runs[:15], runs[15:]], kinds=("r1", "r2"))
     log: dict = {}
     res = fa.run_corpus(corpus, 0.05, model_factory=lambda: cs.Logged(log, random_state=0))
-    jobs = {r.run_id: str(r.features["job_name"]) for r in runs}
-    split = cs.first_run_cells(res, log, jobs)
+    split = cs.first_run_cells(res, log)
     whole = cs.cells(res, log)
     seen = 0
     for kind in ("r1", "r2"):
